@@ -1,0 +1,217 @@
+"""The model concept: what a classifier says, and at what cost.
+
+Every adapter turns a user's classifier into a :class:`Classifier` that takes a batch of
+inputs as a torch tensor of shape ``(n, *input_shape)`` in the *original* feature units and
+returns logits of shape ``(n, n_classes)``. Calls are charged to a :class:`QueryLedger`, per
+input, forward and backward passes counted apart.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from robustscope.errors import BudgetExhausted, ModelError
+
+#: Probabilities are clamped to this before a log is taken (log(0) = -inf breaks losses).
+PROBA_FLOOR = 1e-12
+
+
+class QueryLedger:
+    """Per-input counts of forward and backward passes.
+
+    Parameters
+    ----------
+    n : int
+        Number of inputs being evaluated.
+    budget : int or None
+        Largest number of passes (forward + backward) allowed per input; ``None`` = unlimited.
+    """
+
+    def __init__(self, n: int, budget: int | None = None) -> None:
+        self.forward = np.zeros(n, dtype=np.int64)
+        self.backward = np.zeros(n, dtype=np.int64)
+        self.budget = budget
+
+    def used(self, idx: np.ndarray | None = None) -> np.ndarray:
+        """Passes used so far, forward + backward, shape ``(n,)`` or ``(len(idx),)``."""
+        total = self.forward + self.backward
+        return total if idx is None else total[idx]
+
+    def remaining(self, idx: np.ndarray) -> np.ndarray:
+        """Passes still allowed for inputs ``idx`` (a large number when unbudgeted)."""
+        if self.budget is None:
+            return np.full(len(idx), np.iinfo(np.int64).max // 4, dtype=np.int64)
+        return self.budget - self.used(idx)
+
+
+@dataclass
+class _Charge:
+    ledger: QueryLedger
+    owners: np.ndarray  # input index of each row of the batch being worked on
+
+
+class Classifier:
+    """Base class of all model adapters.
+
+    Subclasses implement :meth:`_logits` (and set ``differentiable`` when autograd gives true
+    gradients). Inputs are float tensors of shape ``(n, *input_shape)``; outputs are logits of
+    shape ``(n, n_classes)``. For models that only give probabilities, logits are
+    ``log(clamp(p, PROBA_FLOOR))``, so that softmax(logits) = p.
+    """
+
+    #: True when gradients of the logits with respect to the input are exact (autograd).
+    differentiable: bool = False
+    #: True when the model is affine in its input and :meth:`linear_parameters` is available.
+    is_linear: bool = False
+
+    def __init__(
+        self,
+        n_classes: int,
+        input_shape: tuple[int, ...] | None,
+        device: str | torch.device = "cpu",
+        dtype: torch.dtype = torch.float64,
+        name: str = "model",
+    ) -> None:
+        if n_classes < 2:
+            raise ModelError(f"{name}: a classifier needs at least 2 classes, got {n_classes}")
+        self.n_classes = int(n_classes)
+        self.input_shape = None if input_shape is None else tuple(int(s) for s in input_shape)
+        self.device = torch.device(device)
+        self.dtype = dtype
+        self.name = name
+        self._charge: _Charge | None = None
+        #: Rows passed through the model since creation, all charges included.
+        self.total_forward = 0
+        self.total_backward = 0
+
+    # -- subclasses -------------------------------------------------------------------------
+    def _logits(self, x: torch.Tensor) -> torch.Tensor:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def linear_parameters(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(W, b)`` with logits = x_flat @ W.T + b; W of shape (n_classes, n_features)."""
+        raise ModelError(f"{self.name} is not a linear model")
+
+    # -- accounting -------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def charging(self, ledger: QueryLedger, owners: np.ndarray) -> Iterator[None]:
+        """Charge every call made inside the block to inputs ``owners``.
+
+        A call on ``B`` rows while ``m = len(owners)`` inputs are being worked on charges
+        ``B / m`` passes to each of them (``B`` must be a multiple of ``m``): solvers that
+        expand a batch (restarts, finite differences) keep rows grouped per input.
+        """
+        previous = self._charge
+        self._charge = _Charge(ledger, np.asarray(owners, dtype=np.int64))
+        try:
+            yield
+        finally:
+            self._charge = previous
+
+    def _count(self, rows: int, backward: bool) -> None:
+        if backward:
+            self.total_backward += rows
+        else:
+            self.total_forward += rows
+        charge = self._charge
+        if charge is None or len(charge.owners) == 0:
+            return
+        m = len(charge.owners)
+        if rows % m:
+            raise RuntimeError(f"batch of {rows} rows cannot be charged to {m} inputs")
+        ledger = charge.ledger
+        counts = ledger.backward if backward else ledger.forward
+        np.add.at(counts, charge.owners, rows // m)
+        if ledger.budget is not None and ledger.used(charge.owners).max() > ledger.budget:
+            raise BudgetExhausted(
+                f"query budget of {ledger.budget} passes per input exceeded"
+            )
+
+    # -- public calls -----------------------------------------------------------------------
+    def as_tensor(self, x: np.ndarray | torch.Tensor) -> torch.Tensor:
+        """Convert ``x`` to a tensor on this model's device and dtype."""
+        return torch.as_tensor(x, dtype=self.dtype, device=self.device)
+
+    def logits(self, x: torch.Tensor) -> torch.Tensor:
+        """Logits, shape ``(n, n_classes)``; charged as one forward pass per row."""
+        self._count(x.shape[0], backward=False)
+        out = self._logits(x)
+        if out.ndim != 2 or out.shape[0] != x.shape[0] or out.shape[1] != self.n_classes:
+            raise ModelError(
+                f"{self.name} returned an output of shape {tuple(out.shape)}; "
+                f"expected ({x.shape[0]}, {self.n_classes})"
+            )
+        return out
+
+    def predict_proba(self, x: torch.Tensor) -> torch.Tensor:
+        """Class probabilities, shape ``(n, n_classes)``."""
+        with torch.no_grad():
+            return torch.softmax(self.logits(x), dim=1)
+
+    def predict(self, x: torch.Tensor) -> torch.Tensor:
+        """Predicted class (argmax of the logits), shape ``(n,)``."""
+        with torch.no_grad():
+            return self.logits(x).argmax(dim=1)
+
+    def gradient_cost(self, n_features: int) -> int:
+        """Passes charged per input for one :meth:`value_and_grad` call."""
+        return 2 if self.differentiable else 2 * n_features + 1
+
+    def value_and_grad(
+        self,
+        x: torch.Tensor,
+        objective: Callable[[torch.Tensor], torch.Tensor],
+        fd_step: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Logits, per-row objective values and the gradient of their sum with respect to ``x``.
+
+        ``objective`` maps logits ``(n, K)`` to values ``(n,)``. Differentiable models use
+        autograd (one forward and one backward pass per row); others use central finite
+        differences with a per-feature step ``fd_step`` in original units, shape
+        ``input_shape`` or ``(n, *input_shape)`` (``2·d + 1`` forward passes per row).
+        """
+        if self.differentiable:
+            with torch.enable_grad():
+                xg = x.detach().clone().requires_grad_(True)
+                logits = self.logits(xg)
+                values = objective(logits)
+                self._count(x.shape[0], backward=True)
+                (grad,) = torch.autograd.grad(values.sum(), xg)
+            return logits.detach(), values.detach(), grad
+        return _finite_difference(self, x, objective, fd_step)
+
+
+def _finite_difference(
+    model: Classifier,
+    x: torch.Tensor,
+    objective: Callable[[torch.Tensor], torch.Tensor],
+    fd_step: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Central finite differences, one batched call of ``n·(2d + 1)`` rows."""
+    n = x.shape[0]
+    flat = x.reshape(n, -1)
+    d = flat.shape[1]
+    if fd_step is None:
+        step = torch.full((n, d), 1e-3, dtype=x.dtype, device=x.device)
+    else:
+        step = torch.as_tensor(fd_step, dtype=x.dtype, device=x.device).reshape(-1, d)
+        step = step.expand(n, d)
+    eye = torch.eye(d, dtype=x.dtype, device=x.device)
+    offsets = eye.unsqueeze(0) * step.unsqueeze(1)  # (n, d, d)
+    rows = torch.cat(
+        [flat.unsqueeze(1), flat.unsqueeze(1) + offsets, flat.unsqueeze(1) - offsets], dim=1
+    )  # (n, 2d+1, d), grouped per input so the charge is 2d+1 per input
+    with torch.no_grad():
+        logits_all = model.logits(rows.reshape(n * (2 * d + 1), *x.shape[1:]))
+        per_offset = logits_all.reshape(n, 2 * d + 1, -1).transpose(0, 1)
+        # objective sees n rows at a time, in input order, as it expects
+        values_all = torch.stack([objective(chunk) for chunk in per_offset], dim=1)
+    logits = per_offset[0]
+    values = values_all[:, 0]
+    grad = (values_all[:, 1 : d + 1] - values_all[:, d + 1 :]) / (2 * step)
+    return logits, values, grad.reshape(x.shape)

@@ -1,0 +1,101 @@
+"""One entry point that turns whatever the user passes into a :class:`Classifier`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from robustscope.errors import ModelError
+from robustscope.models.base import Classifier
+from robustscope.models.blackbox import ProbaClassifier
+from robustscope.models.linear import LinearClassifier
+from robustscope.models.torch_model import TorchClassifier
+
+_SKLEARN_LINEAR = {
+    "LogisticRegression",
+    "LogisticRegressionCV",
+    "LinearSVC",
+    "SGDClassifier",
+    "RidgeClassifier",
+    "RidgeClassifierCV",
+    "Perceptron",
+    "PassiveAggressiveClassifier",
+}
+
+
+def _is_sklearn_linear(obj: object) -> bool:
+    try:
+        from sklearn.linear_model._base import LinearClassifierMixin
+    except ImportError:  # pragma: no cover - sklearn is a dependency
+        return False
+    fitted = hasattr(obj, "coef_") and hasattr(obj, "intercept_") and hasattr(obj, "classes_")
+    linear_type = isinstance(obj, LinearClassifierMixin) or type(obj).__name__ in _SKLEARN_LINEAR
+    return fitted and linear_type
+
+
+def wrap_model(
+    model: object,
+    n_classes: int | None = None,
+    input_shape: tuple[int, ...] | None = None,
+    device: str | torch.device = "cpu",
+    example: np.ndarray | None = None,
+) -> Classifier:
+    """Wrap ``model`` for robustscope.
+
+    Accepts a :class:`Classifier` (returned as is); a ``torch.nn.Module`` returning logits;
+    a fitted scikit-learn linear classifier (recognised as linear, served by the exact
+    solver); raw coefficients ``(W, b)``; any object with ``predict_proba`` (scikit-learn,
+    XGBoost, LightGBM, ...); or a plain callable returning probabilities for a 2-D array.
+
+    ``n_classes`` is read from the model where it says (``classes_``) and otherwise found by
+    calling the model once on ``example`` (an array of a few inputs).
+    """
+    if isinstance(model, Classifier):
+        return model
+    if isinstance(model, torch.nn.Module):
+        if n_classes is None:
+            n_classes = _probe_classes(lambda a: model(torch.as_tensor(a, dtype=torch.float32)),
+                                       example, type(model).__name__)
+        return TorchClassifier(model, n_classes, input_shape, device=device)
+    if _is_sklearn_linear(model):
+        return LinearClassifier.from_sklearn(model, device=device)
+    if isinstance(model, tuple) and len(model) == 2:
+        weights, bias = (np.asarray(m, dtype=np.float64) for m in model)
+        return LinearClassifier(weights, bias, input_shape=input_shape, device=device)
+    predict_proba = getattr(model, "predict_proba", None)
+    if callable(predict_proba):
+        classes = getattr(model, "classes_", None)
+        k = n_classes or (len(classes) if classes is not None else None)
+        if k is None:
+            k = _probe_classes(predict_proba, example, type(model).__name__)
+        return ProbaClassifier(predict_proba, k, input_shape, classes=classes,
+                               name=type(model).__name__, device=device)
+    if callable(model):
+        k = n_classes or _probe_classes(model, example, getattr(model, "__name__", "callable"))
+        return ProbaClassifier(model, k, input_shape, name=getattr(model, "__name__", "callable"),
+                               device=device)
+    raise ModelError(
+        f"cannot wrap an object of type {type(model).__module__}.{type(model).__name__}: "
+        "expected a torch.nn.Module returning logits, a fitted scikit-learn / XGBoost / "
+        "LightGBM classifier with predict_proba, a linear model's (W, b), or a callable "
+        "returning class probabilities"
+    )
+
+
+def _probe_classes(fn: Callable, example: np.ndarray | None, name: str) -> int:
+    if example is None:
+        raise ModelError(
+            f"{name}: cannot tell the number of classes; pass n_classes= or example= (a few inputs)"
+        )
+    try:
+        out = fn(np.asarray(example[:2]))
+    except Exception as exc:
+        raise ModelError(f"{name} raised {type(exc).__name__} on an example input: {exc}") from exc
+    out = out.detach().cpu().numpy() if torch.is_tensor(out) else np.asarray(out)
+    if out.ndim == 1:
+        return 2
+    if out.ndim != 2:
+        raise ModelError(f"{name} returned an output of shape {out.shape}; expected (n, n_classes)")
+    return int(out.shape[1])
