@@ -24,6 +24,7 @@ import torch
 from robustscope.errors import InputError
 from robustscope.models.base import Classifier, QueryLedger
 from robustscope.result import ATTACKED, CENSORED, MISCLASSIFIED, RadiusResult
+from robustscope.scores.intrinsic import cross_entropy
 from robustscope.space import FeatureSpace
 from robustscope.statement import DECISION_CHANGE, Statement
 from robustscope.threats.lp import LpThreat, get_threat
@@ -182,7 +183,7 @@ def random_directions_radius(
         logits = model.logits(x)
     proba = torch.softmax(logits.to(torch.float64), dim=1)
     pred = logits.argmax(dim=1)
-    loss = -torch.log(proba.gather(1, yt.reshape(-1, 1)).reshape(-1).clamp_min(1e-300))
+    loss = cross_entropy(logits.detach().cpu().numpy(), yt.cpu().numpy())
     wrong = statement.holds(pred, yt)
 
     first = init_radius if init_radius is not None else (
@@ -247,7 +248,7 @@ def random_directions_radius(
         x_adv=best.detach().cpu().numpy(), label=yt.cpu().numpy(),
         prediction=pred.cpu().numpy(), adv_prediction=adv_pred.cpu().numpy(),
         proba=proba.cpu().numpy(), proba_adv=proba_adv.cpu().numpy(),
-        loss=loss.cpu().numpy(), forward_queries=charged.forward.copy(),
+        loss=loss, forward_queries=charged.forward.copy(),
         backward_queries=charged.backward.copy(), seconds=np.full(n, elapsed / max(n, 1)),
         threat=threat.name, solver="random_directions", max_radius=float(max_radius),
         meta={"isotropic_low": lo.numpy().tolist(), "isotropic_high": hi.numpy().tolist(),
