@@ -217,7 +217,8 @@ def _search_batch(model, X, labels, idx, space, threat, solver, max_radius, rtol
     state = _BatchState(
         x=x, y=y, owners=idx, best_x=x.clone(),
         best_r=torch.where(wrong, 0.0, math.inf).to(torch.float64),
-        best_logits=logits.clone(), clean_logits=logits, lower=torch.zeros(len(idx), dtype=torch.float64),
+        best_logits=logits.clone(), clean_logits=logits,
+        lower=torch.zeros(len(idx), dtype=torch.float64),
         exact=torch.zeros(len(idx), dtype=torch.bool),
         attack_lo=torch.zeros(len(idx), dtype=torch.float64),
     )
