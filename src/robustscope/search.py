@@ -40,11 +40,14 @@ from robustscope.threats.lp import LpThreat, get_threat
 log = logging.getLogger(__name__)
 
 SOLVERS = ("auto", "exact", "minnorm", "pgd")
+#: Doublings from max_radius / 64 reach max_radius in 7 probes.
+DOUBLINGS = 7
 
 
 @dataclass
 class SearchConfig:
-    """Knobs of the radius search (defaults tuned on the digits MLP benchmark)."""
+    """Knobs of the radius search (defaults tuned on the digits MLP benchmark; black-box
+    models, whose gradients cost ``2d + 1`` queries, use :data:`BLACKBOX_CONFIG`)."""
 
     minnorm_steps: int = 100
     pgd_steps: int = 20
@@ -52,6 +55,9 @@ class SearchConfig:
     line_search_steps: int = 10
     max_probes: int = 12
     first_probe: float = 0.9
+
+
+BLACKBOX_CONFIG = SearchConfig(pgd_steps=10, pgd_restarts=1, max_probes=6)
 
 
 @dataclass
@@ -106,7 +112,6 @@ def radius(
     seed : seeds every random choice; the same seed gives the same numbers.
     progress : optional callback, called with the number of inputs finished per batch.
     """
-    config = config or SearchConfig()
     if solver not in SOLVERS:
         raise InputError(f"solver '{solver}' is not known; choose one of {', '.join(SOLVERS)}")
     if not (0 < rtol < 1):
@@ -122,6 +127,7 @@ def radius(
     threat = get_threat(threat)
     statement = statement or DECISION_CHANGE
     model = wrap_model(model, input_shape=X.shape[1:], device=device, example=X)
+    config = config or (SearchConfig() if model.differentiable else BLACKBOX_CONFIG)
     if space is None:
         space = FeatureSpace.box(X.shape[1:]) if X.ndim > 2 else FeatureSpace.from_data(X)
     space.check_data(X, what="X")
@@ -293,6 +299,7 @@ def _run_attacks(model, space, threat, solver, max_radius, rtol, statement, ledg
     d = space.n_features
     grad_cost = model.gradient_cost(d)
     sub = torch.nonzero(active).reshape(-1)
+    _start_from_other_inputs(model, space, threat, statement, ledger, state, sub)
     use_minnorm = solver == "minnorm" or (solver == "auto" and model.differentiable)
     if use_minnorm:
         run = _affordable(ledger, state, sub, config.minnorm_steps * grad_cost + 1)
@@ -306,6 +313,25 @@ def _run_attacks(model, space, threat, solver, max_radius, rtol, statement, ledg
         return
     _bisect_with_pgd(model, space, threat, max_radius, rtol, statement, ledger, generator,
                      config, state, sub, grad_cost)
+
+
+def _start_from_other_inputs(model, space, threat, statement, ledger, state, sub) -> None:
+    """Seed each input with the nearest other input of the batch that the model assigns to
+    another class: a valid counterexample (once verified) for any model, gradients or not."""
+    if not space.has_discrete and model.differentiable:
+        return  # gradient solvers find better seeds themselves; skip the extra query
+    sub = _affordable(ledger, state, sub, 1)
+    pred = state.clean_logits.argmax(dim=1)
+    if len(sub) == 0 or len(torch.unique(pred)) < 2:
+        return
+    xs = state.x.reshape(len(state.x), -1)
+    scale = torch.as_tensor(space.scale, dtype=xs.dtype, device=xs.device)
+    dist = torch.stack([threat.norm((xs - xs[i]) / scale) for i in sub.tolist()])  # (m, n)
+    dist = torch.where(pred[None, :] == state.y[sub][:, None], math.inf, dist)
+    nearest = dist.argmin(dim=1)
+    has = torch.isfinite(dist.gather(1, nearest[:, None]).reshape(-1))
+    if has.any():
+        _verify(model, space, threat, statement, ledger, state, sub[has], state.x[nearest[has]])
 
 
 def _line_search(model, space, threat, statement, ledger, state, sub, steps: int) -> None:
@@ -331,7 +357,7 @@ def _bisect_with_pgd(model, space, threat, max_radius, rtol, statement, ledger, 
     run_cost = config.pgd_restarts * (config.pgd_steps * grad_cost + 1) + 1
     doubling_eps = torch.full((len(state.best_r),), max_radius / 64, dtype=torch.float64,
                               device=state.x.device)
-    for _ in range(config.max_probes + 8):
+    for _ in range(config.max_probes + DOUBLINGS):
         hi, lo = state.best_r[sub], state.attack_lo[sub]
         open_bracket = torch.isfinite(hi) & (hi - lo > rtol * hi)
         doubling = ~torch.isfinite(hi) & (doubling_eps[sub] <= max_radius)
