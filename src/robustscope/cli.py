@@ -59,7 +59,8 @@ def main(verbose: bool = typer.Option(False, "--verbose", "-v", help="Log debug 
 @app.command("radius")
 def radius_command(
     model: Path = typer.Option(..., help="Model file: .json/.ubj (XGBoost), .txt (LightGBM), "
-                               ".skops, .pt (TorchScript), .onnx; .pkl/.joblib need --trust-pickle."),
+                               ".skops, .pt (TorchScript), .onnx; .pkl/.joblib need "
+                               "--trust-pickle."),
     data: Path = typer.Option(..., help="CSV with a label column, or NPZ with arrays X and y."),
     out: Path = typer.Option(..., help="Radius table: .csv, .parquet or .json."),
     threat: ThreatName = typer.Option(ThreatName.linf, help="Norm of the scaled perturbation."),
@@ -121,8 +122,9 @@ def _progress(total: int, quiet: bool):
 
     @contextlib.contextmanager
     def bar():
-        with Progress(TextColumn("radius"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                      TimeRemainingColumn(), console=err_console, transient=True) as prog:
+        columns = (TextColumn("radius"), BarColumn(),
+                   TextColumn("{task.completed}/{task.total}"), TimeRemainingColumn())
+        with Progress(*columns, console=err_console, transient=True) as prog:
             task = prog.add_task("radius", total=total)
             yield lambda k: prog.advance(task, k)
 
