@@ -1,1 +1,1 @@
-"""CLI commands, one module each, exposing ``register(app)``."""
+"""Sub-commands that register themselves on the CLI (see ``robustscope.cli.COMMAND_MODULES``)."""
