@@ -35,17 +35,29 @@ MAX_ELEMENTS = 2**22
 
 def sample_directions(n: int, d: int, threat: LpThreat, generator: torch.Generator,
                       dtype: torch.dtype, device: torch.device | str = "cpu") -> torch.Tensor:
-    """``n`` directions of unit norm in the threat's norm, uniform on that sphere, ``(n, d)``."""
+    """``n`` directions of unit norm in the threat's norm, uniform on that sphere, ``(n, d)``.
+
+    Raw samples are drawn in float32 (4-5x faster than float64 on CPU, and the dominant cost);
+    they are cast to ``dtype`` before normalising, so the norm is 1 to ``dtype`` precision.
+    """
+    draw = torch.float32
     if threat.p == 2.0:
-        z = torch.randn(n, d, generator=generator, dtype=dtype, device=device)
+        z = torch.randn(n, d, generator=generator, dtype=draw, device=device)
     elif threat.p == math.inf:
-        z = 2 * torch.rand(n, d, generator=generator, dtype=dtype, device=device) - 1
+        z = 2 * torch.rand(n, d, generator=generator, dtype=draw, device=device) - 1
     else:
-        e = -torch.log(torch.rand(n, d, generator=generator, dtype=dtype, device=device))
-        sign = torch.where(torch.rand(n, d, generator=generator, dtype=dtype, device=device) < 0.5,
-                           -1.0, 1.0).to(dtype)
+        e = -torch.log(torch.rand(n, d, generator=generator, dtype=draw, device=device))
+        sign = torch.where(torch.rand(n, d, generator=generator, dtype=draw, device=device) < 0.5,
+                           -1.0, 1.0)
         z = sign * e
+    z = z.to(dtype)
     return z / threat.norm(z).reshape(-1, 1).clamp_min(1e-30)
+
+
+def _is_free(space: FeatureSpace) -> bool:
+    """True when projection is the identity: no finite bound, all features real and mutable."""
+    return bool(np.isinf(space.lower).all() and np.isinf(space.upper).all()
+                and space.mutable.all() and (space.types == "real").all())
 
 
 def _search_at(model: Classifier, x: torch.Tensor, y: torch.Tensor, space: FeatureSpace,
@@ -66,6 +78,8 @@ def _search_at(model: Classifier, x: torch.Tensor, y: torch.Tensor, space: Featu
     if owners is None:
         owners = np.arange(n)
     tried = 0
+    free = _is_free(space)
+    scale = torch.as_tensor(space.scale, dtype=x.dtype, device=x.device)
     while tried < n_directions:
         active = torch.nonzero(~found).reshape(-1)
         m = len(active)
@@ -73,10 +87,13 @@ def _search_at(model: Classifier, x: torch.Tensor, y: torch.Tensor, space: Featu
             break
         c = int(min(n_directions - tried, max(1, max_elements // (m * d))))
         xa = x[active]
-        u = sample_directions(m * c, d, threat, generator, x.dtype, x.device)
-        u = u * eps[active].repeat_interleave(c).reshape(-1, 1).to(x.dtype)
-        base = xa.repeat_interleave(c, dim=0)
-        cand = space.project(space.apply_delta(base, u), base)
+        u = sample_directions(m * c, d, threat, generator, x.dtype, x.device).reshape(m, c, d)
+        # x + eps * scale * u in one pass, grouped per input (rows i*c .. i*c + c - 1)
+        step = eps[active].to(x.dtype).reshape(m, 1, 1) * scale.reshape(1, 1, d)
+        cand = torch.addcmul(xa.reshape(m, 1, d), u, step).reshape(m * c, *x.shape[1:])
+        if not free:
+            base = xa.repeat_interleave(c, dim=0)
+            cand = space.project(cand, base)
         act_np = active.cpu().numpy()
         if ledger is not None:
             with model.charging(ledger, owners[act_np]):
