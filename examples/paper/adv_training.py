@@ -70,7 +70,8 @@ def main() -> None:
     for ax, score in zip(axes, ("R_m", "R_nu"), strict=True):
         for k, threat in enumerate(("l2", "linf")):
             part = df[df.threat == threat]
-            err = np.vstack([part[score] - part[f"{score}_low"], part[f"{score}_high"] - part[score]])
+            err = np.vstack([part[score] - part[f"{score}_low"],
+                             part[f"{score}_high"] - part[score]])
             ax.bar(np.arange(len(part)) + (k - 0.5) * 0.38, part[score], 0.38, yerr=err,
                    capsize=3, label=threat)
             ax.set_xticks(np.arange(len(part)), part.model)
