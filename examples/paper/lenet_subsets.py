@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import LeNet5, accuracy, l2_radii, load_mnist, parse_out, train, write_table  # noqa: E402,I001
+from _common import LeNet5, accuracy, seeded, l2_radii, load_mnist, parse_out, train, write_table  # noqa: E402,I001
 
 from robustscope.report.intrinsic_figures import (  # noqa: E402
     plot_radius_vs_g,
@@ -51,7 +51,7 @@ def main() -> None:
         p.add_argument("--inputs", type=int, default=100)))
     Xtr, ytr, Xva, yva = load_mnist(args.seed)
     t0 = time.perf_counter()
-    net = train(LeNet5(), Xtr, ytr, args.epochs, seed=args.seed)
+    net = train(seeded(LeNet5, args.seed), Xtr, ytr, args.epochs, seed=args.seed)
     train_s = time.perf_counter() - t0
     acc = accuracy(net, Xva, yva)
     print(f"LeNet-5: trained in {train_s:.0f} s, validation accuracy {acc:.4f}")
