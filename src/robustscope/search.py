@@ -42,6 +42,8 @@ log = logging.getLogger(__name__)
 SOLVERS = ("auto", "exact", "minnorm", "pgd")
 #: Doublings from max_radius / 64 reach max_radius in 7 probes.
 DOUBLINGS = 7
+#: Largest share of a per-input budget that the minimum-norm solver may spend.
+MINNORM_BUDGET_SHARE = 0.4
 
 
 @dataclass
@@ -237,9 +239,13 @@ def _search_batch(model, X, labels, idx, space, threat, solver, max_radius, rtol
                          generator, config, state, active)
 
     r = state.best_r.cpu().numpy()
+    found = r <= max_radius  # a counterexample beyond the largest strength tried is censored
+    lost = ~found & np.isfinite(r)
+    state.best_x[torch.as_tensor(lost)] = state.x[torch.as_tensor(lost)]
+    state.best_logits[torch.as_tensor(lost)] = state.clean_logits[torch.as_tensor(lost)]
+    r = np.where(found, r, np.inf)
     out.radius[idx] = r
     out.lower[idx] = np.where(wrong.cpu().numpy(), 0.0, state.lower.cpu().numpy())
-    found = np.isfinite(r)
     status = np.where(found, ATTACKED, CENSORED).astype(object)
     status[state.exact.cpu().numpy() & found] = EXACT
     status[wrong.cpu().numpy()] = MISCLASSIFIED
@@ -302,11 +308,14 @@ def _run_attacks(model, space, threat, solver, max_radius, rtol, statement, ledg
     _start_from_other_inputs(model, space, threat, statement, ledger, state, sub)
     use_minnorm = solver == "minnorm" or (solver == "auto" and model.differentiable)
     if use_minnorm:
-        run = _affordable(ledger, state, sub, config.minnorm_steps * grad_cost + 1)
+        steps = config.minnorm_steps
+        if ledger.budget is not None:  # leave most of a tight budget to the bisection
+            steps = min(steps, max(5, int(MINNORM_BUDGET_SHARE * ledger.budget) // grad_cost))
+        run = _affordable(ledger, state, sub, steps * grad_cost + 1)
         if len(run):
             with model.charging(ledger, state.owners[run.cpu().numpy()]):
                 cand = minnorm(model, state.x[run], state.y[run], space, threat, None, statement,
-                               generator, steps=config.minnorm_steps)
+                               generator, steps=steps)
             _verify(model, space, threat, statement, ledger, state, run, cand)
     _line_search(model, space, threat, statement, ledger, state, sub, config.line_search_steps)
     if solver == "minnorm":

@@ -119,7 +119,7 @@ def _breakpoint_solve(a, cap, margin, l2: bool):
     s = brk.gather(-1, order)
     gs = gain_sat.gather(-1, order)
     sl = slope.gather(-1, order)
-    sat_before = torch.cumsum(gs, -1) - gs  # gain of features saturated strictly before k
+    sat_before = _exclusive_cumsum(gs)  # gain of features saturated strictly before k
     slope_from = sl.flip(-1).cumsum(-1).flip(-1)  # slope of features not yet saturated
     with np.errstate(all="ignore"):
         reach = sat_before + s * slope_from  # gain at t = s_k
@@ -148,7 +148,7 @@ def _l1_knapsack(a, cap, margin):
     useful = a_s > 0
     with np.errstate(all="ignore"):
         gain = torch.where(useful, a_s * cap_s, torch.zeros_like(a_s))
-    before = torch.cumsum(gain, -1) - gain
+    before = _exclusive_cumsum(gain)
     ok = useful & (before + gain >= margin[..., None])
     feasible = ok.any(-1)
     kfirst = ok.to(torch.int64).argmax(-1, keepdim=True)
@@ -160,3 +160,9 @@ def _l1_knapsack(a, cap, margin):
     v = torch.zeros_like(v_s).scatter(-1, order, v_s)
     norm = torch.where(feasible, v.sum(-1), torch.full_like(margin, math.inf))
     return norm, v
+
+
+def _exclusive_cumsum(v: torch.Tensor) -> torch.Tensor:
+    """Sum of the entries strictly before each position along the last axis (inf-safe:
+    ``cumsum - v`` would give ``inf - inf = nan`` for unbounded features)."""
+    return torch.cat([torch.zeros_like(v[..., :1]), torch.cumsum(v, -1)[..., :-1]], dim=-1)
