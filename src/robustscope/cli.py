@@ -45,7 +45,7 @@ class SolverName(str, Enum):
 
 def fail(message: str, code: int = 2) -> None:
     """Print ``error: message`` to stderr and exit with ``code``."""
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False)
+    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 

@@ -126,6 +126,7 @@ def radius(
     if not np.issubdtype(X.dtype, np.number):
         raise InputError(f"X must be numeric, got dtype {X.dtype}")
     X = X.astype(np.float64, copy=False)
+    _check_finite(X)
     threat = get_threat(threat)
     statement = statement or DECISION_CHANGE
     model = wrap_model(model, input_shape=X.shape[1:], device=device, example=X)
@@ -181,19 +182,32 @@ class _Outputs:
         self.seconds = np.zeros(n)
 
 
+def _plain(value: object) -> object:
+    """A numpy scalar as the Python value it holds (for readable messages)."""
+    return value.item() if hasattr(value, "item") else value
+
+
+def _check_finite(X: np.ndarray) -> None:
+    bad = ~np.isfinite(X.reshape(len(X), -1))
+    if bad.any():
+        row, col = np.argwhere(bad)[0]
+        raise InputError(f"X: row {row}, feature {col} is {X.reshape(len(X), -1)[row, col]}; "
+                         "NaN and inf are not valid inputs")
+
+
 def _label_indices(model: Classifier, y: np.ndarray, n: int) -> np.ndarray:
     y = np.asarray(y)
     if y.shape != (n,):
         raise InputError(f"y must have shape ({n},) to match X, got {y.shape}")
     classes = getattr(model, "classes", None)
     if classes is not None:
-        lookup = {c.item() if hasattr(c, "item") else c: i for i, c in enumerate(classes)}
+        lookup = {_plain(c): i for i, c in enumerate(classes)}
         out = np.empty(n, dtype=np.int64)
         for row, value in enumerate(y):
-            key = value.item() if hasattr(value, "item") else value
+            key = _plain(value)
             if key not in lookup:
-                raise InputError(f"y: row {row} has label {value!r}, which is not one of the "
-                                 f"model's classes {list(classes)}")
+                raise InputError(f"y: row {row} has label {key!r}, which is not one of the "
+                                 f"model's classes {[_plain(c) for c in classes]}")
             out[row] = lookup[key]
         return out
     if not np.issubdtype(y.dtype, np.integer):
