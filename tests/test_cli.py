@@ -154,9 +154,8 @@ def test_torchscript_on_images(tmp_path, digits, digits_mlp):
 
 def test_features_file_is_applied_and_checked(tabular):
     folder, X, y = tabular
-    from sklearn.linear_model import LogisticRegression
-
     import skops.io as sio
+    from sklearn.linear_model import LogisticRegression
 
     path = folder / "lr_raw.skops"
     sio.dump(LogisticRegression(max_iter=5000).fit(X / X.max(0), y), path)

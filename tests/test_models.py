@@ -14,9 +14,9 @@ from robustscope.search import radius
 def test_wrap_recognises_each_kind(breast_cancer, digits_mlp):
     from sklearn.ensemble import RandomForestClassifier
     from sklearn.linear_model import LogisticRegression, SGDClassifier
-    from sklearn.svm import LinearSVC
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
+    from sklearn.svm import LinearSVC
 
     X, y = breast_cancer
     assert isinstance(wrap_model(digits_mlp, example=np.zeros((2, 64))), TorchClassifier)
