@@ -151,3 +151,16 @@ def test_bad_arguments_are_named(digits, kwargs, message):
     model = LinearClassifier(np.eye(2, 64), np.zeros(2))
     with pytest.raises(InputError, match=message):
         radius(model, digits[0][:3], np.array([0, 1, 0]), **kwargs)
+
+
+def test_auto_falls_back_to_attacks_for_targeted_multiclass_linear(digits):
+    from sklearn.linear_model import LogisticRegression
+
+    X, y = digits
+    lr = LogisticRegression(max_iter=500).fit(X[:400], y[:400])
+    keep = lr.predict(X[400:430]) != 5
+    res = radius(lr, X[400:430][keep], lr.predict(X[400:430])[keep], threat="l2",
+                 space=FeatureSpace.box(64), statement=Statement(target=5))
+    found = res.status == "attacked"
+    assert found.mean() > 0.8
+    assert (lr.predict(res.x_adv[found]) == 5).all()

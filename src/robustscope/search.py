@@ -246,7 +246,8 @@ def _search_batch(model, X, labels, idx, space, threat, solver, max_radius, rtol
     )
     active = ~wrong
     if active.any():
-        if solver == "exact" or (solver == "auto" and model.is_linear):
+        exact_applies = model.is_linear and (statement.target is None or model.n_classes == 2)
+        if solver == "exact" or (solver == "auto" and exact_applies):
             active = _run_exact(model, space, threat, statement, ledger, state, active)
         if active.any():
             _run_attacks(model, space, threat, solver, max_radius, rtol, statement, ledger,
