@@ -203,15 +203,29 @@ def point_table(grid: AccuracyGrid, reference: AccuracyGrid | str | Path | None 
             else:
                 rows.append((attack, eps, acc, star))
     if absent and missing == "error":
-        shown = ", ".join(f"{a} at strength {eps_key(e)}" for a, e in absent[:5])
-        more = f" (and {len(absent) - 5} more)" if len(absent) > 5 else ""
-        raise InputError(f"model '{model}': no accuracy for {shown}{more}; give every point "
-                         "or pass missing='skip' (--allow-missing) to score the points given")
+        raise InputError(f"model '{model}': no accuracy for {_describe_missing(absent, ref)}; "
+                         "give every point or pass missing='skip' (--allow-missing) to score "
+                         "the points given")
     att, eps, acc, star = zip(*rows, strict=True)
     seen = np.array([_is_seen(a, e, trained) for a, e in zip(att, eps, strict=True)])
     return PointTable(np.array(att, dtype=object), np.array(eps, dtype=np.float64),
                       np.array(acc, dtype=np.float64), np.array(star, dtype=np.float64),
                       seen, n_points, n_seen, chosen, absent)
+
+
+def _describe_missing(absent: list[tuple[str, float]], ref: AccuracyGrid) -> str:
+    """``"AutoL2Attack (all 20 strengths), ElasticAttack at strength 0.05, 0.1"``."""
+    by_attack: dict[str, list[float]] = {}
+    for attack, eps in absent:
+        by_attack.setdefault(attack, []).append(eps)
+    parts = []
+    for attack, eps in by_attack.items():
+        if len(eps) == len(ref.attacks[attack]):
+            parts.append(f"{attack} (all {len(eps)} strengths)")
+        else:
+            keys = ", ".join(eps_key(e) for e in eps[:6]) + (", ..." if len(eps) > 6 else "")
+            parts.append(f"{attack} at strength{'s' if len(eps) > 1 else ''} {keys}")
+    return "; ".join(parts)
 
 
 # -- metrics over a point table ------------------------------------------------------------

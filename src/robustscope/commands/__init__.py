@@ -1,0 +1,1 @@
+"""CLI commands: each module exposes ``register(app: typer.Typer) -> None``."""
