@@ -20,7 +20,8 @@ import json
 import math
 import sqlite3
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -151,6 +152,7 @@ class ResultStore:
         except sqlite3.Error as err:
             raise InputError(f"store path {self.path}: cannot open ({err})") from err
         self._db.execute("PRAGMA foreign_keys = ON")
+        self._depth = 0
         self._init_schema()
 
     # -- life cycle ------------------------------------------------------------------------
@@ -162,7 +164,7 @@ class ResultStore:
             self._db.close()
             raise InputError(f"store {self.path}: not a SQLite database ({err})") from err
         if not tables:
-            with self._db:
+            with self._tx():
                 self._db.executescript(_SCHEMA)
                 self._db.execute("INSERT INTO schema_version VALUES (?, ?)",
                                  (SCHEMA_VERSION, _now()))
@@ -176,6 +178,22 @@ class ResultStore:
             self._db.close()
             raise InputError(f"store {self.path}: schema version {version}, this robustscope "
                              f"reads version {SCHEMA_VERSION}")
+
+    @contextmanager
+    def _tx(self) -> Iterator[None]:
+        """A transaction; nested uses join the outermost one, which commits (or rolls back
+        on error) once - so a multi-model import is all-or-nothing and one disk sync."""
+        self._depth += 1
+        try:
+            yield
+        except BaseException:
+            self._depth -= 1
+            if self._depth == 0:
+                self._db.rollback()
+            raise
+        self._depth -= 1
+        if self._depth == 0:
+            self._db.commit()
 
     @property
     def schema_version(self) -> int:
@@ -204,11 +222,11 @@ class ResultStore:
             if details and json.loads(row[1]) != json.loads(_json(details, "details")):
                 if json.loads(row[1]):
                     raise InputError(f"model '{name}': already stored with other details")
-                with self._db:
+                with self._tx():
                     self._db.execute("UPDATE models SET details = ? WHERE id = ?",
                                      (_json(details, "details"), row[0]))
             return int(row[0])
-        with self._db:
+        with self._tx():
             cur = self._db.execute(
                 "INSERT INTO models (name, details, created_at) VALUES (?, ?, ?)",
                 (name, _json(dict(details or {}), f"model '{name}' details"), _now()))
@@ -238,7 +256,7 @@ class ResultStore:
                                (name, p)).fetchone()
         if row is not None:
             return int(row[0])
-        with self._db:
+        with self._tx():
             cur = self._db.execute("INSERT INTO threats (name, params) VALUES (?, ?)", (name, p))
         return int(cur.lastrowid)
 
@@ -254,7 +272,7 @@ class ResultStore:
             raise InputError(f"kind: expected one of {', '.join(RUN_KINDS)}, got {kind!r}")
         model_id = self.add_model(model, details)
         threat_id = self.add_threat(threat, threat_params) if threat is not None else None
-        with self._db:
+        with self._tx():
             cur = self._db.execute(
                 "INSERT INTO runs (uid, model_id, threat_id, kind, solver, config, source, "
                 "status, started_at) VALUES (?, ?, ?, ?, ?, ?, ?, 'running', ?)",
@@ -267,7 +285,7 @@ class ResultStore:
         if status not in ("finished", "failed"):
             raise InputError(f"status: expected 'finished' or 'failed', got {status!r}")
         self.run(run_id)
-        with self._db:
+        with self._tx():
             self._db.execute("UPDATE runs SET status = ?, finished_at = ? WHERE id = ?",
                              (status, _now(), int(run_id)))
 
@@ -331,7 +349,7 @@ class ResultStore:
         if result.classes is not None:
             config.setdefault("classes", np.asarray(result.classes).tolist())
         try:
-            with self._db:
+            with self._tx():
                 self._db.executemany("INSERT INTO radii VALUES (?,?,?,?,?,?,?,?,?,?,?,?)", rows)
                 self._db.execute("UPDATE runs SET config = ? WHERE id = ?",
                                  (_json(config, "run config"), int(run_id)))
@@ -365,7 +383,7 @@ class ResultStore:
                 e = canonical_eps(eps)
                 rows.append((int(run_id), attack, e, eps_key(e), float(acc), n_inputs))
         try:
-            with self._db:
+            with self._tx():
                 self._db.executemany("INSERT INTO accuracies VALUES (?,?,?,?,?,?)", rows)
         except sqlite3.IntegrityError as err:
             raise InputError(f"run {run_id}: accuracies already recorded or invalid; start a "
@@ -451,11 +469,12 @@ class ResultStore:
                 models[0].name = name
             label = str(source)
         run_ids = []
-        for m in models:
-            run_id = self.start_run(m.name, kind="import", source=label, details=m.details)
-            self.record_accuracies(run_id, m.grid)
-            self.finish_run(run_id)
-            run_ids.append(run_id)
+        with self._tx():
+            for m in models:
+                run_id = self.start_run(m.name, kind="import", source=label, details=m.details)
+                self.record_accuracies(run_id, m.grid)
+                self.finish_run(run_id)
+                run_ids.append(run_id)
         return run_ids
 
     def export_accuracies(self, path: str | Path, models: Iterable[str] | None = None,
