@@ -138,3 +138,19 @@ def test_other_errors(app, tmp_path):
     assert res.exit_code != 0 and "nostar.json: not found" in res.stderr
     res = run(app, "--accuracies", f, "--sort", "median")
     assert res.exit_code != 0 and "--sort" in res.stderr
+
+
+def test_figures_option(app, tmp_path):
+    f = tmp_path / "m.json"
+    f.write_text(json.dumps({"m": {"accuracies": {"NoAttack": 90.0,
+                                                  "AutoLinfAttack": {"0.005": 80.0}},
+                                   "details": {"Attacks Used": {"AutoLinfAttack": 0.005}}}}))
+    ref = tmp_path / "star.json"
+    ref.write_text(json.dumps({"NoAttack": 95.0, "AutoLinfAttack": {"0.005": 85.0}}))
+    out = tmp_path / "figs"
+    res = run(app, "--accuracies", f, "--reference", ref, "--attacks", "linf", "--json",
+              "--figures", out)
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)[0]["pct_seen"] == pytest.approx(100.0)
+    assert sorted(p.name for p in out.iterdir()) == [
+        "accuracy_curves.png", "cr_in_out.png", "points_by_acc_star.png", "single_cr.png"]

@@ -120,11 +120,21 @@ def register(app: typer.Typer) -> None:
         single: bool = typer.Option(False, "--single", help="Add single-CR columns."),
         as_json: bool = typer.Option(False, "--json", help="Print a JSON list instead of a "
                                      "table."),
+        figures: Path = typer.Option(None, "--figures", help="Also write the multi-attack "
+                                     "figures (PNG) into this folder."),
     ) -> None:
         """Rank models by CR_ind-avg and CR_ind-worst (MultiRobustBench, Dai et al. 2023)."""
         try:
             models = collect_models(db, accuracies)
-            reports = rank(models, reference, _split_attacks(attacks), allow_missing, sort)
+            chosen = _split_attacks(attacks)
+            reports = rank(models, reference, chosen, allow_missing, sort)
+            if figures is not None:
+                from robustscope.report.multiattack_figures import write_multiattack_figures
+
+                ref = (best_reference(m.grid for m in models) if reference == "best"
+                       else resolve_reference(reference))
+                written = write_multiattack_figures(reports, {m.name: m.grid for m in models},
+                                                    figures, ref, chosen)
         except (RobustscopeError, ValueError, OSError) as err:
             typer.echo(f"error: {err}", err=True)
             raise typer.Exit(code=1) from None
@@ -132,3 +142,5 @@ def register(app: typer.Typer) -> None:
             typer.echo(json.dumps([r.to_dict() for r in reports], indent=1))
         else:
             Console().print(render_table(reports, single=single))
+        if figures is not None:
+            typer.echo(f"figures: {', '.join(str(p) for p in written)}", err=as_json)
