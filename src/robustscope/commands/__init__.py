@@ -1,1 +1,1 @@
-"""CLI commands: each module exposes ``register(app: typer.Typer) -> None``."""
+"""Sub-commands that register themselves on the CLI (see ``robustscope.cli.COMMAND_MODULES``)."""
