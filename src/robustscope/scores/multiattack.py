@@ -58,20 +58,20 @@ from robustscope.threats.grids import (
 #: constant: pairs with ``0 < |acc*(P1) - acc*(P2)| < SC_WINDOW``.
 SC_WINDOW = 3.0
 
-_PUBLISHED = "acc_star_cifar10.json"
+_PUBLISHED = "acc_star_cifar10.json"  # in robustscope/refdata/
 
 
 # -- reference accuracies ------------------------------------------------------------------
 @lru_cache(maxsize=1)
 def _published_doc() -> str:
-    return resources.files("robustscope").joinpath("data", _PUBLISHED).read_text()
+    return resources.files("robustscope").joinpath("refdata", _PUBLISHED).read_text()
 
 
 def published_reference() -> AccuracyGrid:
     """acc*(P) of the MultiRobustBench leaderboard (CIFAR-10, percent): the accuracy of
     individual adversarial training per attack and strength, as published by Dai et al.,
     "MultiRobustBench: Benchmarking Robustness Against Multiple Attacks", ICML 2023. Shipped
-    as package data ``robustscope/data/acc_star_cifar10.json``; a fresh copy on each call."""
+    as package data ``robustscope/refdata/acc_star_cifar10.json``; a fresh copy on each call."""
     return AccuracyGrid.from_dict(json.loads(_published_doc()), "published acc* table")
 
 
