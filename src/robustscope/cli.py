@@ -27,7 +27,7 @@ app = typer.Typer(
 )
 err_console = Console(stderr=True)
 #: Modules under robustscope.commands that add their own commands with ``register(app)``.
-COMMAND_MODULES: tuple[str, ...] = ()
+COMMAND_MODULES: tuple[str, ...] = ("leaderboard",)
 
 
 class ThreatName(str, Enum):
@@ -45,7 +45,7 @@ class SolverName(str, Enum):
 
 def fail(message: str, code: int = 2) -> None:
     """Print ``error: message`` to stderr and exit with ``code``."""
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False)
+    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 

@@ -42,6 +42,8 @@ log = logging.getLogger(__name__)
 SOLVERS = ("auto", "exact", "minnorm", "pgd")
 #: Doublings from max_radius / 64 reach max_radius in 7 probes.
 DOUBLINGS = 7
+#: Largest share of a per-input budget that the minimum-norm solver may spend.
+MINNORM_BUDGET_SHARE = 0.4
 
 
 @dataclass
@@ -124,6 +126,7 @@ def radius(
     if not np.issubdtype(X.dtype, np.number):
         raise InputError(f"X must be numeric, got dtype {X.dtype}")
     X = X.astype(np.float64, copy=False)
+    _check_finite(X)
     threat = get_threat(threat)
     statement = statement or DECISION_CHANGE
     model = wrap_model(model, input_shape=X.shape[1:], device=device, example=X)
@@ -179,19 +182,32 @@ class _Outputs:
         self.seconds = np.zeros(n)
 
 
+def _plain(value: object) -> object:
+    """A numpy scalar as the Python value it holds (for readable messages)."""
+    return value.item() if hasattr(value, "item") else value
+
+
+def _check_finite(X: np.ndarray) -> None:
+    bad = ~np.isfinite(X.reshape(len(X), -1))
+    if bad.any():
+        row, col = np.argwhere(bad)[0]
+        raise InputError(f"X: row {row}, feature {col} is {X.reshape(len(X), -1)[row, col]}; "
+                         "NaN and inf are not valid inputs")
+
+
 def _label_indices(model: Classifier, y: np.ndarray, n: int) -> np.ndarray:
     y = np.asarray(y)
     if y.shape != (n,):
         raise InputError(f"y must have shape ({n},) to match X, got {y.shape}")
     classes = getattr(model, "classes", None)
     if classes is not None:
-        lookup = {c.item() if hasattr(c, "item") else c: i for i, c in enumerate(classes)}
+        lookup = {_plain(c): i for i, c in enumerate(classes)}
         out = np.empty(n, dtype=np.int64)
         for row, value in enumerate(y):
-            key = value.item() if hasattr(value, "item") else value
+            key = _plain(value)
             if key not in lookup:
-                raise InputError(f"y: row {row} has label {value!r}, which is not one of the "
-                                 f"model's classes {list(classes)}")
+                raise InputError(f"y: row {row} has label {key!r}, which is not one of the "
+                                 f"model's classes {[_plain(c) for c in classes]}")
             out[row] = lookup[key]
         return out
     if not np.issubdtype(y.dtype, np.integer):
@@ -230,16 +246,21 @@ def _search_batch(model, X, labels, idx, space, threat, solver, max_radius, rtol
     )
     active = ~wrong
     if active.any():
-        if solver == "exact" or (solver == "auto" and model.is_linear):
+        exact_applies = model.is_linear and (statement.target is None or model.n_classes == 2)
+        if solver == "exact" or (solver == "auto" and exact_applies):
             active = _run_exact(model, space, threat, statement, ledger, state, active)
         if active.any():
             _run_attacks(model, space, threat, solver, max_radius, rtol, statement, ledger,
                          generator, config, state, active)
 
     r = state.best_r.cpu().numpy()
+    found = r <= max_radius  # a counterexample beyond the largest strength tried is censored
+    lost = ~found & np.isfinite(r)
+    state.best_x[torch.as_tensor(lost)] = state.x[torch.as_tensor(lost)]
+    state.best_logits[torch.as_tensor(lost)] = state.clean_logits[torch.as_tensor(lost)]
+    r = np.where(found, r, np.inf)
     out.radius[idx] = r
     out.lower[idx] = np.where(wrong.cpu().numpy(), 0.0, state.lower.cpu().numpy())
-    found = np.isfinite(r)
     status = np.where(found, ATTACKED, CENSORED).astype(object)
     status[state.exact.cpu().numpy() & found] = EXACT
     status[wrong.cpu().numpy()] = MISCLASSIFIED
@@ -302,11 +323,14 @@ def _run_attacks(model, space, threat, solver, max_radius, rtol, statement, ledg
     _start_from_other_inputs(model, space, threat, statement, ledger, state, sub)
     use_minnorm = solver == "minnorm" or (solver == "auto" and model.differentiable)
     if use_minnorm:
-        run = _affordable(ledger, state, sub, config.minnorm_steps * grad_cost + 1)
+        steps = config.minnorm_steps
+        if ledger.budget is not None:  # leave most of a tight budget to the bisection
+            steps = min(steps, max(5, int(MINNORM_BUDGET_SHARE * ledger.budget) // grad_cost))
+        run = _affordable(ledger, state, sub, steps * grad_cost + 1)
         if len(run):
             with model.charging(ledger, state.owners[run.cpu().numpy()]):
                 cand = minnorm(model, state.x[run], state.y[run], space, threat, None, statement,
-                               generator, steps=config.minnorm_steps)
+                               generator, steps=steps)
             _verify(model, space, threat, statement, ledger, state, run, cand)
     _line_search(model, space, threat, statement, ledger, state, sub, config.line_search_steps)
     if solver == "minnorm":

@@ -82,8 +82,9 @@ def wrap_model(
         return model
     if isinstance(model, torch.nn.Module):
         if n_classes is None:
-            n_classes = _probe_classes(lambda a: model(torch.as_tensor(a, dtype=torch.float32)),
-                                       example, type(model).__name__)
+            clf = TorchClassifier(model, 2, input_shape, device=device)  # for its dtype
+            n_classes = _probe_classes(lambda a: model(clf.as_tensor(a)), example,
+                                       type(model).__name__)
         return TorchClassifier(model, n_classes, input_shape, device=device)
     if _is_sklearn_linear(model):
         return LinearClassifier.from_sklearn(model, device=device)

@@ -85,24 +85,46 @@ def _solve_chunk(w, b, x, y, space: FeatureSpace, threat: LpThreat):
     lo, hi = space.delta_bounds(x)  # (n, d)
     scale = torch.as_tensor(space.scale, dtype=torch.float64)
     logits = x @ w.T + b  # (n, k)
+    rows = torch.arange(n)
     others = torch.arange(k).expand(n, k)[torch.arange(k).expand(n, k) != y[:, None]]
     others = others.reshape(n, k - 1)  # (n, k-1)
     c = (w[others] - w[y][:, None, :]) * scale  # (n, k-1, d): gain of z_j - z_y per unit u
     margin = logits.gather(1, y[:, None]) - logits.gather(1, others)  # (n, k-1), > 0
-    margin = margin * (1 + MARGIN_OVERSHOOT) + MARGIN_OVERSHOOT * margin.abs().clamp_min(1e-300)
+    margin = margin * (1 + MARGIN_OVERSHOOT)
     cap = torch.where(c > 0, hi[:, None, :], -lo[:, None, :])  # room in the useful direction
-    a = c.abs()
+    a = torch.where(cap > 0, c.abs(), torch.zeros_like(c))  # features that cannot move: no gain
+    # Ignoring the bounds gives a lower bound per class (closed form, the dual norm); classes
+    # are solved exactly in increasing order of it, and only while it can beat the best so far.
+    dual = torch.linalg.vector_norm(a, ord={1.0: math.inf, 2.0: 2.0, math.inf: 1.0}[threat.p],
+                                    dim=-1)
+    lower = torch.where(dual > 0, margin.clamp_min(0) / dual, torch.full_like(margin, math.inf))
+    order = lower.argsort(dim=1)
+    best_norm = torch.full((n,), math.inf, dtype=torch.float64)
+    best_pos = torch.zeros(n, dtype=torch.int64)
+    best_v = torch.zeros(n, d, dtype=torch.float64)
+    for t in range(k - 1):
+        pos = order[:, t]
+        todo = torch.nonzero(lower[rows, pos] < best_norm).reshape(-1)
+        if len(todo) == 0:
+            break
+        p = pos[todo]
+        norm, v = _solve(a[todo, p], cap[todo, p], margin[todo, p], threat)
+        better = norm < best_norm[todo]
+        where = todo[better]
+        best_norm[where], best_pos[where], best_v[where] = norm[better], p[better], v[better]
+    u = torch.sign(c[rows, best_pos]) * best_v
+    u = torch.where(torch.isfinite(best_norm)[:, None], u, torch.zeros_like(u))
+    return best_norm.numpy(), others[rows, best_pos].numpy(), u.numpy()
+
+
+def _solve(a, cap, margin, threat: LpThreat):
+    """Exact nearest point of one half-space per row: gains ``a`` (m, d), room ``cap``
+    (m, d), margins (m,). Returns the norm (m,) and magnitudes ``v`` (m, d)."""
     if threat.p == 1.0:
         norm, v = _l1_knapsack(a, cap, margin)
     else:
         norm, v = _breakpoint_solve(a, cap, margin, l2=threat.p == 2.0)
-    norm = torch.where(margin <= 0, torch.zeros_like(norm), norm)
-    best = norm.argmin(dim=1)
-    radius = norm.gather(1, best[:, None]).reshape(n)
-    v_best = v[torch.arange(n), best]  # (n, d) magnitudes
-    u = torch.sign(c[torch.arange(n), best]) * v_best
-    u = torch.where(torch.isfinite(radius)[:, None], u, torch.zeros_like(u))
-    return radius.numpy(), others[torch.arange(n), best].numpy(), u.numpy()
+    return torch.where(margin <= 0, torch.zeros_like(norm), norm), v
 
 
 def _breakpoint_solve(a, cap, margin, l2: bool):
@@ -119,7 +141,7 @@ def _breakpoint_solve(a, cap, margin, l2: bool):
     s = brk.gather(-1, order)
     gs = gain_sat.gather(-1, order)
     sl = slope.gather(-1, order)
-    sat_before = torch.cumsum(gs, -1) - gs  # gain of features saturated strictly before k
+    sat_before = _exclusive_cumsum(gs)  # gain of features saturated strictly before k
     slope_from = sl.flip(-1).cumsum(-1).flip(-1)  # slope of features not yet saturated
     with np.errstate(all="ignore"):
         reach = sat_before + s * slope_from  # gain at t = s_k
@@ -148,7 +170,7 @@ def _l1_knapsack(a, cap, margin):
     useful = a_s > 0
     with np.errstate(all="ignore"):
         gain = torch.where(useful, a_s * cap_s, torch.zeros_like(a_s))
-    before = torch.cumsum(gain, -1) - gain
+    before = _exclusive_cumsum(gain)
     ok = useful & (before + gain >= margin[..., None])
     feasible = ok.any(-1)
     kfirst = ok.to(torch.int64).argmax(-1, keepdim=True)
@@ -160,3 +182,9 @@ def _l1_knapsack(a, cap, margin):
     v = torch.zeros_like(v_s).scatter(-1, order, v_s)
     norm = torch.where(feasible, v.sum(-1), torch.full_like(margin, math.inf))
     return norm, v
+
+
+def _exclusive_cumsum(v: torch.Tensor) -> torch.Tensor:
+    """Sum of the entries strictly before each position along the last axis (inf-safe:
+    ``cumsum - v`` would give ``inf - inf = nan`` for unbounded features)."""
+    return torch.cat([torch.zeros_like(v[..., :1]), torch.cumsum(v, -1)[..., :-1]], dim=-1)
