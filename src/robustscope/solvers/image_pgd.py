@@ -1,0 +1,113 @@
+"""PGD on the parameters of an image threat (flow, LUT, DCT offsets, transform parameters).
+
+One batched function: every input has its own strength ``eps[i]``; the objective is the
+statement's margin (negative = failure) plus the threat's penalty; each iteration takes the
+threat's steepest step on the parameters and projects them back onto ``strength <= eps``.
+Per input it keeps the iterate with the lowest margin over all steps and restarts (restart 0
+starts at the identity, later ones at a random point of the constraint set), and stops
+working on an input once its margin is negative. It never decides success: callers verify
+the returned candidates by calling the model again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from robustscope.errors import InputError
+from robustscope.models.base import Classifier
+from robustscope.statement import DECISION_CHANGE, Statement
+from robustscope.threats.image import ImageThreat
+
+
+@dataclass
+class ImageAttack:
+    """Best candidates of :func:`image_pgd`, one row per input.
+
+    ``x_adv`` (n, C, H, W) = ``threat.apply(x, params)``; ``params`` (n, *param_shape);
+    ``margin`` (n,) the statement's margin at ``x_adv`` as seen during the search.
+    """
+
+    x_adv: torch.Tensor
+    params: torch.Tensor
+    margin: torch.Tensor
+
+
+def image_pgd(
+    model: Classifier,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    threat: ImageThreat,
+    eps: torch.Tensor,
+    statement: Statement = DECISION_CHANGE,
+    generator: torch.Generator | None = None,
+    steps: int = 20,
+    restarts: int = 1,
+) -> ImageAttack:
+    """Minimise the margin over ``threat``'s parameters within per-input strengths ``eps``.
+
+    Parameters
+    ----------
+    model : Classifier
+        Gives logits and input gradients (autograd or finite differences).
+    x : (n, C, H, W) images in [0, 1]; y : (n,) label indices; eps : (n,) strengths.
+    steps : gradient steps per restart; the step length is ``2.5 · eps / steps`` times the
+        threat's ``step_scale`` (for LPIPS the threat's own pixel step).
+    restarts : runs per input; inputs already broken skip the later runs.
+    """
+    if steps < 1 or restarts < 1:
+        raise InputError(f"steps and restarts must be >= 1, got {steps} and {restarts}")
+    n = x.shape[0]
+    if generator is None:
+        generator = torch.Generator(device=x.device).manual_seed(0)
+    eps = eps.to(device=x.device, dtype=x.dtype)
+    size = 2.5 * eps / steps * threat.step_scale
+    best_margin = torch.full((n,), float("inf"), dtype=x.dtype, device=x.device)
+    best_params = threat.zero_params(x)
+    best_x = x.clone()
+
+    for restart in range(restarts):
+        todo = torch.nonzero(best_margin >= 0).flatten()
+        if len(todo) == 0:
+            break
+        xs = x[todo]
+        if restart == 0 or not threat.random_start:
+            params = threat.zero_params(xs)
+        else:
+            params = threat.random_params(xs, eps[todo], generator)
+        active = torch.arange(len(todo), device=x.device)  # rows of todo still unbroken
+        for t in range(steps + 1):
+            rows = todo[active]
+            xa, pa, ya = xs[active], params[active], y[rows]
+            last = t == steps
+            with torch.enable_grad():
+                pg = pa.detach().requires_grad_(not last)
+                x_adv = threat.apply(xa, pg)
+                if last:
+                    with torch.no_grad():
+                        logits = model.logits(x_adv)
+                    margin = statement.margin(logits, ya)
+                else:
+                    _, margin, gx = model.value_and_grad(
+                        x_adv.detach(), lambda z, ya=ya: statement.margin(z, ya))
+                    objective = (x_adv * gx.to(x_adv.dtype)).sum()
+                    if threat.penalty_weight > 0:
+                        objective = objective + threat.penalty_weight * threat.penalty(pg).sum()
+                    (gp,) = torch.autograd.grad(objective, pg)
+            margin = margin.to(x.dtype)
+            better = margin < best_margin[rows]
+            if better.any():
+                sel = rows[better]
+                best_margin[sel] = margin[better]
+                best_params[sel] = pa[better].detach()
+                best_x[sel] = x_adv[better].detach()
+            if last:
+                break
+            keep = margin >= 0
+            if not keep.any():
+                break
+            new = threat.step(pa.detach(), gp, eps[rows], size[rows])
+            params[active] = threat.project(xa, new, eps[rows]).detach()
+            active = active[keep]
+    return ImageAttack(best_x, best_params, best_margin)

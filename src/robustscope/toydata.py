@@ -1,0 +1,65 @@
+"""Small synthetic colour images and a tiny CNN trained on them (tests, benchmarks, examples).
+
+Four classes of 32 x 32 RGB images: stripe orientation (horizontal / vertical) times tint
+(warm / cool), with random stripe period and phase, random base colour and pixel noise. A
+tiny undefended CNN reaches high clean accuracy in a few hundred steps on one CPU core and is,
+like any undefended network, easy to break with every image threat.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+
+def stripes_dataset(n: int, size: int = 32, seed: int = 0, amplitude: float = 0.06,
+                    tint_size: float = 0.04, noise: float = 0.06,
+                    device: str | torch.device = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+    """``n`` images ``(n, 3, size, size)`` in [0, 1] and labels ``(n,)`` in {0, 1, 2, 3}."""
+    g = torch.Generator().manual_seed(seed)
+    y = torch.randint(0, 4, (n,), generator=g)
+    horizontal = (y % 2 == 0).float().reshape(-1, 1, 1)
+    warm = (y // 2 == 0).float()
+    period = 3.0 + 4.0 * torch.rand(n, generator=g)
+    phase = 2 * math.pi * torch.rand(n, generator=g)
+    r = torch.arange(size, dtype=torch.float32)
+    rows = r.reshape(1, -1, 1).expand(n, size, size)
+    cols = r.reshape(1, 1, -1).expand(n, size, size)
+    coord = horizontal * rows + (1 - horizontal) * cols
+    wave = torch.sin(2 * math.pi * coord / period.reshape(-1, 1, 1) + phase.reshape(-1, 1, 1))
+    base = 0.3 + 0.4 * torch.rand(n, 3, generator=g)
+    tint = torch.stack([warm, torch.zeros_like(warm), 1 - warm], dim=1) * 2 * tint_size
+    colour = (base + tint - tint_size).reshape(n, 3, 1, 1)
+    # the stripes are chromatic (red against blue), weak next to the pixel noise
+    opponent = torch.tensor([1.0, 0.0, -1.0]).reshape(1, 3, 1, 1)
+    x = colour + amplitude * wave.unsqueeze(1) * opponent
+    x = x + noise * torch.randn(x.shape, generator=g)
+    return x.clamp(0.0, 1.0).to(device), y.to(device)
+
+
+def tiny_cnn(n_classes: int = 4, seed: int = 0) -> nn.Module:
+    """Two 3x3 conv layers (8, 16 channels) with max-pooling, then a linear layer."""
+    torch.manual_seed(seed)
+    return nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(8, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Flatten(), nn.Linear(16 * 8 * 8, n_classes),
+    )
+
+
+def train_tiny_cnn(n_train: int = 512, steps: int = 150, seed: int = 0,
+                   device: str | torch.device = "cpu") -> nn.Module:
+    """Train :func:`tiny_cnn` on :func:`stripes_dataset` (Adam, batch 64); eval mode."""
+    x, y = stripes_dataset(n_train, seed=seed + 1000, device=device)
+    model = tiny_cnn(seed=seed).to(device)
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    g = torch.Generator().manual_seed(seed)
+    for _ in range(steps):
+        idx = torch.randint(0, n_train, (64,), generator=g).to(device)
+        loss = nn.functional.cross_entropy(model(x[idx]), y[idx])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return model.eval()
