@@ -44,6 +44,7 @@ def image_pgd(
     generator: torch.Generator | None = None,
     steps: int = 20,
     restarts: int = 1,
+    scan: int | None = None,
 ) -> ImageAttack:
     """Minimise the margin over ``threat``'s parameters within per-input strengths ``eps``.
 
@@ -55,6 +56,10 @@ def image_pgd(
     steps : gradient steps per restart; the step length is ``2.5 · eps / steps`` times the
         threat's ``step_scale`` (for LPIPS the threat's own pixel step).
     restarts : runs per input; inputs already broken skip the later runs.
+    scan : for threats with one parameter per input, first evaluate ``scan`` evenly spaced
+        values in ``[-eps, eps]`` (forward passes only; the margin of a colour transform is
+        often not monotone along its parameter, where sign steps from 0 get stuck). Default:
+        21 for one-parameter threats, else 0. PGD then starts from the best value found.
     """
     if steps < 1 or restarts < 1:
         raise InputError(f"steps and restarts must be >= 1, got {steps} and {restarts}")
@@ -66,13 +71,19 @@ def image_pgd(
     best_margin = torch.full((n,), float("inf"), dtype=x.dtype, device=x.device)
     best_params = threat.zero_params(x)
     best_x = x.clone()
+    if scan is None:
+        scan = 21 if threat.param_shape(x[:1]) == (1,) else 0
+    if scan:
+        _scan(model, x, y, threat, eps, statement, scan, best_margin, best_params, best_x)
 
     for restart in range(restarts):
         todo = torch.nonzero(best_margin >= 0).flatten()
         if len(todo) == 0:
             break
         xs = x[todo]
-        if restart == 0 or not threat.random_start:
+        if restart == 0 and scan:
+            params = best_params[todo].clone()
+        elif restart == 0 or not threat.random_start:
             params = threat.zero_params(xs)
         else:
             params = threat.random_params(xs, eps[todo], generator)
@@ -107,7 +118,20 @@ def image_pgd(
             keep = margin >= 0
             if not keep.any():
                 break
-            new = threat.step(pa.detach(), gp, eps[rows], size[rows])
+            new = threat.step(xa, pa.detach(), gp, eps[rows], size[rows])
             params[active] = threat.project(xa, new, eps[rows]).detach()
             active = active[keep]
     return ImageAttack(best_x, best_params, best_margin)
+
+
+@torch.no_grad()
+def _scan(model, x, y, threat, eps, statement, points, best_margin, best_params, best_x):
+    """Evaluate ``points`` parameter values ``eps · linspace(-1, 1)`` per input (in place)."""
+    for t in torch.linspace(-1.0, 1.0, points, dtype=x.dtype, device=x.device):
+        params = threat.project(x, (t * eps).reshape(-1, 1), eps)
+        x_adv = threat.apply(x, params)
+        margin = statement.margin(model.logits(x_adv), y).to(x.dtype)
+        better = margin < best_margin
+        best_margin[better] = margin[better]
+        best_params[better] = params[better]
+        best_x[better] = x_adv[better]

@@ -122,9 +122,10 @@ class ImageThreat:
         e = _col(eps, params)
         return torch.maximum(torch.minimum(params, e), -e)
 
-    def step(self, params: torch.Tensor, grad: torch.Tensor, eps: torch.Tensor,
-             size: torch.Tensor) -> torch.Tensor:
-        """One descent step of length ``size`` (n,) against ``grad`` (steepest for the box)."""
+    def step(self, x: torch.Tensor, params: torch.Tensor, grad: torch.Tensor,
+             eps: torch.Tensor, size: torch.Tensor) -> torch.Tensor:
+        """One descent step of length ``size`` (n,) against ``grad`` (steepest for the box);
+        ``x`` is the clean batch (for threats whose steps depend on it)."""
         return params - _col(size, params) * torch.sign(grad)
 
     def penalty(self, params: torch.Tensor) -> torch.Tensor:

@@ -130,7 +130,6 @@ class JPEGL1Threat(_JPEGThreat):
     name = "jpeg-l1"
     attack_name = "JPEGL1Attack"
     default_grid = benchmark_grid(1.0)
-    step_scale = 4.0
 
     def project(self, x, params, eps):
         return L1.project(params, eps)
@@ -139,7 +138,7 @@ class JPEGL1Threat(_JPEGThreat):
         n, d = x.shape[0], self.param_shape(x)[0]
         return L1.random_in_ball(n, d, eps, generator, x.dtype, x.device)
 
-    def step(self, params, grad, eps, size):
+    def step(self, x, params, grad, eps, size):
         return params + _col(size, params) * L1.steepest_direction(-grad)
 
     def strength(self, x, params, x_adv=None):

@@ -23,7 +23,7 @@ class LpImageThreat(ImageThreat):
         self.attack_name = attack_name
         self.default_grid = benchmark_grid(step)
         # L1 steps are sparse (1% of the coordinates), so they need to be longer
-        self.step_scale = 4.0 if lp is L1 else 1.0
+        self.step_scale = 1.0
 
     def param_shape(self, x: torch.Tensor) -> tuple[int, ...]:
         return tuple(x.shape[1:])
@@ -46,8 +46,15 @@ class LpImageThreat(ImageThreat):
         u = self.lp.random_in_ball(x.shape[0], d, eps, generator, x.dtype, x.device)
         return self.project(x, u.reshape(x.shape), eps)
 
-    def step(self, params, grad, eps, size):
-        direction = self.lp.steepest_direction(-grad.flatten(1)).reshape(params.shape)
+    def step(self, x, params, grad, eps, size):
+        g = -grad
+        if self.lp is L1:
+            # sparse steps go only to pixels that can still move in the ascent direction
+            # (a pixel at 0 or 1 cannot), else they are lost to the box clip
+            x_adv = x + params
+            g = torch.where(((x_adv >= 1) & (g > 0)) | ((x_adv <= 0) & (g < 0)),
+                            torch.zeros_like(g), g)
+        direction = self.lp.steepest_direction(g.flatten(1)).reshape(params.shape)
         scale = size.reshape(-1, *([1] * (params.ndim - 1))).to(params.dtype)
         return params + scale * direction
 

@@ -94,7 +94,7 @@ class LPIPSThreat(ImageThreat):
         r = torch.rand(x.shape, generator=generator, dtype=x.dtype, device=x.device)
         return self.project(x, (2 * r - 1) * self.pixel_step, eps)
 
-    def step(self, params, grad, eps, size):
+    def step(self, x, params, grad, eps, size):
         return params - self.pixel_step * torch.sign(grad)
 
     @torch.no_grad()
