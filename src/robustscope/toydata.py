@@ -65,3 +65,21 @@ def train_tiny_cnn(n_train: int = 512, steps: int = 300, seed: int = 0,
         loss.backward()
         opt.step()
     return model.eval()
+
+
+class RandomTrunk(nn.Module):
+    """A fixed random two-layer conv trunk returning two feature maps: a stand-in feature
+    network for the LPIPS threat in tests and examples (not a perceptual metric)."""
+
+    def __init__(self, seed: int = 3) -> None:
+        super().__init__()
+        g = torch.Generator().manual_seed(seed)
+        self.a = nn.Conv2d(3, 8, 3, padding=1)
+        self.b = nn.Conv2d(8, 16, 3, stride=2, padding=1)
+        with torch.no_grad():
+            for p in self.parameters():
+                p.copy_(0.3 * torch.randn(p.shape, generator=g))
+
+    def forward(self, x: torch.Tensor) -> list[torch.Tensor]:
+        f1 = torch.relu(self.a(x))
+        return [f1, torch.relu(self.b(f1))]

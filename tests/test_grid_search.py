@@ -1,0 +1,126 @@
+"""Grid search by bisection: attack success on a tiny undefended CNN, agreement with the full
+grid, verified counterexamples, the benchmark's accuracy format, errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from robustscope.errors import InputError
+from robustscope.grid_search import CLEAN_WRONG, benchmark_accuracies, grid_robustness
+from robustscope.threats.image import get_image_threat
+from robustscope.toydata import RandomTrunk, stripes_dataset, train_tiny_cnn
+
+# Strength at which each attack must break most correctly classified inputs. For the first
+# eight it is the largest level of the benchmark grid. At the benchmark's largest strengths the
+# parametric transforms and the 1-pixel elastic flow move this toy task's decisive features
+# (stripe orientation, tint) too little to break most inputs (see the report), so they are
+# tested at larger strengths, stated here.
+STRONG = {"linf": 0.1, "l2": 2.5, "l1": 30.0, "stadv": 0.1, "recolor": 0.1, "jpeg-l1": 20.0,
+          "lpips": 0.5, "jpeg-linf": 0.8, "elastic": 3.0, "affine": 1.0, "perspective": 0.05,
+          "hue": 3.14, "saturation": 2.0, "brightness": 1.0, "contrast": 2.0}
+
+
+@pytest.fixture(scope="module")
+def setup():
+    torch.set_num_threads(1)
+    model = train_tiny_cnn()
+    x, y = stripes_dataset(24, seed=5)
+    return model, x, y
+
+
+def _threat(name, model=None):
+    return get_image_threat(name, features=RandomTrunk()) if name == "lpips" else name
+
+
+@pytest.mark.parametrize("name", sorted(STRONG))
+def test_attack_breaks_most_inputs(name, setup):
+    model, x, y = setup
+    eps = STRONG[name]
+    r = grid_robustness(model, x, y, _threat(name), grid=[eps], steps=10, method="full")
+    correct = r.level != CLEAN_WRONG
+    assert correct.mean() > 0.9
+    broken = r.level[correct] == 0
+    assert broken.mean() >= 0.5, f"{name}: broke {broken.mean():.2f} at {eps}"
+    # counterexamples: the model, called again, misclassifies them; within the bound
+    idx = np.nonzero(r.level == 0)[0]
+    with torch.no_grad():
+        pred = model(r.x_adv[idx]).argmax(1).numpy()
+    assert (pred != y.numpy()[idx]).all()
+    assert (r.strength[idx] <= eps * (1 + 1e-4) + 1e-6).all()
+    assert r.x_adv.min() >= 0 and r.x_adv.max() <= 1
+
+
+@pytest.mark.parametrize("name", ["linf", "brightness", "stadv", "jpeg-linf"])
+def test_bisection_matches_full_grid(name, setup):
+    model, x, y = setup
+    x, y = x[:10], y[:10]
+    full = grid_robustness(model, x, y, name, method="full", steps=10)
+    bis = grid_robustness(model, x, y, name, method="bisection", steps=10)
+    # inputs whose full-grid outcomes are monotone (once broken, broken at every level above)
+    b = full.broken
+    monotone = (np.diff(b.astype(int), axis=1) >= 0).all(axis=1)
+    assert monotone.mean() >= 0.5
+    np.testing.assert_array_equal(bis.level[monotone], full.level[monotone])
+    assert bis.runs.max() <= 5  # ceil(log2(21))
+    assert bis.runs.sum() < full.runs.sum() == full.full_grid_runs
+
+
+def test_curve_counts_misclassified_as_broken(setup):
+    model, x, y = setup
+    x, y = x[:8].clone(), y[:8].clone()
+    with torch.no_grad():
+        pred = model(x).argmax(1)
+    y[0] = (pred[0] + 1) % 4  # a wrong label: misclassified at strength 0
+    r = grid_robustness(model, x, y, "linf", steps=10)
+    assert r.level[0] == CLEAN_WRONG and r.status[0] == "misclassified"
+    k = len(r.grid)
+    for j in range(k):
+        assert r.accuracy[j] == pytest.approx(np.mean(r.level > j))
+    assert r.accuracy[0] <= 7 / 8
+    assert (np.diff(r.accuracy) <= 0).all()
+    # the counterexample at the breaking level is verified and within that level's bound
+    found = (r.level >= 0) & (r.level < k)
+    with torch.no_grad():
+        p = model(r.x_adv[found]).argmax(1).numpy()
+    assert (p != y.numpy()[found]).all()
+    lin = (r.x_adv[found] - x[found]).flatten(1).abs().amax(1).numpy()
+    assert (lin <= r.grid[r.level[found]] * (1 + 1e-4) + 1e-6).all()
+    assert np.isinf(r.radius[r.level == k]).all()
+
+
+def test_benchmark_json_format(setup):
+    model, x, y = setup
+    a = grid_robustness(model, x[:6], y[:6], "linf", steps=5)
+    b = grid_robustness(model, x[:6], y[:6], "hue", steps=5)
+    out = benchmark_accuracies([a, b])
+    assert set(out) == {"NoAttack", "AutoLinfAttack", "Hue"}
+    keys = list(out["AutoLinfAttack"])
+    assert keys[:3] == ["0.005", "0.01", "0.015"] and keys[-1] == "0.1"
+    assert list(out["Hue"])[-1] == "0.5"
+    assert 0 <= min(out["AutoLinfAttack"].values()) <= max(out["AutoLinfAttack"].values()) <= 100
+    assert out["NoAttack"] == pytest.approx(100 * a.clean_accuracy)
+    df = a.to_dataframe()
+    assert len(df) == 6 and {"level", "radius", "status", "runs"} <= set(df.columns)
+    assert a.runs_saved == a.full_grid_runs - a.runs.sum() > 0
+
+
+def test_grid_search_errors(setup):
+    model, x, y = setup
+    with pytest.raises(InputError, match="feature network"):
+        grid_robustness(model, x[:2], y[:2], "lpips")
+    with pytest.raises(InputError, match="increasing"):
+        grid_robustness(model, x[:2], y[:2], "linf", grid=[0.1, 0.05])
+    with pytest.raises(InputError, match="> 0"):
+        grid_robustness(model, x[:2], y[:2], "linf", grid=[0.0, 0.05])
+    with pytest.raises(InputError, match=r"y\[1\]"):
+        grid_robustness(model, x[:2], torch.tensor([0, 9]), "linf")
+    with pytest.raises(InputError, match="labels"):
+        grid_robustness(model, x[:2], y[:3], "linf")
+    with pytest.raises(InputError, match=r"\[0, 1\]"):
+        grid_robustness(model, x[:2] * 3, y[:2], "linf")
+    with pytest.raises(InputError, match="shape"):
+        grid_robustness(model, x[0], y[:1], "linf")
+    with pytest.raises(InputError, match="method"):
+        grid_robustness(model, x[:2], y[:2], "linf", method="every")
