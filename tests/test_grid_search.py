@@ -18,7 +18,7 @@ from robustscope.toydata import RandomTrunk, stripes_dataset, train_tiny_cnn
 # (stripe orientation, tint) too little to break most inputs (see the report), so they are
 # tested at larger strengths, stated here.
 STRONG = {"linf": 0.1, "l2": 2.5, "l1": 30.0, "stadv": 0.1, "recolor": 0.1, "jpeg-l1": 20.0,
-          "lpips": 0.5, "jpeg-linf": 0.8, "elastic": 3.0, "affine": 1.0, "perspective": 0.05,
+          "lpips": 0.5, "jpeg-linf": 0.8, "elastic": 3.0, "affine": 1.0, "perspective": 0.1,
           "hue": 3.14, "saturation": 2.0, "brightness": 1.0, "contrast": 2.0}
 
 
@@ -38,7 +38,9 @@ def _threat(name, model=None):
 def test_attack_breaks_most_inputs(name, setup):
     model, x, y = setup
     eps = STRONG[name]
-    r = grid_robustness(model, x, y, _threat(name), grid=[eps], steps=10, method="full")
+    # the 8-parameter homography needs more steps and restarts to get out of flat regions
+    opts = {"steps": 20, "restarts": 4} if name == "perspective" else {"steps": 10}
+    r = grid_robustness(model, x, y, _threat(name), grid=[eps], method="full", **opts)
     correct = r.level != CLEAN_WRONG
     assert correct.mean() > 0.9
     broken = r.level[correct] == 0
@@ -52,7 +54,7 @@ def test_attack_breaks_most_inputs(name, setup):
     assert r.x_adv.min() >= 0 and r.x_adv.max() <= 1
 
 
-@pytest.mark.parametrize("name", ["linf", "brightness", "stadv", "jpeg-linf"])
+@pytest.mark.parametrize("name", ["linf", "l2", "stadv", "jpeg-linf"])
 def test_bisection_matches_full_grid(name, setup):
     model, x, y = setup
     x, y = x[:10], y[:10]
@@ -62,6 +64,7 @@ def test_bisection_matches_full_grid(name, setup):
     b = full.broken
     monotone = (np.diff(b.astype(int), axis=1) >= 0).all(axis=1)
     assert monotone.mean() >= 0.5
+    assert (full.level[monotone] < len(full.grid)).sum() >= 3  # not all censored
     np.testing.assert_array_equal(bis.level[monotone], full.level[monotone])
     assert bis.runs.max() <= 5  # ceil(log2(21))
     assert bis.runs.sum() < full.runs.sum() == full.full_grid_runs
