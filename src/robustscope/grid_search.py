@@ -169,18 +169,19 @@ class _Attacker:
         self.statement, self.steps, self.restarts = statement, steps, restarts
         self.batch_size, self.seed, self.calls = batch_size, seed, 0
 
-    def __call__(self, idx: torch.Tensor, eps: torch.Tensor):
-        """Attack inputs ``idx`` at strengths ``eps``; returns (verified (m,), x_adv,
-        strength (m,))."""
-        oks, advs, strengths = [], [], []
+    def __call__(self, idx: torch.Tensor, eps: torch.Tensor, init: torch.Tensor | None = None):
+        """Attack inputs ``idx`` at strengths ``eps`` (optionally starting from parameters
+        ``init``); returns (verified (m,), x_adv, strength (m,), params)."""
+        oks, advs, strengths, params = [], [], [], []
         for start in range(0, len(idx), self.batch_size):
             sub = idx[start:start + self.batch_size]
             e = eps[start:start + self.batch_size]
             gen = torch.Generator(device=self.x.device).manual_seed(self.seed + self.calls)
             self.calls += 1
             xs = self.x[sub]
+            start_at = None if init is None else init[start:start + self.batch_size]
             res = image_pgd(self.clf, xs, self.y[sub], self.threat, e, self.statement,
-                            gen, steps=self.steps, restarts=self.restarts)
+                            gen, steps=self.steps, restarts=self.restarts, init=start_at)
             with torch.no_grad():
                 pred = self.clf.predict(res.x_adv)
                 strength = self.threat.strength(xs, res.params, res.x_adv)
@@ -189,7 +190,8 @@ class _Attacker:
             oks.append(ok)
             advs.append(res.x_adv)
             strengths.append(strength)
-        return torch.cat(oks), torch.cat(advs), torch.cat(strengths)
+            params.append(res.params)
+        return torch.cat(oks), torch.cat(advs), torch.cat(strengths), torch.cat(params)
 
 
 def grid_robustness(
@@ -207,6 +209,7 @@ def grid_robustness(
     seed: int = 0,
     device: str | torch.device = "cpu",
     n_classes: int | None = None,
+    warm_start: bool = True,
     **threat_options,
 ) -> GridResult:
     """Breaking level per input, and robust accuracy on ``grid``, for an image threat.
@@ -223,6 +226,8 @@ def grid_robustness(
     method : ``"bisection"`` (about log2(K) + 1 runs per input) or ``"full"`` (every level;
         also fills ``GridResult.broken``, the (n, K) matrix of verified successes).
     steps, restarts : solver settings (see :func:`robustscope.solvers.image_pgd.image_pgd`).
+    warm_start : in bisection, start the attack at a smaller level from the input's latest
+        counterexample projected onto that level (it keeps the search closer to monotone).
     """
     t0 = time.perf_counter()
     threat = get_image_threat(threat, **threat_options)
@@ -258,7 +263,7 @@ def grid_robustness(
         broken = torch.zeros((n, k_levels), dtype=torch.bool, device=x.device)
         todo = torch.nonzero(~clean_wrong).flatten()
         for k in range(k_levels):
-            ok, adv, s = attack(todo, grid_t[k].expand(len(todo)))
+            ok, adv, s, _ = attack(todo, grid_t[k].expand(len(todo)))
             runs[todo] += 1
             broken[todo, k] = ok
             first = todo[ok & (level[todo] == k_levels)]
@@ -270,12 +275,15 @@ def grid_robustness(
         lo = torch.zeros(n, dtype=torch.long, device=x.device)
         hi = torch.full((n,), k_levels, dtype=torch.long, device=x.device)
         lo[clean_wrong] = hi[clean_wrong] = 0
+        # parameters of each input's latest counterexample: projected onto a smaller level,
+        # they start the next attack there (zeros = the identity until one is found)
+        cx_params = threat.zero_params(x)
         while True:
             todo = torch.nonzero(lo < hi).flatten()
             if len(todo) == 0:
                 break
             mid = (lo[todo] + hi[todo]) // 2
-            ok, adv, s = attack(todo, grid_t[mid])
+            ok, adv, s, par = attack(todo, grid_t[mid], cx_params[todo] if warm_start else None)
             runs[todo] += 1
             # a counterexample of strength s settles every level whose strength is >= s
             settled = torch.searchsorted(grid_t, s * (1 - 1e-6))
@@ -285,6 +293,7 @@ def grid_robustness(
             lo[rows] = torch.minimum(lo[rows], new_hi[ok])
             x_adv[rows] = adv[ok]
             strength[rows] = s[ok]
+            cx_params[rows] = par[ok]
             fail = todo[~ok]
             lo[fail] = mid[~ok] + 1
         found = ~clean_wrong & (hi < k_levels)

@@ -45,6 +45,7 @@ def image_pgd(
     steps: int = 20,
     restarts: int = 1,
     scan: int | None = None,
+    init: torch.Tensor | None = None,
 ) -> ImageAttack:
     """Minimise the margin over ``threat``'s parameters within per-input strengths ``eps``.
 
@@ -60,6 +61,8 @@ def image_pgd(
         values in ``[-eps, eps]`` (forward passes only; the margin of a colour transform is
         often not monotone along its parameter, where sign steps from 0 get stuck). Default:
         21 for one-parameter threats, else 0. PGD then starts from the best value found.
+    init : optional parameters (n, *param_shape) to start restart 0 from (projected onto
+        ``eps`` first), e.g. a counterexample found at a larger strength.
     """
     if steps < 1 or restarts < 1:
         raise InputError(f"steps and restarts must be >= 1, got {steps} and {restarts}")
@@ -75,13 +78,20 @@ def image_pgd(
         scan = 21 if threat.param_shape(x[:1]) == (1,) else 0
     if scan:
         _scan(model, x, y, threat, eps, statement, scan, best_margin, best_params, best_x)
+    if init is not None:
+        if init.shape != best_params.shape:
+            raise InputError(f"init has shape {tuple(init.shape)}; expected "
+                             f"{tuple(best_params.shape)}")
+        init = threat.project(x, init.to(device=x.device, dtype=x.dtype), eps)
 
     for restart in range(restarts):
         todo = torch.nonzero(best_margin >= 0).flatten()
         if len(todo) == 0:
             break
         xs = x[todo]
-        if restart == 0 and scan:
+        if restart == 0 and init is not None:
+            params = init[todo].clone()
+        elif restart == 0 and scan:
             params = best_params[todo].clone()
         elif restart == 0 or not threat.random_start:
             params = threat.zero_params(xs)
