@@ -15,8 +15,8 @@ the adversarial change of the coefficients.
 - :class:`JPEGLinfThreat`: every coefficient moved by at most ``eps / 2`` (grid 0.01 .. 0.2).
 - :class:`JPEGL1Threat`: ``||delta||_1 <= eps`` (grid 1 .. 20).
 
-Images whose sides are not multiples of 16 are padded (edge replication) for the encoding
-and cropped back.
+For images whose sides are not multiples of 16 the coefficient grid covers the image padded
+up to the next multiple of 16; the decoded change is cropped back to the image.
 """
 
 from __future__ import annotations
