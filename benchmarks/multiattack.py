@@ -6,8 +6,11 @@ restart. For each threat, each of ``--repeats`` runs measures
 
 - seconds per input for the whole 20-point curve, by bisection and by attacking every level;
 - attack runs per input (the full grid spends 20 per correctly classified input);
-- agreement: share of inputs whose breaking level is the same both ways, and the largest
-  gap between the two accuracy curves (percentage points).
+- agreement: share of inputs whose breaking level is the same both ways, the shares where
+  bisection finds a lower level (its warm start from a counterexample found higher up
+  succeeds where the cold full-grid run failed) or a higher one (the attack is not monotone
+  in the strength and bisection skipped the level where it succeeded), and the largest gap
+  between the two accuracy curves (percentage points).
 
 Medians over the repeats are printed as a Markdown table (CPU, one thread).
 
@@ -55,6 +58,8 @@ def run(n: int, steps: int, repeats: int, threats: list[str]) -> list[dict]:
                 "runs_bis": bis.runs[correct].mean(), "runs_full": full.runs[correct].mean(),
                 "saved": 1 - bis.runs.sum() / full.runs.sum(),
                 "agree": float(np.mean(bis.level == full.level)),
+                "lower": float(np.mean(bis.level < full.level)),
+                "higher": float(np.mean(bis.level > full.level)),
                 "gap": float(100 * np.abs(bis.accuracy - full.accuracy).max()),
                 "acc_max": float(100 * bis.accuracy[-1]),
                 "acc_max_full": float(100 * full.accuracy[-1]),
@@ -73,13 +78,15 @@ def table(rows: list[dict], n: int, steps: int, repeats: int) -> str:
             f"{torch.__version__}. Clean accuracy {rows[0]['clean']:.1f}%.\n\n")
     lines = ["| threat | attack name | s/input bisection | s/input full grid | speed-up | "
              "runs/input bisection | runs/input full | runs saved | same level | "
+             "bisection lower / higher | "
              "max curve gap (pp) | acc at top level bis / full (%) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(
             f"| {r['threat']} | {r['attack']} | {r['s_bis']:.4f} | {r['s_full']:.4f} | "
             f"{r['s_full'] / r['s_bis']:.1f}x | {r['runs_bis']:.2f} | {r['runs_full']:.0f} | "
-            f"{100 * r['saved']:.0f}% | {100 * r['agree']:.0f}% | {r['gap']:.1f} | "
+            f"{100 * r['saved']:.0f}% | {100 * r['agree']:.0f}% | "
+            f"{100 * r['lower']:.0f}% / {100 * r['higher']:.0f}% | {r['gap']:.1f} | "
             f"{r['acc_max']:.1f} / {r['acc_max_full']:.1f} |")
     return head + "\n".join(lines)
 
