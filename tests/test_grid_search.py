@@ -129,3 +129,18 @@ def test_grid_search_errors(setup):
         grid_robustness(model, x[0], y[:1], "linf")
     with pytest.raises(InputError, match="method"):
         grid_robustness(model, x[:2], y[:2], "linf", method="every")
+
+
+def test_evaluate_threats_and_json_file(setup, tmp_path):
+    import json
+
+    from robustscope.grid_search import evaluate_threats, write_benchmark_json
+
+    model, x, y = setup
+    results, acc = evaluate_threats(model, x[:4], y[:4], threats=["linf", "LPIPSAttack"],
+                                    grids={"linf": [0.01, 0.1]}, features=RandomTrunk(),
+                                    steps=5)
+    assert list(acc["AutoLinfAttack"]) == ["0.01", "0.1"]
+    assert len(acc["LPIPSAttack"]) == 20
+    path = tmp_path / "acc.json"
+    assert json.loads(path.read_text() if write_benchmark_json(results, path) else "") == acc

@@ -172,6 +172,13 @@ def image_threat_names() -> list[str]:
     return sorted(_REGISTRY)
 
 
+def threat_key(name: str) -> str | None:
+    """Registry key of a threat name or alias (``"LPIPSAttack"`` -> ``"lpips"``), or None."""
+    _load()
+    key = _ALIASES.get(_key(name))
+    return key if key is not None else _ALIASES.get(_key(name).removesuffix("attack"))
+
+
 def get_image_threat(name: str | ImageThreat, **options) -> ImageThreat:
     """An image threat by name (``linf``, ``elastic``, ``jpeg-linf``, ``recolor``, ``lpips``,
     ...) or by its benchmark attack name (``ElasticAttack``, ``Hue``, ``HueAttack``, ...).
@@ -182,10 +189,7 @@ def get_image_threat(name: str | ImageThreat, **options) -> ImageThreat:
         if options:
             raise InputError("options cannot be given together with a threat instance")
         return name
-    _load()
-    key = _ALIASES.get(_key(name))
-    if key is None:
-        key = _ALIASES.get(_key(name).removesuffix("attack"))
+    key = threat_key(name)
     if key is None:
         raise InputError(f"image threat '{name}' is not known; choose one of "
                          f"{', '.join(sorted(_REGISTRY))}")
