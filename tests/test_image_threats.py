@@ -225,3 +225,17 @@ def test_bad_images_are_input_errors(images):
         get_image_threat("recolor").check_input(images[:, :1])
     with pytest.raises(InputError, match="not known"):
         get_image_threat("fog")
+
+
+def test_names_and_grids_agree_with_the_grids_module():
+    from robustscope.threats import grids
+
+    for short, attack in grids.ATTACK_NAMES.items():
+        if short in ("snow", "fog", "gabor"):  # not implemented as image threats here
+            continue
+        th = make(short)
+        assert th.attack_name == attack
+        np.testing.assert_allclose(th.default_grid, grids.default_grid(short), rtol=0,
+                                   atol=1e-12)
+        assert [grids.eps_key(e) for e in th.default_grid] == \
+            [str(float(round(e, 5))) for e in grids.default_grid(short)]
