@@ -8,7 +8,12 @@ import pytest
 import torch
 
 from robustscope.errors import InputError
-from robustscope.grid_search import CLEAN_WRONG, benchmark_accuracies, grid_robustness
+from robustscope.grid_search import (
+    CLEAN_WRONG,
+    benchmark_accuracies,
+    evaluate_threats,
+    grid_robustness,
+)
 from robustscope.threats.image import get_image_threat
 from robustscope.toydata import RandomTrunk, stripes_dataset, train_tiny_cnn
 
@@ -134,7 +139,7 @@ def test_grid_search_errors(setup):
 def test_evaluate_threats_and_json_file(setup, tmp_path):
     import json
 
-    from robustscope.grid_search import evaluate_threats, write_benchmark_json
+    from robustscope.grid_search import write_benchmark_json
 
     model, x, y = setup
     results, acc = evaluate_threats(model, x[:4], y[:4], threats=["linf", "LPIPSAttack"],
@@ -144,3 +149,17 @@ def test_evaluate_threats_and_json_file(setup, tmp_path):
     assert len(acc["LPIPSAttack"]) == 20
     path = tmp_path / "acc.json"
     assert json.loads(path.read_text() if write_benchmark_json(results, path) else "") == acc
+
+
+def test_accuracy_file_feeds_the_competitiveness_ratios(setup):
+    """The 9 ranked attacks on a few inputs give a file that the metrics module reads."""
+    from robustscope.scores.accuracy_grid import AccuracyGrid
+    from robustscope.scores.multiattack import competitiveness
+
+    model, x, y = setup
+    _, acc = evaluate_threats(model, x[:3], y[:3], features=RandomTrunk(), steps=2,
+                              threats=["linf", "l2", "l1", "elastic", "jpeg-linf", "jpeg-l1",
+                                       "recolor", "stadv", "lpips"])
+    report = competitiveness(AccuracyGrid.from_dict(acc))
+    assert 0 <= report.cr_ind_avg and np.isfinite(report.cr_ind_avg)
+    assert len(report.single) == 9
