@@ -7,6 +7,8 @@ import math
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from robustscope.errors import InputError
 from robustscope.threats.color import luv_to_rgb, normalize_luv, rgb_to_luv
@@ -239,3 +241,17 @@ def test_names_and_grids_agree_with_the_grids_module():
                                    atol=1e-12)
         assert [grids.eps_key(e) for e in th.default_grid] == \
             [str(float(round(e, 5))) for e in grids.default_grid(short)]
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10_000), scale=st.floats(0.01, 10.0),
+       name=st.sampled_from(["linf", "l2", "l1", "jpeg-l1", "jpeg-linf", "stadv", "recolor"]))
+def test_projection_is_feasible_and_idempotent(seed, scale, name):
+    th = get_image_threat(name)
+    g = torch.Generator().manual_seed(seed)
+    x = torch.rand(2, 3, 16, 16, generator=g, dtype=torch.float64)
+    eps = torch.as_tensor(th.default_grid[[3, 17]], dtype=x.dtype)
+    p = scale * torch.randn((2, *th.param_shape(x)), generator=g, dtype=x.dtype)
+    q = th.project(x, p, eps)
+    assert th.within(x, q, eps).all()
+    torch.testing.assert_close(th.project(x, q, eps), q, atol=1e-9, rtol=1e-7)
