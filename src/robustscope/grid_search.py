@@ -231,6 +231,8 @@ def grid_robustness(
     """
     t0 = time.perf_counter()
     threat = get_image_threat(threat, **threat_options)
+    if grid is None and len(threat.default_grid) == 0:
+        raise InputError(f"threat '{threat.name}' has no default grid; pass grid=")
     g = _check_grid(threat.default_grid if grid is None else grid)
     if method not in ("bisection", "full"):
         raise InputError(f"method must be 'bisection' or 'full', got {method!r}")

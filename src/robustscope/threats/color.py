@@ -23,7 +23,8 @@ import torch
 import torch.nn.functional as F
 
 from robustscope.errors import InputError
-from robustscope.threats.image import ImageThreat, _col, benchmark_grid, check_images, register
+from robustscope.threats.grids import default_grid as benchmark_grid
+from robustscope.threats.image import ImageThreat, _col, check_images, register
 
 # -- sRGB <-> CIELUV ---------------------------------------------------------------------
 _RGB_TO_XYZ = [[0.4124564, 0.3575761, 0.1804375],
@@ -123,7 +124,7 @@ class ReColorThreat(ImageThreat):
 
     name = "recolor"
     attack_name = "ReColorAdvAttack"
-    default_grid = benchmark_grid(0.005)
+    default_grid = benchmark_grid("recolor")
 
     def __init__(self, resolution: tuple[int, int, int] = (16, 32, 32),
                  penalty_weight: float = 0.05) -> None:
@@ -191,7 +192,7 @@ class HueThreat(_ScalarColorThreat):
 
     name = "hue"
     attack_name = "Hue"
-    default_grid = benchmark_grid(0.025)
+    default_grid = benchmark_grid("hue")
 
     def apply(self, x, params):
         t = _mat(_RGB_TO_YIQ, x)
@@ -213,7 +214,7 @@ class SaturationThreat(_ScalarColorThreat):
 
     name = "saturation"
     attack_name = "Saturation"
-    default_grid = benchmark_grid(0.025)
+    default_grid = benchmark_grid("saturation")
 
     def apply(self, x, params):
         return (x + _col(params.reshape(-1), x) * (x - _gray(x))).clamp(0.0, 1.0)
@@ -224,7 +225,7 @@ class BrightnessThreat(_ScalarColorThreat):
 
     name = "brightness"
     attack_name = "Brightness"
-    default_grid = benchmark_grid(0.015)
+    default_grid = benchmark_grid("brightness")
 
     def check_input(self, x, name="x"):
         return check_images(x, name)  # any number of channels
@@ -238,7 +239,7 @@ class ContrastThreat(_ScalarColorThreat):
 
     name = "contrast"
     attack_name = "Contrast"
-    default_grid = benchmark_grid(0.025)
+    default_grid = benchmark_grid("contrast")
 
     def apply(self, x, params):
         mean = _gray(x).mean(dim=(1, 2, 3), keepdim=True)

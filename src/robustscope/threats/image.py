@@ -11,7 +11,8 @@ identity). Solvers move ``params`` with :meth:`ImageThreat.step` and pull them b
 :meth:`ImageThreat.strength` against the level it claims.
 
 Each threat carries its benchmark name (``attack_name``, the key used in MultiRobustBench's
-accuracy files) and its default 20-level strength grid (``default_grid``).
+accuracy files) and its default 20-level strength grid (``default_grid``, from
+:mod:`robustscope.threats.grids`).
 """
 
 from __future__ import annotations
@@ -26,11 +27,6 @@ from robustscope.errors import InputError
 #: Relative slack allowed when a strength is checked against its bound (float32 arithmetic).
 BOUND_RTOL = 1e-4
 BOUND_ATOL = 1e-6
-
-
-def benchmark_grid(step: float, levels: int = 20) -> np.ndarray:
-    """The benchmark's grid ``step, 2·step, ..., levels·step`` (rounded to 6 decimals)."""
-    return np.round(step * np.arange(1, levels + 1, dtype=np.float64), 6)
 
 
 def check_images(x: torch.Tensor, name: str = "x") -> torch.Tensor:
@@ -83,7 +79,8 @@ class ImageThreat:
 
     name: str = "image"
     attack_name: str = "ImageAttack"
-    default_grid: np.ndarray = benchmark_grid(0.005)
+    #: The benchmark's 20 strengths (``threats.grids.default_grid``); empty = none, pass one.
+    default_grid: np.ndarray = np.empty(0)
     #: Weight of :meth:`penalty` in the solver's objective (smoothness terms).
     penalty_weight: float = 0.0
     #: Step size of one solver iteration as a fraction of ``eps`` (times 2.5 / steps).

@@ -26,7 +26,8 @@ import math
 import torch
 
 from robustscope.errors import InputError
-from robustscope.threats.image import ImageThreat, _col, benchmark_grid, check_images, register
+from robustscope.threats.grids import default_grid as benchmark_grid
+from robustscope.threats.image import ImageThreat, _col, check_images, register
 from robustscope.threats.lp import L1
 
 LUMA_TABLE = [
@@ -115,7 +116,7 @@ class JPEGLinfThreat(_JPEGThreat):
 
     name = "jpeg-linf"
     attack_name = "JPEGLinfAttack"
-    default_grid = benchmark_grid(0.01)
+    default_grid = benchmark_grid("jpeg_linf")
 
     def project(self, x, params, eps):
         return super().project(x, params, eps / 2)
@@ -129,7 +130,7 @@ class JPEGL1Threat(_JPEGThreat):
 
     name = "jpeg-l1"
     attack_name = "JPEGL1Attack"
-    default_grid = benchmark_grid(1.0)
+    default_grid = benchmark_grid("jpeg_l1")
 
     def project(self, x, params, eps):
         return L1.project(params, eps)

@@ -10,18 +10,19 @@ from __future__ import annotations
 
 import torch
 
-from robustscope.threats.image import ImageThreat, benchmark_grid, register
+from robustscope.threats.grids import default_grid as benchmark_grid
+from robustscope.threats.image import ImageThreat, register
 from robustscope.threats.lp import L1, L2, LINF, LpThreat
 
 
 class LpImageThreat(ImageThreat):
     """Additive perturbation with ``||delta||_p <= eps`` (p in {inf, 2, 1})."""
 
-    def __init__(self, lp: LpThreat, attack_name: str, step: float) -> None:
+    def __init__(self, lp: LpThreat, attack_name: str) -> None:
         self.lp = lp
         self.name = lp.name
         self.attack_name = attack_name
-        self.default_grid = benchmark_grid(step)
+        self.default_grid = benchmark_grid(lp.name)
         # L1 steps are sparse (1% of the coordinates), so they need to be longer
         self.step_scale = 1.0
 
@@ -61,17 +62,17 @@ class LpImageThreat(ImageThreat):
 
 def linf() -> LpImageThreat:
     """Linf threat, benchmark grid 0.005 .. 0.1."""
-    return LpImageThreat(LINF, "AutoLinfAttack", 0.005)
+    return LpImageThreat(LINF, "AutoLinfAttack")
 
 
 def l2() -> LpImageThreat:
     """L2 threat, benchmark grid 0.125 .. 2.5."""
-    return LpImageThreat(L2, "AutoL2Attack", 0.125)
+    return LpImageThreat(L2, "AutoL2Attack")
 
 
 def l1() -> LpImageThreat:
     """L1 threat, benchmark grid 1.5 .. 30."""
-    return LpImageThreat(L1, "AutoL1Attack", 1.5)
+    return LpImageThreat(L1, "AutoL1Attack")
 
 
 register("linf", linf, "AutoLinfAttack")

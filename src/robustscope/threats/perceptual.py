@@ -22,7 +22,8 @@ from collections.abc import Callable, Sequence
 import torch
 
 from robustscope.errors import InputError, ModelError
-from robustscope.threats.image import ImageThreat, _col, benchmark_grid, register
+from robustscope.threats.grids import default_grid as benchmark_grid
+from robustscope.threats.image import ImageThreat, _col, register
 
 Features = Callable[[torch.Tensor], "torch.Tensor | Sequence[torch.Tensor]"]
 
@@ -43,7 +44,7 @@ class LPIPSThreat(ImageThreat):
 
     name = "lpips"
     attack_name = "LPIPSAttack"
-    default_grid = benchmark_grid(0.025)
+    default_grid = benchmark_grid("lpips")
 
     def __init__(self, features: Features | None = None, pixel_step: float = 2.0 / 255,
                  bisection_steps: int = 10) -> None:

@@ -20,7 +20,8 @@ import torch
 import torch.nn.functional as F
 
 from robustscope.errors import InputError
-from robustscope.threats.image import ImageThreat, benchmark_grid, register
+from robustscope.threats.grids import default_grid as benchmark_grid
+from robustscope.threats.image import ImageThreat, register
 
 
 def identity_grid(n: int, h: int, w: int, dtype, device) -> torch.Tensor:
@@ -56,7 +57,7 @@ class ElasticThreat(ImageThreat):
 
     name = "elastic"
     attack_name = "ElasticAttack"
-    default_grid = benchmark_grid(0.05)
+    default_grid = benchmark_grid("elastic")
 
     def __init__(self, kernel_size: int = 5, sigma: float = 1.0) -> None:
         if kernel_size < 1 or kernel_size % 2 == 0:
@@ -96,7 +97,7 @@ class StAdvThreat(ImageThreat):
 
     name = "stadv"
     attack_name = "StAdvAttack"
-    default_grid = benchmark_grid(0.005)
+    default_grid = benchmark_grid("stadv")
 
     def __init__(self, penalty_weight: float = 0.05) -> None:
         if penalty_weight < 0:
@@ -131,7 +132,7 @@ class AffineWarpThreat(ImageThreat):
 
     name = "affine"
     attack_name = "AffineWarp"
-    default_grid = benchmark_grid(0.005)
+    default_grid = benchmark_grid("affine")
 
     def param_shape(self, x):
         return (6,)
@@ -153,7 +154,7 @@ class PerspectiveWarpThreat(ImageThreat):
 
     name = "perspective"
     attack_name = "PerspectiveWarp"
-    default_grid = benchmark_grid(0.0001)
+    default_grid = benchmark_grid("perspective")
 
     def param_shape(self, x):
         return (8,)
