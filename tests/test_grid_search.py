@@ -163,3 +163,49 @@ def test_accuracy_file_feeds_the_competitiveness_ratios(setup):
     report = competitiveness(AccuracyGrid.from_dict(acc))
     assert 0 <= report.cr_ind_avg and np.isfinite(report.cr_ind_avg)
     assert len(report.single) == 9
+
+
+@pytest.mark.parametrize("name", ["linf", "l2", "l1"])
+def test_breaking_level_matches_closed_form_on_a_linear_model(name):
+    """Two-class linear model, images inside [0.3, 0.7] so that no bound is active at the
+    strengths that matter (Linf/L2) — the exact radius is margin / ||w0 - w1||_q. For L1 the
+    exact radius with the box is a fractional knapsack. The breaking levels must be exact."""
+    g = torch.Generator().manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 8 * 8, 2))
+    with torch.no_grad():
+        net[1].weight.copy_(torch.randn(2, 192, generator=g) / 20)
+        net[1].bias.zero_()
+    x = 0.3 + 0.4 * torch.rand(16, 3, 8, 8, generator=g)
+    with torch.no_grad():
+        y = net(x).argmax(1)
+        w = (net[1].weight[0] - net[1].weight[1]).double()
+        margin = (net(x)[:, 0] - net(x)[:, 1]).double().abs()
+    q = {"linf": 1, "l2": 2}.get(name)
+    grid = np.linspace(0.01, 0.2, 20) if name == "linf" else \
+        np.linspace(0.1, 2.0, 20) if name == "l2" else np.linspace(0.5, 10, 20)
+    r = grid_robustness(net, x, y, name, grid=grid, steps=20)
+    if q is not None:
+        exact = (margin / torch.linalg.vector_norm(w, ord=q)).numpy()
+        exact_level = np.searchsorted(grid, exact)  # smallest k with grid[k] >= exact
+        np.testing.assert_array_equal(r.level, exact_level)
+    else:
+        # fractional knapsack: move the coordinates with the largest |w| first, each by the
+        # room the box leaves in the helpful direction
+        exact_level = []
+        for i in range(len(x)):
+            s = 1.0 if y[i] == 0 else -1.0  # push the margin (class 0 - class 1) down if y=0
+            wi = (s * w).numpy()
+            xi = x[i].flatten().double().numpy()
+            room = np.where(wi > 0, xi, 1 - xi)  # decrease x where wi > 0, else increase
+            order = np.argsort(-np.abs(wi))
+            need, cost = float(margin[i]), 0.0
+            for j in order:
+                gain = abs(wi[j]) * room[j]
+                if gain >= need:
+                    cost += need / abs(wi[j])
+                    need = 0.0
+                    break
+                need -= gain
+                cost += room[j]
+            exact_level.append(np.searchsorted(grid, cost) if need == 0 else len(grid))
+        np.testing.assert_array_equal(r.level, exact_level)
