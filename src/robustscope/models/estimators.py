@@ -34,7 +34,7 @@ Estimate = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
 
 def _scale_and_mask(space: FeatureSpace | None, d: int, x: torch.Tensor):
-    """Per-feature scale ``(d,)`` and mutable mask ``(d,)`` (all ones / all True without a space)."""
+    """Per-feature scale ``(d,)`` and mutable mask ``(d,)`` (ones / all True without a space)."""
     if space is None:
         return (torch.ones(d, dtype=x.dtype, device=x.device),
                 torch.ones(d, dtype=torch.bool, device=x.device))
