@@ -5,8 +5,9 @@ and what is its margin?" for batches of scaled perturbations ``u`` of shape ``(k
 (``m`` candidates for each of ``k`` inputs). Every candidate is first made valid: clamped to
 the feature space's box of allowed perturbations, then projected with
 :meth:`FeatureSpace.project` (integers integral, binaries 0/1, one-hot groups one-hot,
-immutable features unchanged). Its size is measured *after* projection, so the best
-counterexample kept per input is the one the model actually saw.
+immutable features unchanged; a one-hot group with an immutable member is kept whole).
+Its size is measured *after* projection, so the best counterexample kept per input is the
+one the model actually saw.
 
 Queries are counted per input against the solver's own ``budget`` and, when the caller
 charges the model (``model.charging``) or passes a ledger, charged to that ledger too.
@@ -26,6 +27,16 @@ from robustscope.statement import DECISION_CHANGE, Statement
 from robustscope.threats.lp import LpThreat
 
 _NO_LIMIT = np.iinfo(np.int64).max // 4
+
+
+def effective_mutable(space: FeatureSpace) -> np.ndarray:
+    """Mutable mask ``(d,)`` in which a one-hot group with any immutable member is wholly
+    immutable (changing the category would change that member)."""
+    mutable = space.mutable.copy()
+    for g in space.groups:
+        if not mutable[g].all():
+            mutable[g] = False
+    return mutable
 
 
 class ScaledOracle:
@@ -56,7 +67,7 @@ class ScaledOracle:
             raise InputError(f"space has {space.n_features} features but inputs have {self.d}")
         self.lo, self.hi = space.delta_bounds(x)
         self.scale = torch.as_tensor(space.scale, dtype=x.dtype, device=x.device)
-        self.mutable = torch.as_tensor(space.mutable, device=x.device)
+        self.mutable = torch.as_tensor(effective_mutable(space), device=x.device)
         if budget is not None and budget < 1:
             raise InputError(f"budget must be a positive number of queries, got {budget}")
         self.budget = budget
@@ -100,7 +111,9 @@ class ScaledOracle:
         cand = base + (u * self.scale).reshape(k * m, d)
         shape = self.x.shape[1:]
         valid = self.space.project(cand.reshape(k * m, *shape), base.reshape(k * m, *shape))
-        u_valid = ((valid.reshape(k * m, d) - base) / self.scale).reshape(k, m, d)
+        valid = torch.where(self.mutable, valid.reshape(k * m, d), base)
+        u_valid = ((valid - base) / self.scale).reshape(k, m, d)
+        valid = valid.reshape(k * m, *shape)
         return u_valid, valid
 
     def query(self, idx: np.ndarray, u: torch.Tensor
