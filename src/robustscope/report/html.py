@@ -222,3 +222,43 @@ def render_report(ev: Evaluation, path: str | Path, spec_text: str | None = None
     html = render_html(ev, spec_text)
     _atomic_write(path, lambda p: Path(p).write_text(html, encoding="utf-8"))
     return path
+
+
+# -- comparison of two runs ------------------------------------------------------------------
+METRIC_LABELS = {
+    "inputs": "inputs", "clean_accuracy": "clean accuracy", "median_radius": "median radius",
+    "worst_radius": "worst radius", "R_m": "R_m", "R_nu": "R_ν", "R_nu_low": "R_ν low",
+    "R_nu_high": "R_ν high", "censored_share": "censored share",
+    "mean_queries": "queries / input",
+}
+
+
+def render_compare(comparison, path: str | Path) -> Path:
+    """Write the HTML comparison of two runs (a :class:`robustscope.compare.Comparison`)."""
+    from robustscope.compare import METRICS
+
+    cmp = comparison
+    threats = []
+    for t in cmp.shared:
+        ma, mb = cmp.metrics[t]
+        rows = [{"label": METRIC_LABELS[k], "a": ma[k], "b": mb[k],
+                 "delta": (mb[k] - ma[k]) if k != "inputs" else None,
+                 "share": k in ("clean_accuracy", "censored_share")} for k in METRICS]
+        figures: list[dict] = []
+        notes: list[str] = []
+        ca = cmp.a.threats[t].curve(f"A: {cmp.a.name}")
+        cb = cmp.b.threats[t].curve(f"B: {cmp.b.name}")
+        _figure(figures, notes, "Robust accuracy against strength, both runs",
+                lambda ca=ca, cb=cb, t=t: accuracy_vs_strength_figure(
+                    [ca, cb], title=f"Accuracy vs strength — {t}"))
+        _figure(figures, notes, "Distribution of the verified radii, both runs",
+                lambda ca=ca, cb=cb, t=t: radius_distribution_figure(
+                    [ca, cb], title=f"Radius distribution — {t}"))
+        threats.append({"name": t, "rows": rows, "figures": figures, "notes": notes,
+                        "accuracy": cmp.accuracy_rows(t)})
+    html = _ENV.get_template("compare.html.j2").render(
+        a=cmp.a, b=cmp.b, threats=threats, only_a=cmp.only_a, only_b=cmp.only_b,
+        generated=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    path = Path(path)
+    _atomic_write(path, lambda p: Path(p).write_text(html, encoding="utf-8"))
+    return path
