@@ -14,6 +14,7 @@ A run folder holds::
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -62,10 +63,17 @@ class RunOutcome:
     evaluation: Evaluation
 
 
-def _builtin(spec: EvaluationSpec) -> tuple[object | None, LoadedInputs]:
+@functools.lru_cache(maxsize=2)
+def _demo_models(seed: int):
+    """The demo's data split and fitted models (trained once per process and seed; they are
+    never modified afterwards)."""
     from robustscope.demo import train_models
 
-    data, X_train, X_test, _, y_test, models = train_models(spec.seed)
+    return train_models(seed)
+
+
+def _builtin(spec: EvaluationSpec) -> tuple[object | None, LoadedInputs]:
+    data, X_train, X_test, _, y_test, models = _demo_models(spec.seed)
     lower = np.minimum(X_train.min(axis=0), X_test.min(axis=0))
     upper = np.maximum(X_train.max(axis=0), X_test.max(axis=0))
     space = FeatureSpace.from_arrays(lower, upper, scale=X_train.max(0) - X_train.min(0),

@@ -38,7 +38,7 @@ def print_comparison(cmp, console: Console) -> None:
             table.add_row(METRIC_LABELS[k], show(ma[k]), show(mb[k]),
                           f"[{style}]{show(delta)}[/]" if style else show(delta))
         console.print(table)
-        curve = Table(title=f"{t}: robust accuracy on the strength grid")
+        curve = Table(title=f"{t}: accuracy")
         for col in ("ε", "A", "B", "B − A"):
             curve.add_column(col, justify="right")
         for eps, pa, pb in cmp.accuracy_rows(t):
