@@ -203,6 +203,7 @@ def render_html(ev: Evaluation, spec_text: str | None = None) -> str:
         "overview": _overview(ev),
         "sections": sections,
         "cr": ev.cr,
+        "cr_reference": ev.options.cr_reference,
         "notes": ev.notes,
         "ood": [_ood_context(s) for s in ev.sections],
         "has_reference": ev.X_reference is not None,
