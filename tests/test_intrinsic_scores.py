@@ -197,3 +197,15 @@ def test_scores_from_result_uses_max_radius_for_bound():
     s = scores_from_result(res, censored="bound", n_bootstrap=0)
     assert s.R_m == pytest.approx((0.5 + 2.0 + 0.0) / 3)
     assert scores_from_result(res, n_bootstrap=0).R_m == pytest.approx(0.25)
+
+
+def test_relative_variation_has_bootstrap_intervals():
+    beta, margin, loss, radius, status, correct = _binary_logreg(seed=4)
+    cmp = subset_independence(radius, loss, status, n_bootstrap=300, seed=2)
+    for k in ("R_m", "R_nu"):
+        low, high = cmp.rel_var_intervals[k]
+        assert 0 <= low <= cmp.rel_var[k] <= high <= 1
+    d = cmp.to_dict()
+    assert d["rel_var_R_m_low"] <= d["rel_var_R_m"] <= d["rel_var_R_m_high"]
+    # the halves are resampled with different streams
+    assert not np.array_equal(cmp.easy.draws["R_m"], cmp.hard.draws["R_m"])

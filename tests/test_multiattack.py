@@ -95,6 +95,10 @@ def test_reference_without_attack_is_an_error():
                         AccuracyGrid(90.0, {"A": {0.1: 0.0}}), attacks=["A"])
     with pytest.raises(InputError, match="missing"):
         competitiveness(AccuracyGrid(80.0), ref, attacks=["A"], missing="ignore")
+    with pytest.raises(InputError, match="training strength of 'A'"):
+        competitiveness(AccuracyGrid(80.0, {"A": {0.1: 40.0}}), ref, ["A"], {"A": "big"})
+    with pytest.raises(InputError, match="trained_on: expected a mapping"):
+        competitiveness(AccuracyGrid(80.0, {"A": {0.1: 40.0}}), ref, ["A"], ["A"])
 
 
 def test_small_example_by_hand():

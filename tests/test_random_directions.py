@@ -110,3 +110,16 @@ def test_bad_labels():
     model, w, b, X, y = _binary(d=3, n=4)
     with pytest.raises(InputError, match="y"):
         random_directions_radius(model, X, np.array([0, 1, 2, 0]))
+
+
+def test_budget_stops_inputs_without_raising():
+    model, w, b, X, y = _binary(d=8, seed=7, n=6)
+    ledger = QueryLedger(len(X), budget=701)
+    res = random_directions_radius(model, X, y, "l2", n_directions=200, ledger=ledger,
+                                   max_elements=8 * 6 * 50)  # chunks of 50 directions
+    assert (ledger.used() <= 701).all()
+    assert res.meta["budget_exhausted"] > 0
+    exact = np.abs(X @ w + b) / np.linalg.norm(w)
+    hit = res.status == "attacked"
+    assert (res.radius[hit] >= exact[hit] * (1 - 1e-9)).all()
+    assert (model.predict(torch.as_tensor(res.x_adv[hit])).numpy() != y[hit]).all()

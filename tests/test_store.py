@@ -208,3 +208,15 @@ def test_failed_import_leaves_nothing_behind():
             store.import_accuracies(doc)
         assert [m["name"] for m in store.models()] == ["b"]
         assert store.runs() == []
+
+
+def test_run_threat_is_checked_and_filled():
+    with open_store(":memory:") as store:
+        run = store.start_run("net")
+        store.record_radii(run, _result())
+        assert store.run(run).threat == "linf"
+        other = store.start_run("net", threat="l2")
+        with pytest.raises(InputError, match="is a 'l2' run, but the result is for threat 'linf'"):
+            store.record_radii(other, _result())
+        same = store.start_run("net", threat="AutoLinfAttack")
+        store.record_radii(same, _result())

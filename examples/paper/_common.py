@@ -74,6 +74,12 @@ class SmallCNN(nn.Module):
         return self.net(x)
 
 
+def seeded(factory, seed: int) -> nn.Module:
+    """``factory()`` with torch's global seed set first, so initial weights are reproducible."""
+    torch.manual_seed(seed)
+    return factory()
+
+
 def pgd_linf(net: nn.Module, x: torch.Tensor, y: torch.Tensor, eps: float, steps: int,
              generator: torch.Generator) -> torch.Tensor:
     """Madry et al.'s PGD on the cross-entropy, Linf ball of radius eps, random start, inputs

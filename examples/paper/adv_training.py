@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import SmallCNN, accuracy, load_mnist, parse_out, train, write_table  # noqa: E402,I001
+from _common import SmallCNN, accuracy, seeded, load_mnist, parse_out, train, write_table  # noqa: E402,I001
 
 from robustscope.models.torch_model import TorchClassifier  # noqa: E402
 from robustscope.scores.intrinsic import cross_entropy, intrinsic_scores  # noqa: E402
@@ -43,7 +43,7 @@ def main() -> None:
     rows = []
     for name, eps in (("natural", 0.0), (f"PGD-Linf {args.eps:g}", args.eps)):
         t0 = time.perf_counter()
-        net = train(SmallCNN(), Xtr, ytr, args.epochs, seed=args.seed, adv_eps=eps)
+        net = train(seeded(SmallCNN, args.seed), Xtr, ytr, args.epochs, seed=args.seed, adv_eps=eps)
         train_s = time.perf_counter() - t0
         acc = accuracy(net, Xva, yva)
         model = TorchClassifier(net, 10, X.shape[1:])
@@ -70,7 +70,8 @@ def main() -> None:
     for ax, score in zip(axes, ("R_m", "R_nu"), strict=True):
         for k, threat in enumerate(("l2", "linf")):
             part = df[df.threat == threat]
-            err = np.vstack([part[score] - part[f"{score}_low"], part[f"{score}_high"] - part[score]])
+            err = np.vstack([part[score] - part[f"{score}_low"],
+                             part[f"{score}_high"] - part[score]])
             ax.bar(np.arange(len(part)) + (k - 0.5) * 0.38, part[score], 0.38, yerr=err,
                    capsize=3, label=threat)
             ax.set_xticks(np.arange(len(part)), part.model)

@@ -48,7 +48,8 @@ def main() -> None:
         p.add_argument("--points", type=int, default=1000)))
     rng = np.random.default_rng(args.seed)
     mu1, mu2, sigma = np.array([2.0, 1.0]), np.array([0.0, -1.0]), 1.0
-    X = np.vstack([rng.normal(mu1, sigma, (args.points, 2)), rng.normal(mu2, sigma, (args.points, 2))])
+    X = np.vstack([rng.normal(mu1, sigma, (args.points, 2)),
+                   rng.normal(mu2, sigma, (args.points, 2))])
     y = np.r_[np.ones(args.points, int), np.zeros(args.points, int)]
     beta_s = (mu1 - mu2) / sigma**2
     beta0_s = (mu2 @ mu2 - mu1 @ mu1) / (2 * sigma**2)

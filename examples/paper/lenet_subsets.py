@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import LeNet5, accuracy, l2_radii, load_mnist, parse_out, train, write_table  # noqa: E402,I001
+from _common import LeNet5, accuracy, seeded, l2_radii, load_mnist, parse_out, train, write_table  # noqa: E402,I001
 
 from robustscope.report.intrinsic_figures import (  # noqa: E402
     plot_radius_vs_g,
@@ -38,6 +38,11 @@ from robustscope.solvers.random_directions import random_directions_radius  # no
 from robustscope.space import FeatureSpace  # noqa: E402
 
 
+def counts(status: np.ndarray) -> dict[str, int]:
+    values, n = np.unique(status, return_counts=True)
+    return {str(v): int(k) for v, k in zip(values, n, strict=True)}
+
+
 def main() -> None:
     args = parse_out(__doc__.splitlines()[0], lambda p: (
         p.add_argument("--epochs", type=int, default=10),
@@ -46,13 +51,13 @@ def main() -> None:
         p.add_argument("--inputs", type=int, default=100)))
     Xtr, ytr, Xva, yva = load_mnist(args.seed)
     t0 = time.perf_counter()
-    net = train(LeNet5(), Xtr, ytr, args.epochs, seed=args.seed)
+    net = train(seeded(LeNet5, args.seed), Xtr, ytr, args.epochs, seed=args.seed)
     train_s = time.perf_counter() - t0
     acc = accuracy(net, Xva, yva)
     print(f"LeNet-5: trained in {train_s:.0f} s, validation accuracy {acc:.4f}")
     X, y = Xva[: args.inputs], yva[: args.inputs]
     res, search_s = l2_radii(net, X, y, seed=args.seed)
-    print(f"radii: {search_s:.0f} s, statuses {dict(zip(*np.unique(res.status, return_counts=True)))}")
+    print(f"radii: {search_s:.0f} s, statuses {counts(res.status)}")
     res.to_csv(args.out / "lenet_radii.csv")
 
     s = intrinsic_scores(res.radius, res.loss, res.status, seed=args.seed)
@@ -66,7 +71,7 @@ def main() -> None:
         iso.loss = res.loss
         print(f"isotropic radii ({args.directions} directions per step): "
               f"{time.perf_counter() - t0:.0f} s, "
-              f"{dict(zip(*np.unique(iso.status, return_counts=True)))}")
+              f"{counts(iso.status)}")
         iso.to_csv(args.out / "lenet_isotropic_radii.csv")
         radii[f"isotropic L2 ({args.directions} random directions)"] = iso
     rows = []
@@ -81,8 +86,10 @@ def main() -> None:
                      "censored": cmp.easy.n_censored + cmp.hard.n_censored,
                      "R_m_easy": cmp.easy.R_m, "R_m_hard": cmp.hard.R_m,
                      "rel_var_R_m": cmp.rel_var["R_m"],
+                     "rel_var_R_m_95": "[{:.3g}, {:.3g}]".format(*cmp.rel_var_intervals["R_m"]),
                      "R_nu_easy": cmp.easy.R_nu, "R_nu_hard": cmp.hard.R_nu,
                      "rel_var_R_nu": cmp.rel_var["R_nu"],
+                     "rel_var_R_nu_95": "[{:.3g}, {:.3g}]".format(*cmp.rel_var_intervals["R_nu"]),
                      "ratio_R_m_over_R_nu": cmp.rel_var["R_m"] / cmp.rel_var["R_nu"],
                      "paper_ratio": "about 4"})
     df = write_table(rows, args.out, "lenet_subsets")

@@ -38,7 +38,7 @@ from robustscope.scores.accuracy_grid import (
     read_accuracy_file,
     write_accuracy_file,
 )
-from robustscope.threats.grids import CLEAN, canonical_eps, eps_key
+from robustscope.threats.grids import CLEAN, benchmark_name, canonical_eps, eps_key
 
 #: Version of the schema this code writes and reads.
 SCHEMA_VERSION = 1
@@ -327,8 +327,13 @@ class ResultStore:
     def record_radii(self, run_id: int, result: RadiusResult) -> None:
         """Store every input of ``result`` under ``run_id`` (a ``radius`` run). Labels and
         predictions are stored as class indices; ``result.classes`` goes into the run's
-        config. Recording an input twice into one run is an error."""
+        config. The run takes the result's threat if it had none; a different threat, or
+        recording an input twice into one run, is an error."""
         info = self._open_run(run_id, ("radius",))
+        if info.threat is not None and benchmark_name(info.threat) != benchmark_name(
+                str(result.threat)):
+            raise InputError(f"run {run_id}: is a '{info.threat}' run, but the result is for "
+                             f"threat '{result.threat}'")
         n = len(result)
         rows = []
         for i in range(n):
@@ -350,6 +355,9 @@ class ResultStore:
             config.setdefault("classes", np.asarray(result.classes).tolist())
         try:
             with self._tx():
+                if info.threat is None:
+                    self._db.execute("UPDATE runs SET threat_id = ? WHERE id = ?",
+                                     (self.add_threat(str(result.threat)), int(run_id)))
                 self._db.executemany("INSERT INTO radii VALUES (?,?,?,?,?,?,?,?,?,?,?,?)", rows)
                 self._db.execute("UPDATE runs SET config = ? WHERE id = ?",
                                  (_json(config, "run config"), int(run_id)))

@@ -120,9 +120,12 @@ def _print_table(path: Path, s: IntrinsicScores, sub: SubsetComparison) -> None:
     for name, label in labels.items():
         low, high = s.intervals.get(name, (math.nan, math.nan))
         rv = sub.rel_var.get(name)
+        rv_text = ""
+        if rv is not None:
+            rv_low, rv_high = sub.rel_var_intervals.get(name, (math.nan, math.nan))
+            rv_text = f"{_fmt(rv)} [{_fmt(rv_low)}, {_fmt(rv_high)}]"
         table.add_row(label, _fmt(getattr(s, name)), f"[{_fmt(low)}, {_fmt(high)}]",
-                      _fmt(getattr(sub.easy, name)), _fmt(getattr(sub.hard, name)),
-                      "" if rv is None else _fmt(rv))
+                      _fmt(getattr(sub.easy, name)), _fmt(getattr(sub.hard, name)), rv_text)
     console = Console()
     console.print(table)
     notes = [f"{s.n} inputs: {s.n_misclassified} misclassified, {s.n_censored} censored "

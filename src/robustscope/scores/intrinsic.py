@@ -118,6 +118,8 @@ class IntrinsicScores:
     r: np.ndarray = field(repr=False)
     g: np.ndarray = field(repr=False)
     status: np.ndarray = field(repr=False)
+    #: bootstrap draws of each score, ``(n_bootstrap,)`` (NaN where undefined)
+    draws: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
 
     def to_dict(self) -> dict:
         """Flat dict of plain Python numbers: each score, ``<score>_low`` / ``<score>_high``,
@@ -144,9 +146,13 @@ class SubsetComparison:
     hard: IntrinsicScores
     rel_var: dict[str, float]
     easy_mask: np.ndarray = field(repr=False)
+    #: percentile bootstrap intervals of each relative variation (halves resampled apart)
+    rel_var_intervals: dict[str, tuple[float, float]] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         out = {f"rel_var_{k}": float(v) for k, v in self.rel_var.items()}
+        for k, (low, high) in self.rel_var_intervals.items():
+            out[f"rel_var_{k}_low"], out[f"rel_var_{k}_high"] = float(low), float(high)
         out["easy"] = self.easy.to_dict()
         out["hard"] = self.hard.to_dict()
         return out
@@ -288,7 +294,7 @@ def intrinsic_scores(
     correct = keep & ~wrong
     point = {k: float(v[0]) for k, v in
              _weighted_scores(np.ones((1, len(r))), r, g, s, keep).items()}
-    intervals = _bootstrap(r, g, s, keep, n_bootstrap, confidence, seed)
+    intervals, draws = _bootstrap(r, g, s, keep, n_bootstrap, confidence, seed)
     return IntrinsicScores(
         n=len(r), n_censored=int(cens.sum()), n_misclassified=int(wrong.sum()),
         n_nonpositive_g=int((correct & (g <= 0)).sum()),
@@ -297,14 +303,15 @@ def intrinsic_scores(
         n_line=int((correct & np.isfinite(g)).sum()),
         **point, intervals=intervals, confidence=confidence, n_bootstrap=n_bootstrap, seed=seed,
         censored=censored, lower_bounds=bool(censored == "bound" and cens.any()),
-        r=r, g=g, status=s,
+        r=r, g=g, status=s, draws=draws,
     )
 
 
 def _bootstrap(r, g, s, keep, n_bootstrap: int, confidence: float,
-               seed: int) -> dict[str, tuple[float, float]]:
+               seed: int) -> tuple[dict[str, tuple[float, float]], dict[str, np.ndarray]]:
+    """Percentile intervals of every score, and the bootstrap draws themselves."""
     if n_bootstrap == 0:
-        return {}
+        return {}, {}
     n = len(r)
     chunk = max(1, min(256, 2_000_000 // n))  # bounds the (chunk, n) work arrays
     rng = np.random.default_rng(seed)
@@ -316,14 +323,16 @@ def _bootstrap(r, g, s, keep, n_bootstrap: int, confidence: float,
         w = np.bincount(flat, minlength=b * n).reshape(b, n).astype(np.float64)
         for k, v in _weighted_scores(w, r, g, s, keep).items():
             draws.setdefault(k, []).append(v)
+    joined = {k: np.concatenate(parts) for k, parts in draws.items()}
+    return {k: _percentile_interval(v, confidence) for k, v in joined.items()}, joined
+
+
+def _percentile_interval(v: np.ndarray, confidence: float) -> tuple[float, float]:
     alpha = (1 - confidence) / 2
-    out = {}
-    for k, parts in draws.items():
-        v = np.concatenate(parts)
-        v = v[np.isfinite(v)]
-        out[k] = ((float(np.quantile(v, alpha)), float(np.quantile(v, 1 - alpha)))
-                  if len(v) else (math.nan, math.nan))
-    return out
+    v = v[np.isfinite(v)]
+    if not len(v):
+        return (math.nan, math.nan)
+    return (float(np.quantile(v, alpha)), float(np.quantile(v, 1 - alpha)))
 
 
 def scores_from_result(result: RadiusResult, **kwargs) -> IntrinsicScores:
@@ -375,10 +384,19 @@ def subset_independence(
     if easy.all() or not easy.any():
         raise InputError("easy: both subsets must be non-empty")
     se = intrinsic_scores(r[easy], ell[easy], s[easy], **kwargs)
-    sh = intrinsic_scores(r[~easy], ell[~easy], s[~easy], **kwargs)
-    rel = {k: relative_variation(getattr(se, k), getattr(sh, k))
-           for k in ("R_m", "R_w_correct", "R_nu", "slope")}
-    return SubsetComparison(se, sh, rel, easy)
+    # the hard half is resampled with another stream, independent of the easy half's
+    sh = intrinsic_scores(r[~easy], ell[~easy], s[~easy],
+                          **{**kwargs, "seed": kwargs.get("seed", 0) + 1})
+    names = ("R_m", "R_w_correct", "R_nu", "slope")
+    rel = {k: relative_variation(getattr(se, k), getattr(sh, k)) for k in names}
+    intervals = {}
+    if se.draws and sh.draws:
+        for k in names:
+            a, b = se.draws[k], sh.draws[k]
+            with np.errstate(invalid="ignore", divide="ignore"):
+                v = np.where((a + b) != 0, np.abs(a - b) / (a + b), np.nan)
+            intervals[k] = _percentile_interval(v, se.confidence)
+    return SubsetComparison(se, sh, rel, easy, intervals)
 
 
 def subset_independence_from_result(result: RadiusResult, easy: np.ndarray | None = None,

@@ -168,6 +168,21 @@ def _is_seen(attack: str, eps: float, trained_on: Mapping[str, float] | None) ->
     return eps <= trained_on[attack] + 1e-12
 
 
+def _training_strengths(trained_on: Mapping[str, float] | None) -> dict[str, float] | None:
+    if not trained_on:
+        return None
+    if not isinstance(trained_on, Mapping):
+        raise InputError(f"trained_on: expected a mapping attack -> training strength, got "
+                         f"{type(trained_on).__name__}")
+    out = {}
+    for attack, eps in trained_on.items():
+        if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps >= 0:
+            raise InputError(f"trained_on: training strength of '{attack}' must be a number "
+                             f">= 0, got {eps!r}")
+        out[benchmark_name(attack)] = float(eps)
+    return out
+
+
 def point_table(grid: AccuracyGrid, reference: AccuracyGrid | str | Path | None = None,
                 attacks: Sequence[str] | None = None,
                 trained_on: Mapping[str, float] | None = None,
@@ -180,8 +195,7 @@ def point_table(grid: AccuracyGrid, reference: AccuracyGrid | str | Path | None 
         raise InputError(f"missing: expected 'error' or 'skip', got {missing!r}")
     ref = resolve_reference(reference)
     chosen = resolve_attacks(attacks)
-    trained = ({benchmark_name(a): float(e) for a, e in trained_on.items()}
-               if trained_on else None)
+    trained = _training_strengths(trained_on)
     if ref.clean <= 0:
         raise InputError("reference: clean acc* must be > 0")
     rows = [(CLEAN, 0.0, grid.clean, ref.clean)]

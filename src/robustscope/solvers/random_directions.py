@@ -64,28 +64,37 @@ def _search_at(model: Classifier, x: torch.Tensor, y: torch.Tensor, space: Featu
                threat: LpThreat, eps: torch.Tensor, statement: Statement,
                generator: torch.Generator, n_directions: int, max_elements: int,
                ledger: QueryLedger | None, owners: np.ndarray | None
-               ) -> tuple[torch.Tensor, torch.Tensor]:
+               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Try up to ``n_directions`` directions of norm ``eps`` (n,) per input.
 
-    Returns ``(x_adv, found)``: per input the first projected candidate that satisfies the
-    statement (the input itself where none did) and a boolean mask ``(n,)``. Inputs stop
-    drawing as soon as one direction succeeds. Calls are charged to ``owners`` in ``ledger``.
+    Returns ``(x_adv, found, exhausted)``: per input the first projected candidate that
+    satisfies the statement (the input itself where none did), a boolean mask ``(n,)`` of
+    successes, and a mask of inputs whose query budget ran out before all directions were
+    tried. Inputs stop drawing as soon as one direction succeeds. Calls are charged to
+    ``owners`` in ``ledger``; a chunk is only drawn for inputs whose budget affords it.
     """
     n = x.shape[0]
     d = int(np.prod(x.shape[1:]))
     x_adv = x.clone()
     found = torch.zeros(n, dtype=torch.bool, device=x.device)
+    exhausted = torch.zeros(n, dtype=torch.bool, device=x.device)
     if owners is None:
         owners = np.arange(n)
     tried = 0
     free = _is_free(space)
     scale = torch.as_tensor(space.scale, dtype=x.dtype, device=x.device)
     while tried < n_directions:
-        active = torch.nonzero(~found).reshape(-1)
+        active = torch.nonzero(~found & ~exhausted).reshape(-1)
         m = len(active)
         if m == 0:
             break
         c = int(min(n_directions - tried, max(1, max_elements // (m * d))))
+        if ledger is not None and ledger.budget is not None:
+            # keep one pass in reserve for the final verification of the counterexample
+            poor = ledger.remaining(owners[active.cpu().numpy()]) < c + 1
+            if poor.any():
+                exhausted[active[torch.as_tensor(poor, device=x.device)]] = True
+                continue
         xa = x[active]
         u = sample_directions(m * c, d, threat, generator, x.dtype, x.device).reshape(m, c, d)
         # x + eps * scale * u in one pass, grouped per input (rows i*c .. i*c + c - 1)
@@ -108,7 +117,7 @@ def _search_at(model: Classifier, x: torch.Tensor, y: torch.Tensor, space: Featu
         x_adv[winners] = cand[rows[hit]]
         found[winners] = True
         tried += c
-    return x_adv, found
+    return x_adv, found, exhausted
 
 
 def random_directions_attack(model: Classifier, x: torch.Tensor, y: torch.Tensor,
@@ -125,7 +134,7 @@ def random_directions_attack(model: Classifier, x: torch.Tensor, y: torch.Tensor
     if generator is None:
         generator = torch.Generator(device=x.device).manual_seed(0)
     eps = torch.as_tensor(eps, dtype=x.dtype, device=x.device).reshape(-1).expand(x.shape[0])
-    x_adv, _ = _search_at(model, x, y, space, threat, eps, statement, generator, n_directions,
+    x_adv, _, _ = _search_at(model, x, y, space, threat, eps, statement, generator, n_directions,
                           max_elements, ledger, owners)
     return x_adv
 
@@ -163,7 +172,9 @@ def random_directions_radius(
         bracket of the isotropic radius (paper: precision 0.5 on a 0-255 pixel scale).
     max_steps : cap on dichotomy steps.
     seed : seeds the directions. ledger : a :class:`QueryLedger` of ``n`` inputs to charge
-        (a private one is used otherwise; the counts are in the result either way).
+        (a private one is used otherwise; the counts are in the result either way). With a
+        budget, an input stops when its next chunk of directions would exceed it: it keeps
+        the best counterexample found so far (``attacked``) or is ``censored``.
 
     Returns a :class:`RadiusResult` with status ``attacked`` (verified counterexample),
     ``censored`` or ``misclassified``. ``radius`` is the scaled norm of the counterexample
@@ -211,26 +222,30 @@ def random_directions_radius(
     best = x.clone()
     best_norm = torch.full((n,), math.inf, dtype=torch.float64)
     running = ~wrong.cpu()
+    out_of_budget = torch.zeros(n, dtype=torch.bool)
     steps = 0
     while running.any() and steps < max_steps:
         steps += 1
         idx = torch.nonzero(running).reshape(-1)
         idx_np = idx.numpy()
-        cand, ok = _search_at(model, x[idx], yt[idx], space, threat, eps[idx].to(x.dtype),
-                              statement, generator, n_directions, max_elements, charged, idx_np)
-        ok = ok.cpu()
+        cand, ok, poor = _search_at(model, x[idx], yt[idx], space, threat,
+                                    eps[idx].to(x.dtype), statement, generator, n_directions,
+                                    max_elements, charged, idx_np)
+        ok, poor = ok.cpu(), poor.cpu()
         norms = threat.norm(space.scaled_delta(cand, x[idx])).to(torch.float64).cpu()
         better = ok & (norms < best_norm[idx])
         best[idx[better]] = cand[better]
         best_norm[idx[better]] = norms[better]
         hi[idx[ok]] = eps[idx[ok]]
-        lo[idx[~ok]] = eps[idx[~ok]]
+        tried_all = ~ok & ~poor  # an input out of budget proves nothing at this radius
+        lo[idx[tried_all]] = eps[idx[tried_all]]
+        out_of_budget[idx[poor]] = True
         # next radius: double until something fails (up to max_radius), then bisect
         grow = torch.isinf(hi[idx])
         nxt = torch.where(grow, torch.clamp(2 * eps[idx], max=max_radius), (lo[idx] + hi[idx]) / 2)
         stuck = grow & (lo[idx] >= max_radius)  # nothing found at max_radius: censored
         tol = torch.clamp(rtol * hi[idx], min=precision)
-        done = stuck | (~grow & (hi[idx] - lo[idx] <= tol))
+        done = stuck | (~grow & (hi[idx] - lo[idx] <= tol)) | poor
         eps[idx] = nxt
         running[idx[done]] = False
 
@@ -271,5 +286,6 @@ def random_directions_radius(
         meta={"isotropic_low": lo.numpy().tolist(), "isotropic_high": hi.numpy().tolist(),
               "n_directions": n_directions, "precision": precision, "rtol": rtol,
               "seed": seed, "steps": steps, "unverified": unverified,
-              "reached_max_steps": bool(running.any())},
+              "reached_max_steps": bool(running.any()),
+              "budget_exhausted": int(out_of_budget.sum())},
     )
