@@ -151,7 +151,7 @@ def main() -> None:
                 record(f"{key}/seed{seed}", r, xa, q, s)
         big = args.budget * args.ref_mult
         r, xa, q, s = run_solver(cube_search_run, model, x, y, space, Xtr_t, ytr_t, 100,
-                                 budget=big, stage_queries=3000, rtol=0.002)
+                                 budget=big, stage_queries=1500, rtol=0.002)
         record("cube/10x", r, xa, q, s)
         r, xa, q, s = run_solver(hop_skip_jump_run, model, x, y, space, Xtr_t, ytr_t, 100,
                                  budget=big)

@@ -127,3 +127,19 @@ def test_probabilities_of_zero_give_finite_losses_and_gradients():
     assert torch.isfinite(logits).all() and torch.isfinite(values).all()
     assert torch.isfinite(grad).all()
     assert grad[2, 0] < 0  # the step crosses the jump: the loss falls towards class 1
+
+
+def test_same_contract_as_value_and_grad():
+    """FiniteDifference(h, space) gives what Classifier.value_and_grad gives with the
+    per-feature step h·scale, so it can stand in for it."""
+    model = _smooth_model()
+    black = ProbaClassifier(lambda a: torch.softmax(model.module(torch.as_tensor(a)), 1).numpy(),
+                            3, (6,))
+    space = FeatureSpace.from_arrays([-np.inf] * 6, [np.inf] * 6,
+                                     scale=[0.1, 1, 10, 100, 1, 0.01])
+    x = torch.randn(4, 6, dtype=torch.float64) * torch.as_tensor(space.scale)
+    obj = _objective(black.predict(x))
+    ref = black.value_and_grad(x, obj, fd_step=torch.as_tensor(1e-3 * space.scale))
+    est = FiniteDifference(1e-3, space)(black, x, obj)
+    for a, b in zip(ref, est, strict=True):
+        assert a.shape == b.shape and torch.allclose(a, b, rtol=1e-6, atol=1e-9)

@@ -60,3 +60,27 @@ def test_candidates_respect_feature_types(problem, solver):
     found = run.found
     assert (model.predict(run.x_adv).numpy()[found] != y.numpy()[found]).all()
     assert (run.queries <= 150).all()
+    # sizes are measured on the projected candidate the model saw
+    u = space.scaled_delta(run.x_adv, x)
+    norm = torch.linalg.vector_norm(u, ord=float("inf") if threat == "linf" else 2, dim=1)
+    assert np.allclose(norm.numpy()[found], run.radius[found])
+
+
+def test_integer_feature_radius_is_exact_on_the_lattice():
+    """One integer feature in [0, 10] (scale 10) and a real one that cannot help: the model
+    flips at k >= 6, so from k = 3 the radius is exactly 0.3, never a fraction of a step."""
+    space = FeatureSpace.from_arrays([0, 0], [10, 1], types=["integer", "real"])
+
+    def proba(a):
+        p1 = 1 / (1 + np.exp(-(a[:, 0] - 5.5) * 4 - 0.01 * a[:, 1]))
+        return np.stack([1 - p1, p1], axis=1)
+
+    model = ProbaClassifier(proba, 2, (2,))
+    x = torch.tensor([[3.0, 0.5], [1.0, 0.2]], dtype=torch.float64)
+    y = model.predict(x)
+    exact = np.array([0.3, 0.5])
+    for fn in (hop_skip_jump_run, cube_search_run):
+        run = fn(model, x, y, space, "linf", budget=800)
+        # never below the lattice radius; above it only by the solver's tolerance (1%)
+        assert (run.radius >= exact - 1e-12).all() and (run.radius <= exact * 1.01).all()
+        assert np.array_equal(run.x_adv[:, 0].numpy(), [6.0, 6.0])
