@@ -6,6 +6,7 @@ spent by
 
 * ``cube``  — random search with radius bisection (solvers/random_search.py), score-based;
 * ``hsj``   — decision-based HopSkipJump-style boundary search (solvers/boundary.py);
+* ``cube+hsj`` — the cascade of both on one budget (solvers/gradient_free.py);
 * ``recipe`` — the AdverTorch tutorial's recipe: finite-difference PGD on the NLL of
   log-probabilities (fd step 5.0 in *original* units, as in the tutorial), 10 bisection
   steps x 100 iterations, step 0.0625 (61 queries per gradient: ~61,000 per input);
@@ -36,6 +37,7 @@ from robustscope.models import wrap_model
 from robustscope.models.base import QueryLedger
 from robustscope.models.estimators import FiniteDifference
 from robustscope.solvers.boundary import hop_skip_jump_run
+from robustscope.solvers.gradient_free import gradient_free_run
 from robustscope.solvers.random_search import cube_search_run
 from robustscope.space import FeatureSpace
 
@@ -145,7 +147,8 @@ def main() -> None:
                          "seconds": secs, "found": float(found[correct[idx]].mean())}
 
         for seed in range(args.seeds):
-            for key, fn in (("cube", cube_search_run), ("hsj", hop_skip_jump_run)):
+            for key, fn in (("cube", cube_search_run), ("hsj", hop_skip_jump_run),
+                            ("cube+hsj", gradient_free_run)):
                 r, xa, q, s = run_solver(fn, model, x, y, space, Xtr_t, ytr_t, seed,
                                          budget=args.budget)
                 record(f"{key}/seed{seed}", r, xa, q, s)
@@ -180,7 +183,9 @@ def main() -> None:
                             "within_10pct": float((ratio <= 1.1).mean())}
         report[name] = {"reference": ref_kind, "accuracy": float(correct.mean()),
                         "median_reference_radius": float(np.median(reference[ok])),
-                        "runs": summary}
+                        "runs": summary,
+                        "radii": {k: [float(v) for v in r] for k, r in radii.items()},
+                        "reference_radii": [float(v) for v in reference]}
         print(f"\n## {name} (reference: {ref_kind}; clean accuracy {correct.mean():.3f}; "
               f"median reference radius {np.median(reference[ok]):.4f})")
         print("| run | inputs | radius / reference, median | p90 | share within 10% | "

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from robustscope.models.blackbox import ProbaClassifier
 from robustscope.solvers.boundary import hop_skip_jump_run
+from robustscope.solvers.gradient_free import gradient_free_run
 from robustscope.solvers.random_search import cube_search_run
 from robustscope.space import FeatureSpace
 
@@ -47,11 +48,11 @@ def problems(draw):
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(problems(), st.sampled_from(["hsj", "cube"]))
+@given(problems(), st.sampled_from(["hsj", "cube", "cascade"]))
 def test_candidates_respect_feature_types(problem, solver):
     model, space, x, threat, seed = problem
     y = model.predict(x)
-    fn = {"hsj": hop_skip_jump_run, "cube": cube_search_run}[solver]
+    fn = {"hsj": hop_skip_jump_run, "cube": cube_search_run, "cascade": gradient_free_run}[solver]
     run = fn(model, x, y, space, threat, budget=150, generator=torch.Generator().manual_seed(seed))
     cand = run.x_adv.numpy()
     space.check_data(cand, "candidates")  # bounds, integers, binaries, one-hot groups
