@@ -127,3 +127,48 @@ def test_probabilities_of_zero_give_finite_losses_and_gradients():
     assert torch.isfinite(logits).all() and torch.isfinite(values).all()
     assert torch.isfinite(grad).all()
     assert grad[2, 0] < 0  # the step crosses the jump: the loss falls towards class 1
+
+
+def test_same_contract_as_value_and_grad():
+    """FiniteDifference(h, space) gives what Classifier.value_and_grad gives with the
+    per-feature step h·scale, so it can stand in for it."""
+    model = _smooth_model()
+    black = ProbaClassifier(lambda a: torch.softmax(model.module(torch.as_tensor(a)), 1).numpy(),
+                            3, (6,))
+    space = FeatureSpace.from_arrays([-np.inf] * 6, [np.inf] * 6,
+                                     scale=[0.1, 1, 10, 100, 1, 0.01])
+    x = torch.randn(4, 6, dtype=torch.float64) * torch.as_tensor(space.scale)
+    obj = _objective(black.predict(x))
+    ref = black.value_and_grad(x, obj, fd_step=torch.as_tensor(1e-3 * space.scale))
+    est = FiniteDifference(1e-3, space)(black, x, obj)
+    for a, b in zip(ref, est, strict=True):
+        assert a.shape == b.shape and torch.allclose(a, b, rtol=1e-6, atol=1e-9)
+
+
+def test_fd_probes_are_valid_inputs_of_the_feature_space():
+    """Integer features step by whole numbers, probes stop at the bounds, categorical and
+    immutable features are not probed; the model raises on any invalid input."""
+    space = FeatureSpace.from_arrays(
+        [0, 0, 0, 0, 0, -1], [10, 1, 1, 1, 1, 1],
+        types=["integer", "binary", "categorical", "categorical", "real", "real"],
+        mutable=[True, True, True, True, True, False], groups=[[2, 3]])
+    w = np.array([0.3, -0.7, 0.2, -0.2, 1.5, 0.4])
+    frozen = np.array([0.25, -0.5])
+
+    def proba(a):
+        space.check_data(a, "probe")  # raises InputError on an invalid probe
+        assert np.isin(a[:, 5], frozen).all()
+        s = a @ w
+        p1 = 1 / (1 + np.exp(-s))
+        return np.stack([1 - p1, p1], axis=1)
+
+    model = ProbaClassifier(proba, 2, (6,))
+    x = torch.tensor([[0.0, 1.0, 1.0, 0.0, 0.999, 0.25], [7.0, 0.0, 0.0, 1.0, 0.5, -0.5]],
+                     dtype=torch.float64)
+    obj = lambda logits: logits[:, 1] - logits[:, 0]  # noqa: E731  (= s, linear)
+    estimator = FiniteDifference(h=0.05, space=space)
+    _, _, grad = estimator(model, x, obj)
+    assert estimator.cost(6) == 2 * 3 + 1
+    expected = torch.as_tensor(np.tile(w, (2, 1)))
+    expected[:, [2, 3, 5]] = 0.0
+    assert torch.allclose(grad, expected, atol=1e-9)

@@ -11,10 +11,11 @@ import torch
 from robustscope.models.base import QueryLedger
 from robustscope.models.blackbox import ProbaClassifier
 from robustscope.solvers.boundary import hop_skip_jump, hop_skip_jump_run
+from robustscope.solvers.gradient_free import gradient_free, gradient_free_run
 from robustscope.solvers.random_search import cube_search, cube_search_run
 from robustscope.space import FeatureSpace
 
-SOLVERS = {"hsj": hop_skip_jump_run, "cube": cube_search_run}
+SOLVERS = {"hsj": hop_skip_jump_run, "cube": cube_search_run, "cascade": gradient_free_run}
 
 
 def _linear_problem(d: int = 8, n: int = 12, seed: int = 0):
@@ -105,7 +106,7 @@ def test_warm_start_and_pool_give_starting_points():
 def test_solver_protocol_returns_candidates():
     model, space, x, y, _ = _linear_problem(n=4)
     eps = torch.full((4,), 10.0, dtype=torch.float64)
-    for fn in (hop_skip_jump, cube_search):
+    for fn in (hop_skip_jump, cube_search, gradient_free):
         cand = fn(model, x, y, space, "linf", eps, generator=torch.Generator().manual_seed(0),
                   budget=500)
         assert cand.shape == x.shape
@@ -122,3 +123,13 @@ def test_label_only_model():
         assert run.found.all()
         ratio = run.radius / exact["linf"]
         assert (ratio >= 1 - 1e-9).all() and np.median(ratio) < 1.05
+
+
+def test_cascade_is_no_worse_than_its_first_stage():
+    model, space, x, y, exact = _linear_problem(n=8, seed=4)
+    g = lambda: torch.Generator().manual_seed(3)  # noqa: E731
+    cube = cube_search_run(model, x, y, space, "linf", budget=2000, generator=g())
+    both = gradient_free_run(model, x, y, space, "linf", budget=2000, generator=g())
+    assert (both.radius <= cube.radius + 1e-12).all()
+    assert (both.queries <= 2000).all()
+    assert (both.radius >= exact["linf"] * (1 - 1e-9)).all()

@@ -98,8 +98,10 @@ class FiniteDifference:
     """Central finite differences, one feature at a time.
 
     ``step_i = h * scale_i`` (original units), so ``h`` is a share of each feature's scale.
-    Immutable features are not probed (their gradient is 0). Cost per input:
-    ``2·m + 1`` queries, ``m`` = number of mutable features (the ``+1`` is the value at x).
+    With a feature space, every probe is a valid input: integer and binary features step by
+    a whole number (at least 1), probes stop at the feature's bounds (one-sided differences
+    there), and immutable and categorical features are not probed (gradient 0). Cost per
+    input: ``2·m + 1`` queries, ``m`` = number of probed features (``+1``: the value at x).
     """
 
     h: float = 1e-3
@@ -109,26 +111,49 @@ class FiniteDifference:
         if not (np.isfinite(self.h) and self.h > 0):
             raise InputError(f"FiniteDifference: h must be finite and > 0, got {self.h}")
 
+    def _probed(self, d: int) -> np.ndarray:
+        if self.space is None:
+            return np.ones(d, dtype=bool)
+        return self.space.mutable & (self.space.types != "categorical")
+
     def cost(self, d: int) -> int:
         """Queries per input for inputs of ``d`` features."""
-        m = d if self.space is None else int(self.space.mutable.sum())
-        return 2 * m + 1
+        return 2 * int(self._probed(d).sum()) + 1
 
     def __call__(self, model: Classifier, x: torch.Tensor, objective: Objective,
                  ledger: QueryLedger | None = None, owners: np.ndarray | None = None) -> Estimate:
         n = x.shape[0]
         d = int(np.prod(x.shape[1:]))
-        scale, mutable = _scale_and_mask(self.space, d, x)
-        idx = torch.nonzero(mutable).reshape(-1)
+        scale, _ = _scale_and_mask(self.space, d, x)
+        probed = self._probed(d)
+        idx = torch.as_tensor(np.flatnonzero(probed), device=x.device)
         m = len(idx)
-        step = self.h * scale[idx]  # (m,) original units
-        basis = torch.zeros(m, d, dtype=x.dtype, device=x.device)
-        basis[torch.arange(m, device=x.device), idx] = step
-        offsets = torch.cat([basis, -basis], dim=0).expand(n, 2 * m, d)
+        step = (self.h * scale[idx]).expand(n, m).clone()  # (n, m) original units
+        flat = x.reshape(n, -1)[:, idx]
+        up, down = step, step.clone()
+        if self.space is not None:
+            integral = torch.as_tensor(
+                np.isin(self.space.types[probed], ("integer", "binary")), device=x.device)
+            whole = torch.clamp(torch.round(step), min=1.0)
+            up = torch.where(integral, whole, up)
+            down = torch.where(integral, whole, down)
+            lower = torch.as_tensor(self.space.lower[probed], dtype=x.dtype, device=x.device)
+            upper = torch.as_tensor(self.space.upper[probed], dtype=x.dtype, device=x.device)
+            up = torch.minimum(up, (upper - flat).clamp_min(0.0))
+            down = torch.minimum(down, (flat - lower).clamp_min(0.0))
+        rows = torch.arange(m, device=x.device)
+        plus = torch.zeros(n, m, d, dtype=x.dtype, device=x.device)
+        minus = torch.zeros(n, m, d, dtype=x.dtype, device=x.device)
+        plus[:, rows, idx] = up
+        minus[:, rows, idx] = -down
         with _charged(model, ledger, owners, 2 * m + 1):
-            logits, values, probes = _evaluate(model, x, offsets, objective)
+            logits, values, probes = _evaluate(model, x, torch.cat([plus, minus], 1), objective)
+        width = up + down
+        safe = torch.where(width > 0, width, torch.ones_like(width))
+        diff = torch.where(width > 0, (probes[:, :m] - probes[:, m:]) / safe,
+                           torch.zeros_like(width))
         grad = torch.zeros(n, d, dtype=x.dtype, device=x.device)
-        grad[:, idx] = (probes[:, :m] - probes[:, m:]) / (2 * step)
+        grad[:, idx] = diff
         return logits, values, grad.reshape(x.shape)
 
 
@@ -137,7 +162,7 @@ class RandomDirections:
     """Antithetic random-direction estimates (NES with Gaussian directions, SPSA with
     Rademacher ones), ``2·samples + 1`` queries per input.
 
-    Directions ``v`` are drawn in scaled units over the mutable features, and the model is
+    Directions ``v`` are drawn in scaled units over the mutable real features, and the model is
     probed at ``x ± sigma · scale ∘ v``. With ``E[v vᵀ] = I`` (true for both laws),
 
         g_scaled = 1/S · Σ_s (f(x + σ s∘v_s) - f(x - σ s∘v_s)) / (2σ) · v_s
@@ -172,6 +197,9 @@ class RandomDirections:
         n = x.shape[0]
         d = int(np.prod(x.shape[1:]))
         scale, mutable = _scale_and_mask(self.space, d, x)
+        if self.space is not None:  # probes of integer / binary / categorical features at
+            # fractional values would be invalid inputs: random directions move reals only
+            mutable = mutable & torch.as_tensor(self.space.types == "real", device=x.device)
         s = self.samples
         shape = (n, s, d)
         if self.distribution == "gaussian":

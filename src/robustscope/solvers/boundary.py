@@ -144,9 +144,11 @@ def hop_skip_jump_run(
     max_radius: float | None = None,
     samples: int = 50,
     max_samples: int = 200,
-    delta: float = 0.05,
+    delta: float = 0.3,
     bisect_rtol: float = 1e-3,
     max_iter: int = 1000,
+    patience: int = 1000,
+    stall_rtol: float = 1e-3,
     ledger: QueryLedger | None = None,
     oracle: ScaledOracle | None = None,
 ) -> SolverRun:
@@ -160,6 +162,9 @@ def hop_skip_jump_run(
         growing as ``samples·sqrt(t)`` up to ``max_samples``.
     delta : probe radius as a share of the current boundary distance.
     bisect_rtol : relative width at which a boundary bisection stops.
+    patience, stall_rtol : an input stops after ``patience`` iterations in a row that
+        lowered its best radius by less than ``stall_rtol`` (relative); the default
+        ``patience`` spends the whole budget.
 
     Returns a :class:`SolverRun`; every counterexample in it was verified by a query.
     """
@@ -174,9 +179,11 @@ def hop_skip_jump_run(
         return _finish(oracle)
     current = bisect_to_boundary(oracle, active, oracle.best_u[torch.as_tensor(active)].clone(),
                                  bisect_rtol)
+    stale = np.zeros(oracle.n, dtype=np.int64)
+    last = oracle.best_r.clone()
     for it in range(1, max_iter + 1):
         b = int(min(max_samples, samples * math.sqrt(it)))
-        keep = oracle.remaining(active) >= b + 2
+        keep = (oracle.remaining(active) >= b + 2) & (stale[active] < patience)
         if not keep.any():
             break
         active, current = active[keep], current[torch.as_tensor(keep)]
@@ -200,6 +207,9 @@ def hop_skip_jump_run(
         restart = pending.clone()
         landed[restart] = oracle.best_u[torch.as_tensor(active)[restart]]
         current = bisect_to_boundary(oracle, active, landed, bisect_rtol)
+        improved = (oracle.best_r < last * (1 - stall_rtol)).cpu().numpy()
+        stale = np.where(improved, 0, stale + 1)
+        last = torch.where(torch.as_tensor(improved), oracle.best_r, last)
     return _finish(oracle)
 
 

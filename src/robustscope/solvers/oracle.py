@@ -3,7 +3,8 @@
 A :class:`ScaledOracle` holds ``n`` inputs and answers "is ``x + u·scale`` a counterexample,
 and what is its margin?" for batches of scaled perturbations ``u`` of shape ``(k, m, d)``
 (``m`` candidates for each of ``k`` inputs). Every candidate is first made valid: clamped to
-the feature space's box of allowed perturbations, then projected with
+the feature space's box of allowed perturbations, integer and binary moves rounded towards
+the input, then projected with
 :meth:`FeatureSpace.project` (integers integral, binaries 0/1, one-hot groups one-hot,
 immutable features unchanged; a one-hot group with an immutable member is kept whole).
 Its size is measured *after* projection, so the best counterexample kept per input is the
@@ -68,6 +69,8 @@ class ScaledOracle:
         self.lo, self.hi = space.delta_bounds(x)
         self.scale = torch.as_tensor(space.scale, dtype=x.dtype, device=x.device)
         self.mutable = torch.as_tensor(effective_mutable(space), device=x.device)
+        self.integral = torch.as_tensor(np.isin(space.types, ("integer", "binary")),
+                                        device=x.device)
         if budget is not None and budget < 1:
             raise InputError(f"budget must be a positive number of queries, got {budget}")
         self.budget = budget
@@ -108,7 +111,12 @@ class ScaledOracle:
         u = torch.minimum(torch.maximum(u, self.lo[ti].unsqueeze(1)), self.hi[ti].unsqueeze(1))
         u = torch.where(self.mutable, u, torch.zeros_like(u))
         base = self.flat[ti].unsqueeze(1).expand(k, m, d).reshape(k * m, d)
-        cand = base + (u * self.scale).reshape(k * m, d)
+        step = (u * self.scale).reshape(k * m, d)
+        if self.integral.any():
+            # round integer and binary moves towards the input (the input is integral), so
+            # that a candidate never leaves the ball it was proposed in by rounding up
+            step = torch.where(self.integral, torch.trunc(step + 1e-9 * torch.sign(step)), step)
+        cand = base + step
         shape = self.x.shape[1:]
         valid = self.space.project(cand.reshape(k * m, *shape), base.reshape(k * m, *shape))
         valid = torch.where(self.mutable, valid.reshape(k * m, d), base)

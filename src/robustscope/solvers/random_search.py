@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 
 from robustscope.models.base import Classifier, QueryLedger
@@ -77,7 +78,7 @@ def cube_search_run(
     X_pool: torch.Tensor | None = None,
     y_pool: torch.Tensor | None = None,
     max_radius: float | None = None,
-    stage_queries: int = 300,
+    stage_queries: int | None = None,
     p_init: float = 0.1,
     rtol: float = 0.01,
     accept_ties: bool = True,
@@ -92,7 +93,8 @@ def cube_search_run(
     ----------
     x : inputs ``(n, *shape)`` in original units; ``y`` their labels ``(n,)``.
     budget : model calls allowed per input (starting points included).
-    stage_queries : queries spent at one radius before it is given up.
+    stage_queries : queries spent at one radius before it is given up; default
+        ``30·m`` clipped to ``[100, 300]``, ``m`` = number of mutable features.
     p_init : share of the coordinates a proposal moves at the start of a stage (halved at
         each quarter of the stage).
     rtol : relative width of the radius bracket at which an input is done.
@@ -116,6 +118,8 @@ def cube_search_run(
     fresh = torch.ones(n, dtype=torch.bool, device=device)
     spent = torch.zeros(n, dtype=torch.long, device=device)
     active = found.clone()
+    if stage_queries is None:
+        stage_queries = int(np.clip(30 * int(oracle.mutable.sum()), 100, 300))
     quarter = max(1, stage_queries // 4)
     restarted = torch.zeros(n, dtype=torch.long, device=device)
     while True:

@@ -46,10 +46,11 @@ def find_starts(oracle: ScaledOracle, generator: torch.Generator,
 
     Returns the boolean ``(n,)`` mask of inputs that now hold a counterexample.
     """
-    n, d = oracle.n, oracle.d
+    d = oracle.d
     dtype, device = oracle.flat.dtype, oracle.flat.device
-    every = np.arange(n)
-    oracle.query(every, torch.zeros(n, 1, d, dtype=dtype, device=device))
+    todo = _missing(oracle)  # a shared oracle may already hold counterexamples
+    if len(todo):
+        oracle.query(todo, torch.zeros(len(todo), 1, d, dtype=dtype, device=device))
     if x_init is not None:
         u0 = oracle.space.scaled_delta(x_init.to(dtype).reshape(oracle.x.shape), oracle.x)
         todo = _missing(oracle)
