@@ -41,3 +41,24 @@ def test_report_opens_cleanly_with_every_figure(tmp_path: Path):
     assert seen["errors"] == []
     assert seen["resources"] == []
     assert seen["console"] == []
+
+
+def test_comparison_opens_cleanly(tmp_path: Path):
+    from robustscope.compare import RunView, ThreatView, compare_runs
+    from robustscope.report.html import render_compare
+
+    def view(name: str, n: int) -> RunView:
+        ev, _ = tabular_evaluation(n=n, n_bootstrap=0)
+        run = RunView(name, f"memory:{name}")
+        for sec in ev.sections:
+            r = sec.result
+            run.threats[sec.name] = ThreatView(sec.name, r.radius, r.status.astype(str), r.loss,
+                                               r.queries.astype(float), r.max_radius,
+                                               sec.strengths)
+        return run
+
+    cmp = compare_runs(view("A", 20), view("B", 30), n_bootstrap=0)
+    seen = open_in_chromium(render_compare(cmp, tmp_path / "cmp.html"))
+    assert seen["n_images"] == 2 * len(cmp.shared)
+    assert seen["broken"] == [] and seen["errors"] == [] and seen["resources"] == []
+    assert seen["console"] == []
