@@ -130,3 +130,30 @@ def test_image_report_shows_fragile_images(tmp_path):
     assert n_fragile > 0
     assert f"The {n_fragile} most fragile inputs" in alts
     assert external_references(text) == []
+
+
+def test_report_when_nothing_is_broken(tmp_path):
+    """Every input censored (tiny max_radius): no radius is averaged, the report says so and
+    still renders every figure it can."""
+    from sklearn.datasets import load_breast_cancer
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    X, y = load_breast_cancer(return_X_y=True)
+    model = make_pipeline(StandardScaler(), LogisticRegression(max_iter=5000)).fit(X, y)
+    space = FeatureSpace.from_data(X)
+    keep = model.predict(X[:30]) == y[:30]
+    Xs, ys = X[:30][keep], y[:30][keep]
+    res = radius(model, Xs, ys, threat="linf", space=space, max_radius=1e-6)
+    assert (res.status == CENSORED).all()
+    ev = build_evaluation("nothing broken", {"linf": res}, Xs, ys, space, X,
+                          ReadingOptions(n_bootstrap=20))
+    s = ev.sections[0].summary()
+    assert s["censored_share"] == 1.0 and np.isnan(s["median_radius"])
+    text = render_report(ev, tmp_path / "r.html").read_text()
+    assert "Score scatter: no counterexample was found" in text
+    assert "no counterexample was found" in text.split('id="ood"')[1]
+    assert "no verified counterexample among well-classified inputs" in text
+    assert "could not be drawn" not in text
+    assert all(i["width"] > 0 for i in report_images(text))
