@@ -32,6 +32,8 @@ class ThreatView:
     queries: np.ndarray
     max_radius: float
     strengths: np.ndarray
+    #: mean model passes per input where the table has no per-input counts (grid threats)
+    mean_queries: float | None = None
 
     def curve(self, label: str) -> Curve:
         return Curve(label, self.radius, self.status, self.max_radius, self.strengths)
@@ -74,6 +76,8 @@ def load_run_dir(path: str | Path) -> RunView:
         df = pd.read_csv(csv)
         view.threats[name] = _view_from_frame(t["threat"], df, t["max_radius"],
                                               t.get("strengths"))
+        if not t.get("summary", {}).get("queries_per_input", True):
+            view.threats[name].mean_queries = t["summary"]["mean_queries"]
     if not view.threats:
         raise InputError(f"run {path}: run.json lists no threat")
     return view
@@ -133,7 +137,8 @@ def threat_metrics(view: ThreatView, n_bootstrap: int = 1000, seed: int = 0) -> 
            "median_radius": float(np.median(r)) if len(r) else math.nan,
            "worst_radius": float(r.min()) if len(r) else math.nan,
            "censored_share": float((view.status == CENSORED).mean()),
-           "mean_queries": float(view.queries.mean()),
+           "mean_queries": (float(view.queries.mean()) if view.mean_queries is None
+                            else float(view.mean_queries)),
            "R_m": math.nan, "R_nu": math.nan, "R_nu_low": math.nan, "R_nu_high": math.nan}
     intr = optional_module("robustscope.scores.intrinsic")
     if intr is not None and np.isfinite(view.loss).all():

@@ -29,7 +29,7 @@ from robustscope.errors import InputError
 from robustscope.evaluation import Evaluation, ReadingOptions, build_evaluation, optional_module
 from robustscope.progress import RunProgress, run_progress
 from robustscope.report.html import render_report
-from robustscope.result import _atomic_write
+from robustscope.result import RadiusResult, _atomic_write
 from robustscope.space import FeatureSpace
 from robustscope.spec import EvaluationSpec, load_spec
 
@@ -163,11 +163,20 @@ def run_spec(spec: EvaluationSpec, spec_text: str | None = None, quiet: bool = F
     results, strengths, seconds = {}, {}, {}
     with (run_progress(len(spec.threats), quiet) if progress is None
           else _given(progress)) as prog:
-        for t in spec.threats:
+        for k, t in enumerate(spec.threats):
             solver = spec.solver_for(t)
             grid = t.strength_values()
             max_radius = t.max_radius or (max(grid) if grid else None)
             t0 = time.perf_counter()
+            if t.is_grid:
+                with prog.stage(t.name, len(inputs.X)) as advance:
+                    res = grid_threat_result(inputs, t.name, grid, spec.seed, solver.batch_size,
+                                             spec.model.device, f"threats[{k}]")
+                    advance(len(inputs.X))
+                seconds[t.name] = time.perf_counter() - t0
+                results[t.name] = res
+                strengths[t.name] = np.asarray(res.meta["grid"])
+                continue
             with prog.stage(t.name, len(inputs.X)) as advance:
                 res = radius(inputs.model, inputs.X, inputs.y, threat=t.name,
                              space=inputs.space, solver=solver.name, max_radius=max_radius,
@@ -194,6 +203,54 @@ def run_spec(spec: EvaluationSpec, spec_text: str | None = None, quiet: bool = F
     report = render_report(ev, out_dir / spec.outputs.report, spec_text)
     log.info("report written to %s", report)
     return RunOutcome(out_dir, report, manifest, ev)
+
+
+def grid_threat_result(inputs: LoadedInputs, threat: str, grid: list[float] | None, seed: int,
+                       batch_size: int, device: str, where: str) -> RadiusResult:
+    """An image threat searched on its strength grid (:func:`robustscope.grid_search.
+    grid_robustness`, bisection over the levels), as a :class:`RadiusResult`.
+
+    The radius of an input is the smallest grid level at which a verified counterexample was
+    found (``inf`` = censored above the grid). Grid searches count model passes for the whole
+    batch only, so the per-input query columns are 0 and ``meta`` holds the totals
+    (``forward_total``, ``backward_total``; ``queries_per_input = False``).
+    """
+    import torch
+
+    from robustscope.grid_search import grid_robustness
+    from robustscope.models.base import PROBA_FLOOR
+    from robustscope.models.wrap import wrap_model
+    from robustscope.search import _label_indices
+
+    X = inputs.X
+    if X.ndim != 4:
+        raise InputError(f"{where}: image threat '{threat}' needs images (N, C, H, W); the "
+                         f"data has shape {X.shape}")
+    clf = wrap_model(inputs.model, input_shape=X.shape[1:], device=device, example=X[:2])
+    labels = _label_indices(clf, inputs.y, len(X))
+    x = torch.as_tensor(X, dtype=torch.float32)
+    gr = grid_robustness(clf, x, labels, threat, grid, seed=seed, batch_size=batch_size,
+                         device=device)
+    x_adv = gr.x_adv.detach().cpu()
+    with torch.no_grad():
+        proba = clf.predict_proba(clf.as_tensor(X)).detach().cpu().double().numpy()
+        proba_adv = clf.predict_proba(x_adv.to(clf.device, clf.dtype)).detach().cpu() \
+            .double().numpy()
+    n = len(X)
+    rows = np.arange(n)
+    return RadiusResult(
+        radius=gr.radius, lower_bound=np.zeros(n), status=gr.status.astype(object),
+        x_adv=x_adv.double().numpy(), label=labels, prediction=proba.argmax(1),
+        adv_prediction=proba_adv.argmax(1), proba=proba, proba_adv=proba_adv,
+        loss=-np.log(np.maximum(proba[rows, labels], PROBA_FLOOR)),
+        forward_queries=np.zeros(n, dtype=np.int64), backward_queries=np.zeros(n, np.int64),
+        seconds=np.full(n, gr.seconds / max(n, 1)), threat=threat, solver="grid-bisection",
+        max_radius=float(gr.grid[-1]), classes=getattr(clf, "classes", None),
+        meta={"seed": seed, "budget": None, "rtol": None, "grid": gr.grid.tolist(),
+              "queries_per_input": False, "forward_total": int(gr.forward_passes),
+              "backward_total": int(gr.backward_passes), "attack_runs": gr.runs.tolist(),
+              "attack_name": gr.attack_name,
+              "model": clf.name})
 
 
 class _given:

@@ -35,6 +35,30 @@ BUILTIN_DATA = ("breast-cancer",)
 LP_THREATS = ("linf", "l2", "l1")
 
 
+def _image_threats():
+    """robustscope.threats.image where it is installed (image threats searched on a grid)."""
+    try:
+        import robustscope.grid_search  # noqa: F401
+        from robustscope.threats import image
+    except ImportError:
+        return None
+    return image
+
+
+def grid_threat_key(name: str) -> str | None:
+    """Registry key of an image threat (``ElasticAttack`` -> ``elastic``), or None."""
+    image = _image_threats()
+    return None if image is None else image.threat_key(name)
+
+
+def known_threats() -> list[str]:
+    """Lp threats, then the image threats where robustscope.grid_search is installed."""
+    image = _image_threats()
+    extra = [] if image is None else [t for t in image.image_threat_names()
+                                      if t not in LP_THREATS]
+    return [*LP_THREATS, *extra]
+
+
 class SpecError(InputError):
     """An evaluation spec is invalid; the message names the key and the line."""
 
@@ -152,10 +176,19 @@ class ThreatSpec(_Strict):
     @classmethod
     def _known(cls, value: str) -> str:
         key = value.lower().replace("-", "").replace("_", "")
-        if key not in LP_THREATS:
-            raise ValueError(f"threat '{value}' is not known; choose one of "
-                             f"{', '.join(LP_THREATS)}")
-        return key
+        if key in LP_THREATS:
+            return key
+        grid_key = grid_threat_key(value)
+        if grid_key is not None:
+            return grid_key
+        raise ValueError(f"threat '{value}' is not known; choose one of "
+                         f"{', '.join(known_threats())}")
+
+    @property
+    def is_grid(self) -> bool:
+        """An image threat searched on its strength grid (robustscope.grid_search), not an
+        Lp radius search."""
+        return self.name not in LP_THREATS
 
     @field_validator("strengths")
     @classmethod
