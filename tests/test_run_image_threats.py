@@ -87,3 +87,19 @@ def test_run_with_grid_threats(digits_files):
     assert external_references(html) == []
     alts = [i["alt"] for i in report_images(html)]
     assert sum(a.startswith("The ") and a.endswith("most fragile inputs") for a in alts) == 2
+
+
+def test_compare_store_runs_keeps_grid_query_means(digits_files):
+    from robustscope.compare import compare_runs, load_run
+
+    tmp = digits_files
+    manifest = json.loads((tmp / "out" / "run.json").read_text())
+    run_id = manifest["threats"]["brightness"]["store_run_id"]
+    from_store = load_run(str(run_id), tmp / "out" / ".." / "results.sqlite")
+    from_dir = load_run(str(tmp / "out"))
+    cmp = compare_runs(from_store, from_dir, n_bootstrap=0)
+    a, b = cmp.metrics["brightness"]
+    assert a["mean_queries"] == pytest.approx(b["mean_queries"])
+    assert a["mean_queries"] == pytest.approx(
+        manifest["threats"]["brightness"]["summary"]["mean_queries"])
+    assert a["median_radius"] == pytest.approx(b["median_radius"])

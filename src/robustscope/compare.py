@@ -107,6 +107,9 @@ def load_store_run(store_path: str | Path, run_id: int) -> RunView:
             threat = r.threat or r.config.get("threat", f"run{r.id}")
             view.threats[threat] = _view_from_frame(
                 threat, df, r.config["max_radius"], r.config.get("strengths"))
+            if r.config.get("queries_per_input") is False:
+                total = r.config.get("forward_total", 0) + r.config.get("backward_total", 0)
+                view.threats[threat].mean_queries = total / max(len(df), 1)
     return view
 
 

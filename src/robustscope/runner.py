@@ -291,7 +291,11 @@ def _record_store(spec: EvaluationSpec, ev: Evaluation, uid: str, out_dir: Path)
                 config={"evaluation": uid, "seed": spec.seed, "budget": res.meta.get("budget"),
                         "rtol": res.meta.get("rtol"), "strengths": [float(e) for e in
                                                                    sec.strengths],
-                        "title": ev.title})
+                        "title": ev.title,
+                        **({"queries_per_input": False,
+                            "forward_total": res.meta["forward_total"],
+                            "backward_total": res.meta["backward_total"]}
+                           if res.meta.get("queries_per_input") is False else {})})
             store.record_radii(run_id, res)
             store.finish_run(run_id)
             sec.store_run_id = run_id
