@@ -48,7 +48,8 @@ def digits_files(tmp_path_factory):
     return tmp
 
 
-def test_run_with_grid_threats(digits_files):
+@pytest.fixture(scope="module")
+def grid_run(digits_files):
     tmp = digits_files
     (tmp / "spec.yaml").write_text(
         "model: {path: net.pt}\n"
@@ -59,7 +60,11 @@ def test_run_with_grid_threats(digits_files):
         "solver: {budget: 200}\n"
         "scores: {n_bootstrap: 20, cr: {reference: published}}\n"
         "outputs: {dir: out, store: results.sqlite}\n")
-    outcome = run_spec_file(tmp / "spec.yaml", quiet=True)
+    return tmp, run_spec_file(tmp / "spec.yaml", quiet=True)
+
+
+def test_run_with_grid_threats(grid_run):
+    tmp, outcome = grid_run
     manifest = json.loads((tmp / "out" / "run.json").read_text())
     b = manifest["threats"]["brightness"]
     assert b["solver"] == "grid-bisection"
@@ -89,13 +94,13 @@ def test_run_with_grid_threats(digits_files):
     assert sum(a.startswith("The ") and a.endswith("most fragile inputs") for a in alts) == 2
 
 
-def test_compare_store_runs_keeps_grid_query_means(digits_files):
+def test_compare_store_runs_keeps_grid_query_means(grid_run):
     from robustscope.compare import compare_runs, load_run
 
-    tmp = digits_files
+    tmp, _ = grid_run
     manifest = json.loads((tmp / "out" / "run.json").read_text())
     run_id = manifest["threats"]["brightness"]["store_run_id"]
-    from_store = load_run(str(run_id), tmp / "out" / ".." / "results.sqlite")
+    from_store = load_run(str(run_id), tmp / "results.sqlite")
     from_dir = load_run(str(tmp / "out"))
     cmp = compare_runs(from_store, from_dir, n_bootstrap=0)
     a, b = cmp.metrics["brightness"]
