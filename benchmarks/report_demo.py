@@ -1,0 +1,59 @@
+"""Time the demo's whole workflow (train, radii of both models, report) and the report alone.
+
+    OMP_NUM_THREADS=2 PYTHONPATH=src taskset -c 0,1 python benchmarks/report_demo.py --repeats 3
+
+Prints the median and every run's seconds for: training + radius search (``run_demo``), the
+report (``build_demo_report``: scores with 1000 bootstrap resamples, IsolationForest, Proxy-A
+distance, 11 figures, HTML), and the two together.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from robustscope.demo import run_demo, train_models
+from robustscope.report.demo_report import build_demo_report
+from robustscope.space import FeatureSpace
+
+
+def once(out: Path) -> tuple[float, float, int]:
+    t0 = time.perf_counter()
+    results = run_demo(out, quiet=True)
+    t1 = time.perf_counter()
+    data, X_train, X_test, _, y_test, _ = train_models()
+    lower = np.minimum(X_train.min(axis=0), X_test.min(axis=0))
+    upper = np.maximum(X_train.max(axis=0), X_test.max(axis=0))
+    space = FeatureSpace.from_arrays(lower, upper, scale=X_train.max(0) - X_train.min(0),
+                                     names=list(data.feature_names))
+    t2 = time.perf_counter()
+    path = build_demo_report(results, X_test, y_test, space, out, X_train=X_train)
+    t3 = time.perf_counter()
+    return t1 - t0, t3 - t2, path.stat().st_size
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    demo, report, size = [], [], 0
+    for _ in range(args.repeats):
+        with tempfile.TemporaryDirectory() as tmp:
+            d, r, size = once(Path(tmp))
+        demo.append(d)
+        report.append(r)
+    total = [a + b for a, b in zip(demo, report, strict=True)]
+    for name, values in (("demo (train + radii)", demo), ("report", report),
+                         ("demo + report", total)):
+        print(f"{name:>22}: median {statistics.median(values):6.1f} s  "
+              f"runs {', '.join(f'{v:.1f}' for v in values)}")
+    print(f"{'report size':>22}: {size / 1e3:.0f} kB")
+
+
+if __name__ == "__main__":
+    main()

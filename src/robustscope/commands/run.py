@@ -1,0 +1,70 @@
+"""``robustscope run SPEC.yaml``: run an evaluation spec, write the run folder and report."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from robustscope.errors import RobustscopeError
+
+err_console = Console(stderr=True)
+
+
+def _fail(message: str, code: int = 2) -> None:
+    for line in message.splitlines():
+        err_console.print(f"[bold red]error:[/] {line}", highlight=False, soft_wrap=True,
+                          markup=True)
+    raise typer.Exit(code)
+
+
+def _quiet_logging(quiet: bool) -> None:
+    if quiet:
+        logging.getLogger("robustscope").setLevel(logging.ERROR)
+
+
+def print_run_summary(outcome, console: Console) -> None:
+    """Per-threat headline numbers of a finished run."""
+    from robustscope.report.html import fmt, pct
+
+    table = Table(title=outcome.evaluation.title)
+    for col in ("threat", "solver", "inputs", "clean acc.", "median r", "worst r", "R_ν",
+                "R_ν interval", "censored", "queries/input", "seconds"):
+        table.add_column(col, justify="right")
+    for sec in outcome.evaluation.sections:
+        s = sec.summary()
+        table.add_row(sec.name, sec.result.solver, str(s["n"]), pct(s["clean_accuracy"]),
+                      fmt(s["median_radius"]), fmt(s["worst_radius"]), fmt(s["R_nu"]),
+                      f"[{fmt(s['R_nu_low'])}, {fmt(s['R_nu_high'])}]",
+                      pct(s["censored_share"]), fmt(s["mean_queries"], 5), fmt(sec.seconds, 3))
+    console.print(table)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``run`` command to ``app``."""
+
+    @app.command("run")
+    def run_command(
+        spec: Path = typer.Argument(..., help="Evaluation spec (YAML): model, data, features, "
+                                    "threats, solver, scores, outputs."),
+        out_dir: Path | None = typer.Option(None, "--out-dir", help="Override outputs.dir."),
+        quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars or summary; "
+                                   "only the report path."),
+    ) -> None:
+        """Run an evaluation spec: radii per threat, scores, run folder, store, HTML report."""
+        from robustscope.runner import run_spec_file
+
+        _quiet_logging(quiet)
+        try:
+            outcome = run_spec_file(spec, quiet=quiet, out_dir=out_dir)
+        except RobustscopeError as exc:
+            _fail(str(exc))
+        console = Console(width=max(Console().width, 130))
+        if not quiet:
+            print_run_summary(outcome, console)
+            for key, note in outcome.manifest.get("notes", {}).items():
+                err_console.print(f"note ({key}): {note}", highlight=False)
+        console.print(str(outcome.report), highlight=False, soft_wrap=True)

@@ -1,0 +1,198 @@
+"""Batched, budgeted, feature-type-respecting queries for gradient-free solvers.
+
+A :class:`ScaledOracle` holds ``n`` inputs and answers "is ``x + u·scale`` a counterexample,
+and what is its margin?" for batches of scaled perturbations ``u`` of shape ``(k, m, d)``
+(``m`` candidates for each of ``k`` inputs). Every candidate is first made valid: clamped to
+the feature space's box of allowed perturbations, integer and binary moves rounded towards
+the input, then projected with
+:meth:`FeatureSpace.project` (integers integral, binaries 0/1, one-hot groups one-hot,
+immutable features unchanged; a one-hot group with an immutable member is kept whole).
+Its size is measured *after* projection, so the best counterexample kept per input is the
+one the model actually saw.
+
+Queries are counted per input against the solver's own ``budget`` and, when the caller
+charges the model (``model.charging``) or passes a ledger, charged to that ledger too.
+An input without enough budget left for a request is simply not queried (its answers read
+"not adversarial"); no call ever exceeds a budget.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from robustscope.errors import InputError
+from robustscope.models.base import Classifier, QueryLedger
+from robustscope.space import FeatureSpace
+from robustscope.statement import DECISION_CHANGE, Statement
+from robustscope.threats.lp import LpThreat
+
+_NO_LIMIT = np.iinfo(np.int64).max // 4
+
+
+def effective_mutable(space: FeatureSpace) -> np.ndarray:
+    """Mutable mask ``(d,)`` in which a one-hot group with any immutable member is wholly
+    immutable (changing the category would change that member)."""
+    mutable = space.mutable.copy()
+    for g in space.groups:
+        if not mutable[g].all():
+            mutable[g] = False
+    return mutable
+
+
+class ScaledOracle:
+    """Queries for ``n`` inputs ``x`` ``(n, *shape)`` with labels ``y`` ``(n,)``.
+
+    Attributes
+    ----------
+    used : int64 array (n,), queries spent per input by this oracle.
+    best_u : tensor (n, d), smallest verified counterexample per input (scaled units).
+    best_r : tensor (n,), its norm; ``inf`` where none was found.
+    """
+
+    def __init__(self, model: Classifier, x: torch.Tensor, y: torch.Tensor,
+                 space: FeatureSpace, threat: LpThreat,
+                 statement: Statement = DECISION_CHANGE, budget: int | None = None,
+                 ledger: QueryLedger | None = None) -> None:
+        if x.ndim < 2:
+            raise InputError(f"x must have shape (n, *input_shape), got {tuple(x.shape)}")
+        n = x.shape[0]
+        self.model, self.space, self.threat, self.statement = model, space, threat, statement
+        self.x = x
+        self.y = torch.as_tensor(y, device=x.device).reshape(-1).long()
+        if len(self.y) != n:
+            raise InputError(f"y has {len(self.y)} labels for {n} inputs")
+        self.flat = x.reshape(n, -1)
+        self.d = self.flat.shape[1]
+        if space.n_features != self.d:
+            raise InputError(f"space has {space.n_features} features but inputs have {self.d}")
+        self.lo, self.hi = space.delta_bounds(x)
+        self.scale = torch.as_tensor(space.scale, dtype=x.dtype, device=x.device)
+        self.mutable = torch.as_tensor(effective_mutable(space), device=x.device)
+        self.integral = torch.as_tensor(np.isin(space.types, ("integer", "binary")),
+                                        device=x.device)
+        if budget is not None and budget < 1:
+            raise InputError(f"budget must be a positive number of queries, got {budget}")
+        self.budget = budget
+        self.used = np.zeros(n, dtype=np.int64)
+        outer = getattr(model, "_charge", None)  # the caller's charging block, if any
+        if ledger is not None:
+            self.ledger, self.owners = ledger, np.arange(n)
+        elif outer is not None and len(outer.owners):
+            if len(outer.owners) != n:
+                raise InputError(f"the model is being charged for {len(outer.owners)} inputs "
+                                 f"but the solver was given {n}")
+            self.ledger, self.owners = outer.ledger, np.asarray(outer.owners)
+        else:
+            self.ledger, self.owners = None, np.arange(n)
+        self.best_u = torch.zeros_like(self.flat)
+        self.best_r = torch.full((n,), float("inf"), dtype=x.dtype, device=x.device)
+
+    @property
+    def n(self) -> int:
+        return self.flat.shape[0]
+
+    def remaining(self, idx: np.ndarray) -> np.ndarray:
+        """Queries still allowed for inputs ``idx``."""
+        left = np.full(len(idx), _NO_LIMIT, dtype=np.int64)
+        if self.budget is not None:
+            left = np.minimum(left, self.budget - self.used[idx])
+        if self.ledger is not None and self.ledger.budget is not None:
+            left = np.minimum(left, self.ledger.remaining(self.owners[idx]))
+        return left
+
+    def project(self, idx: np.ndarray, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Valid candidates for inputs ``idx`` from ``u`` ``(k, m, d)``.
+
+        Returns ``(u_valid (k, m, d), x_valid (k·m, *shape))``.
+        """
+        k, m, d = u.shape
+        ti = torch.as_tensor(idx, device=u.device)
+        u = torch.minimum(torch.maximum(u, self.lo[ti].unsqueeze(1)), self.hi[ti].unsqueeze(1))
+        u = torch.where(self.mutable, u, torch.zeros_like(u))
+        base = self.flat[ti].unsqueeze(1).expand(k, m, d).reshape(k * m, d)
+        step = (u * self.scale).reshape(k * m, d)
+        if self.integral.any():
+            # round integer and binary moves towards the input (the input is integral), so
+            # that a candidate never leaves the ball it was proposed in by rounding up
+            step = torch.where(self.integral, torch.trunc(step + 1e-9 * torch.sign(step)), step)
+        cand = base + step
+        shape = self.x.shape[1:]
+        valid = self.space.project(cand.reshape(k * m, *shape), base.reshape(k * m, *shape))
+        valid = torch.where(self.mutable, valid.reshape(k * m, d), base)
+        u_valid = ((valid - base) / self.scale).reshape(k, m, d)
+        valid = valid.reshape(k * m, *shape)
+        return u_valid, valid
+
+    def query(self, idx: np.ndarray, u: torch.Tensor
+              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, np.ndarray]:
+        """Ask the model about ``m`` candidates for each input in ``idx``; ``u`` is ``(k, m, d)``.
+
+        Returns ``(adversarial (k, m) bool, margin (k, m), u_valid (k, m, d), asked (k,) bool)``.
+        Inputs that lack the budget for ``m`` queries are not asked: their rows read
+        ``adversarial = False`` and ``margin = inf``.
+        """
+        idx = np.asarray(idx, dtype=np.int64)
+        k, m, _ = u.shape
+        adv = torch.zeros(k, m, dtype=torch.bool, device=u.device)
+        margin = torch.full((k, m), float("inf"), dtype=u.dtype, device=u.device)
+        if k == 0:
+            return adv, margin, u, np.zeros(0, dtype=bool)
+        u_valid, x_valid = self.project(idx, u)
+        asked = self.remaining(idx) >= m
+        if not asked.any():
+            return adv, margin, u_valid, asked
+        sel = np.flatnonzero(asked)
+        ids = idx[sel]
+        tsel = torch.as_tensor(sel, device=u.device)
+        u_sel = u_valid[tsel]
+        x_sel = x_valid.reshape(k, m, *self.x.shape[1:])[tsel].reshape(-1, *self.x.shape[1:])
+        labels = self.y[torch.as_tensor(ids, device=u.device)].repeat_interleave(m)
+        with torch.no_grad():
+            if self.ledger is not None:
+                with self.model.charging(self.ledger, self.owners[ids]):
+                    logits = self.model.logits(self.model.as_tensor(x_sel))
+            else:
+                logits = self.model.logits(self.model.as_tensor(x_sel))
+        self.used[ids] += m
+        logits = logits.to(u.dtype)
+        holds = self.statement.holds(logits.argmax(dim=1), labels).reshape(-1, m)
+        marg = self.statement.margin(logits, labels).reshape(-1, m)
+        adv[tsel], margin[tsel] = holds, marg
+        self._keep_best(ids, u_sel, holds)
+        return adv, margin, u_valid, asked
+
+    def _keep_best(self, ids: np.ndarray, u: torch.Tensor, holds: torch.Tensor) -> None:
+        k, m, d = u.shape
+        norms = self.threat.norm(u.reshape(k * m, d)).reshape(k, m)
+        norms = torch.where(holds, norms, torch.full_like(norms, float("inf")))
+        r, j = norms.min(dim=1)
+        ti = torch.as_tensor(ids, device=u.device)
+        better = r < self.best_r[ti]
+        if better.any():
+            tb = ti[better]
+            self.best_r[tb] = r[better]
+            self.best_u[tb] = u[better, j[better]]
+
+    def candidates(self) -> torch.Tensor:
+        """Best counterexample per input in original units ``(n, *shape)``; the input itself
+        where none was found."""
+        return (self.flat + self.best_u * self.scale).reshape(self.x.shape)
+
+    def nearest_in_pool(self, pool: torch.Tensor, pool_labels: torch.Tensor | None,
+                        k: int) -> torch.Tensor:
+        """Scaled offsets ``(n, k, d)`` to the ``k`` pool points nearest each input in the
+        threat's norm, among those whose label differs from the input's when labels are
+        given (fewer valid points are padded with the nearest ones)."""
+        pool_flat = pool.reshape(pool.shape[0], -1).to(self.flat.dtype)
+        if pool_flat.shape[1] != self.d:
+            raise InputError(f"X_pool has {pool_flat.shape[1]} features; inputs have {self.d}")
+        offsets = (pool_flat.unsqueeze(0) - self.flat.unsqueeze(1)) / self.scale  # (n, P, d)
+        offsets = torch.where(self.mutable, offsets, torch.zeros_like(offsets))
+        dist = self.threat.norm(offsets.reshape(-1, self.d)).reshape(self.n, -1)
+        if pool_labels is not None:
+            same = pool_labels.reshape(1, -1).to(self.y.device) == self.y.reshape(-1, 1)
+            dist = torch.where(same, dist + 1e30, dist)
+        k = min(k, dist.shape[1])
+        order = dist.topk(k, dim=1, largest=False).indices
+        return torch.gather(offsets, 1, order.unsqueeze(2).expand(-1, -1, self.d))

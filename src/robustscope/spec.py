@@ -1,0 +1,390 @@
+"""Evaluation specs: one YAML file that says what to evaluate, how, and where to write it.
+
+A spec names the model, the data, the feature space, the threats with their strength grids,
+the solver and its budget, the scores, and the outputs. It is validated with pydantic; every
+error names the key (``threats[1].budget``) **and** the line of the YAML file it comes from,
+found by composing the YAML into nodes (which keep their positions) and walking the error's
+location through them.
+
+Minimal example::
+
+    model: {builtin: breast-cancer-gbm}
+    data: {builtin: breast-cancer}
+    threats:
+      - {name: linf, strengths: {max: 0.5, num: 20}}
+
+See :class:`EvaluationSpec` for every key.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from robustscope.errors import InputError
+
+#: Models and data sets that ship with robustscope (trained on scikit-learn's breast-cancer).
+BUILTIN_MODELS = ("breast-cancer-gbm", "breast-cancer-logreg")
+BUILTIN_DATA = ("breast-cancer",)
+#: Threats the radius search understands today.
+LP_THREATS = ("linf", "l2", "l1")
+
+
+def _image_threats():
+    """robustscope.threats.image where it is installed (image threats searched on a grid)."""
+    try:
+        import robustscope.grid_search  # noqa: F401
+        from robustscope.threats import image
+    except ImportError:
+        return None
+    return image
+
+
+def grid_threat_key(name: str) -> str | None:
+    """Registry key of an image threat (``ElasticAttack`` -> ``elastic``), or None."""
+    image = _image_threats()
+    return None if image is None else image.threat_key(name)
+
+
+def known_threats() -> list[str]:
+    """Lp threats, then the image threats where robustscope.grid_search is installed."""
+    image = _image_threats()
+    extra = [] if image is None else [t for t in image.image_threat_names()
+                                      if t not in LP_THREATS]
+    return [*LP_THREATS, *extra]
+
+
+class SpecError(InputError):
+    """An evaluation spec is invalid; the message names the key and the line."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ModelSpec(_Strict):
+    """The classifier: a model file (``path``) or a built-in demo model (``builtin``)."""
+
+    path: Path | None = None
+    builtin: Literal["breast-cancer-gbm", "breast-cancer-logreg"] | None = None
+    trust_pickle: bool = False
+    device: str = "cpu"
+    name: str | None = Field(None, description="Name in the report and the store.")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ModelSpec:
+        if (self.path is None) == (self.builtin is None):
+            raise ValueError("give exactly one of 'path' (a model file) or 'builtin' "
+                             f"(one of {', '.join(BUILTIN_MODELS)})")
+        return self
+
+    @property
+    def display_name(self) -> str:
+        return self.name or (self.builtin or Path(str(self.path)).stem)
+
+
+class SplitSpec(_Strict):
+    """Split the data file into a reference part (used for the out-of-distribution reading
+    and, without a feature file, for the feature ranges) and the evaluated part."""
+
+    test_size: float = Field(0.25, gt=0, lt=1)
+    seed: int = 0
+    stratify: bool = True
+
+
+class DataSpec(_Strict):
+    """The evaluation inputs: a CSV/NPZ file (``path``) or the built-in data (``builtin``)."""
+
+    path: Path | None = None
+    builtin: Literal["breast-cancer"] | None = None
+    label_column: str = "label"
+    split: SplitSpec | None = None
+    reference: Path | None = Field(None, description="Reference (training) data file for the "
+                                   "out-of-distribution reading.")
+    limit: int | None = Field(None, gt=0, description="Evaluate only the first N inputs.")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> DataSpec:
+        if (self.path is None) == (self.builtin is None):
+            raise ValueError("give exactly one of 'path' (a .csv or .npz file) or 'builtin' "
+                             f"(one of {', '.join(BUILTIN_DATA)})")
+        if self.builtin is not None and (self.split is not None or self.reference is not None):
+            raise ValueError("built-in data comes with its own train/test split; "
+                             "'split' and 'reference' apply to data files only")
+        if self.split is not None and self.reference is not None:
+            raise ValueError("give at most one of 'split' and 'reference'")
+        return self
+
+
+class FeaturesSpec(_Strict):
+    """The feature space: a YAML file (``file``) or the same content inline."""
+
+    file: Path | None = None
+    default: dict[str, Any] | None = None
+    features: list[dict[str, Any]] | None = None
+
+    @model_validator(mode="after")
+    def _file_or_inline(self) -> FeaturesSpec:
+        if self.file is not None and (self.default is not None or self.features is not None):
+            raise ValueError("give either 'file' or inline 'default'/'features', not both")
+        return self
+
+    def inline(self) -> dict | None:
+        if self.file is not None:
+            return None
+        out: dict = {}
+        if self.default is not None:
+            out["default"] = self.default
+        if self.features is not None:
+            out["features"] = self.features
+        return out
+
+
+class GridSpec(_Strict):
+    """``num`` evenly spaced strengths ``max/num, 2 max/num, ..., max``."""
+
+    max: float = Field(gt=0)
+    num: int = Field(20, ge=1, le=1000)
+
+    def values(self) -> list[float]:
+        return [float(v) for v in np.linspace(self.max / self.num, self.max, self.num)]
+
+
+class SolverSpec(_Strict):
+    """How the neighbourhood is searched, and at what cost."""
+
+    name: Literal["auto", "exact", "minnorm", "pgd"] = "auto"
+    budget: int | None = Field(None, gt=0, description="Model passes allowed per input.")
+    rtol: float = Field(0.01, gt=0, lt=1)
+    batch_size: int = Field(128, gt=0)
+
+
+class ThreatSpec(_Strict):
+    """One threat model and its strength grid (in the threat's norm of the scaled delta)."""
+
+    name: str
+    strengths: list[float] | GridSpec | None = None
+    max_radius: float | None = Field(None, gt=0)
+    solver: SolverSpec | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _known(cls, value: str) -> str:
+        key = value.lower().replace("-", "").replace("_", "")
+        if key in LP_THREATS:
+            return key
+        grid_key = grid_threat_key(value)
+        if grid_key is not None:
+            return grid_key
+        raise ValueError(f"threat '{value}' is not known; choose one of "
+                         f"{', '.join(known_threats())}")
+
+    @property
+    def is_grid(self) -> bool:
+        """An image threat searched on its strength grid (robustscope.grid_search), not an
+        Lp radius search."""
+        return self.name not in LP_THREATS
+
+    @field_validator("strengths")
+    @classmethod
+    def _positive(cls, value):
+        if isinstance(value, list):
+            if not value:
+                raise ValueError("give at least one strength")
+            bad = [v for v in value if not (math.isfinite(v) and v > 0)]
+            if bad:
+                raise ValueError(f"strengths must be finite and > 0, got {bad[0]}")
+            value = sorted(set(float(v) for v in value))
+        return value
+
+    def strength_values(self) -> list[float] | None:
+        if self.strengths is None:
+            return None
+        if isinstance(self.strengths, GridSpec):
+            return self.strengths.values()
+        return list(self.strengths)
+
+    @model_validator(mode="after")
+    def _grid_within_max(self) -> ThreatSpec:
+        values = self.strength_values()
+        if values and self.max_radius is not None and max(values) > self.max_radius:
+            raise ValueError(f"largest strength {max(values):g} exceeds max_radius "
+                             f"{self.max_radius:g}; accuracy there would be unknown")
+        return self
+
+
+class CRSpec(_Strict):
+    """Competitiveness ratios (MultiRobustBench) against a reference acc*: ``published``
+    (the CIFAR-10 table) or an accuracy file."""
+
+    reference: str = "published"
+
+
+class ScoresSpec(_Strict):
+    """Which readings to compute."""
+
+    intrinsic: bool = True
+    n_bootstrap: int = Field(1000, ge=0)
+    confidence: float = Field(0.95, gt=0, lt=1)
+    censored: Literal["exclude", "bound"] = "exclude"
+    ood: bool = True
+    pad: bool = True
+    cr: CRSpec | None = None
+    fragile: int = Field(5, ge=0, le=100, description="Most fragile inputs shown.")
+
+
+class OutputsSpec(_Strict):
+    """Where the run writes its files (relative paths are relative to the spec file)."""
+
+    dir: Path = Path("robustscope-run")
+    report: str = "report.html"
+    store: Path | None = None
+    adversarial: bool = True
+
+    @field_validator("report")
+    @classmethod
+    def _html(cls, value: str) -> str:
+        if not value.endswith(".html") or "/" in value:
+            raise ValueError("report must be a file name ending in .html (it goes in 'dir')")
+        return value
+
+
+class EvaluationSpec(_Strict):
+    """A whole evaluation (the top level of the YAML file)."""
+
+    name: str | None = None
+    seed: int = 0
+    model: ModelSpec
+    data: DataSpec
+    features: FeaturesSpec | None = None
+    threats: list[ThreatSpec] = Field(min_length=1)
+    solver: SolverSpec = SolverSpec()
+    scores: ScoresSpec = ScoresSpec()
+    outputs: OutputsSpec = OutputsSpec()
+
+    @model_validator(mode="after")
+    def _unique_threats(self) -> EvaluationSpec:
+        names = [t.name for t in self.threats]
+        dup = {n for n in names if names.count(n) > 1}
+        if dup:
+            raise ValueError(f"threat(s) {sorted(dup)} listed twice")
+        return self
+
+    def solver_for(self, threat: ThreatSpec) -> SolverSpec:
+        return threat.solver or self.solver
+
+    def resolve_paths(self, base: Path) -> EvaluationSpec:
+        """A copy with relative paths made relative to ``base`` (the spec file's folder)."""
+        def fix(p: Path | None) -> Path | None:
+            return None if p is None or p.is_absolute() else base / p
+
+        spec = self.model_copy(deep=True)
+        if spec.model.path is not None:
+            spec.model.path = fix(spec.model.path)
+        spec.data.path = fix(spec.data.path) if spec.data.path else None
+        spec.data.reference = fix(spec.data.reference) if spec.data.reference else None
+        if spec.features is not None and spec.features.file is not None:
+            spec.features.file = fix(spec.features.file)
+        spec.outputs.dir = fix(spec.outputs.dir) or spec.outputs.dir
+        if spec.outputs.store is not None:
+            spec.outputs.store = fix(spec.outputs.store)
+        if spec.scores.cr is not None and spec.scores.cr.reference != "published":
+            spec.scores.cr.reference = str(fix(Path(spec.scores.cr.reference)))
+        return spec
+
+
+# -- loading with line numbers ---------------------------------------------------------------
+def _node_at(root: yaml.Node, loc: tuple) -> tuple[yaml.Node, bool]:
+    """The deepest node along ``loc`` (pydantic's error location); ``exact`` is False when
+    the path stops early (a missing key: the error then points at its parent mapping)."""
+    node = root
+    for part in loc:
+        if isinstance(node, yaml.MappingNode) and isinstance(part, str):
+            for key, value in node.value:
+                if key.value == part:
+                    node = value
+                    break
+            else:
+                return node, False
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int):
+            if part >= len(node.value):
+                return node, False
+            node = node.value[part]
+        else:
+            # pydantic adds union-member tags ("list[float]", "GridSpec"): skip them
+            continue
+    return node, True
+
+
+_TYPE_ERRORS = ("list_type", "dict_type", "model_type", "model_attributes_type")
+
+
+def _key_path(loc: tuple) -> str:
+    """``threats[1].solver.budget`` from pydantic's location tuple (union tags skipped)."""
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif "[" in str(part) or str(part)[:1].isupper():
+            continue
+        else:
+            out += ("." if out else "") + str(part)
+    return out or "(top level)"
+
+
+def parse_spec(text: str, source: str = "spec") -> EvaluationSpec:
+    """Validate spec text; raise :class:`SpecError` naming ``source``, the key and the line."""
+    try:
+        root = yaml.compose(text)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f", line {mark.line + 1}" if mark is not None else ""
+        raise SpecError(f"{source}{where}: not valid YAML ({getattr(exc, 'problem', exc)})") \
+            from exc
+    if root is None or not isinstance(data, dict):
+        raise SpecError(f"{source}, line 1: the spec must be a mapping with at least "
+                        "'model', 'data' and 'threats'")
+    try:
+        return EvaluationSpec.model_validate(data)
+    except ValidationError as exc:
+        errors = exc.errors()
+        paths = [_key_path(tuple(e["loc"])) for e in errors]
+        lines = []
+        for err, path in zip(errors, paths, strict=True):
+            loc = tuple(err["loc"])
+            # a failed union reports every alternative: drop the "wrong type" ones when a
+            # more specific error exists at or below the same key
+            if err["type"] in _TYPE_ERRORS and any(
+                    q != path and q.startswith(path) for q in paths):
+                continue
+            node, _ = _node_at(root, loc)
+            line = node.start_mark.line + 1
+            msg = err["msg"].removeprefix("Value error, ")
+            if err["type"] == "extra_forbidden":
+                key_node, _ = _node_at(root, loc)
+                line = key_node.start_mark.line + 1
+                msg = "unknown key"
+            elif err["type"] == "missing":
+                msg = "missing required key"
+            lines.append(f"{source}, line {line}: {path}: {msg}")
+        # pydantic lists union alternatives separately; keep one message per key and line
+        unique = list(dict.fromkeys(lines))
+        raise SpecError("\n".join(unique)) from None
+
+
+def load_spec(path: str | Path) -> EvaluationSpec:
+    """Read and validate a spec file; relative paths in it are resolved against its folder."""
+    path = Path(path)
+    if not path.is_file():
+        raise SpecError(f"spec file {path} does not exist")
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError(f"spec file {path}: cannot read it ({exc})") from exc
+    return parse_spec(text, str(path)).resolve_paths(path.parent)

@@ -1,0 +1,55 @@
+"""The demo's report end to end: the demo's models and radii, then ``build_demo_report``."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+from report_helpers import external_references, report_images
+
+from robustscope.demo import train_models
+from robustscope.report.demo_report import build_demo_report
+from robustscope.search import radius
+from robustscope.space import FeatureSpace
+
+
+def test_demo_report_end_to_end(tmp_path):
+    t0 = time.perf_counter()
+    data, X_train, X_test, _, y_test, models = train_models()
+    lower = np.minimum(X_train.min(axis=0), X_test.min(axis=0))
+    upper = np.maximum(X_train.max(axis=0), X_test.max(axis=0))
+    space = FeatureSpace.from_arrays(lower, upper, scale=X_train.max(0) - X_train.min(0),
+                                     names=list(data.feature_names))
+    results = {name: radius(m, X_test, y_test, threat="linf", space=space, seed=0)
+               for name, m in models.items()}
+    path = build_demo_report(results, X_test, y_test, space, tmp_path / "demo",
+                             X_train=X_train)
+    elapsed = time.perf_counter() - t0
+    assert path == tmp_path / "demo" / "report.html" and path.is_file()
+    html = path.read_text()
+    assert external_references(html) == []
+    images = report_images(html)
+    alts = [i["alt"] for i in images]
+    assert all(i["width"] > 0 for i in images)
+    # one section per model, both under linf: the overview overlays them
+    assert "Robust accuracy against strength, all sections" in alts
+    assert alts.count("Flip rate against strength ε") == 2
+    assert alts.count("IsolationForest scores of clean inputs and counterexamples") == 2
+    for name in models:
+        assert f">{name} <small" in html
+    assert "Proxy-A distance" in html
+    assert elapsed < 120, f"demo report took {elapsed:.0f} s (budget: 2 minutes)"
+
+
+def test_demo_report_without_reference_data_says_so(tmp_path):
+    from sklearn.datasets import load_breast_cancer
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    X, y = load_breast_cancer(return_X_y=True)
+    model = make_pipeline(StandardScaler(), LogisticRegression(max_iter=5000)).fit(X, y)
+    space = FeatureSpace.from_data(X)
+    res = radius(model, X[:15], y[:15], space=space)
+    html = build_demo_report({"lr": res}, X[:15], y[:15], space, tmp_path).read_text()
+    assert "no reference (training) data was given" in html

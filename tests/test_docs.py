@@ -1,0 +1,85 @@
+"""The documentation: its Python examples run, its spec examples validate, and
+``mkdocs build --strict`` succeeds (offline)."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from robustscope.spec import parse_spec
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+
+
+def code_blocks(page: str, language: str) -> list[str]:
+    text = (DOCS / page).read_text()
+    return re.findall(rf"```{language}\n(.*?)```", text, flags=re.S)
+
+
+def run_page(page: str, tmp_path: Path, monkeypatch) -> dict:
+    """Run every ```python block of ``page`` in order, in one namespace, in ``tmp_path``."""
+    monkeypatch.chdir(tmp_path)
+    blocks = code_blocks(page, "python")
+    assert blocks, f"{page} has no python example"
+    namespace: dict = {"__name__": "__docs__"}
+    for k, block in enumerate(blocks):
+        exec(compile(block, f"{page} (block {k + 1})", "exec"), namespace)
+    return namespace
+
+
+def test_getting_started_example_runs(tmp_path, monkeypatch):
+    ns = run_page("getting-started.md", tmp_path, monkeypatch)
+    assert (tmp_path / "radii.csv").is_file() and (tmp_path / "adv.npz").is_file()
+    assert len(ns["result"]) == 40
+
+
+def test_scores_tutorial_runs(tmp_path, monkeypatch):
+    ns = run_page("tutorials/scores.md", tmp_path, monkeypatch)
+    assert ns["scores"].R_nu > 0
+
+
+@pytest.mark.skipif(importlib.util.find_spec("xgboost") is None, reason="xgboost not installed")
+def test_xgboost_tutorial_runs(tmp_path, monkeypatch):
+    ns = run_page("tutorials/tabular-xgboost.md", tmp_path, monkeypatch)
+    assert ns["outcome"].report.is_file()
+
+
+@pytest.mark.slow
+def test_images_tutorial_runs(tmp_path, monkeypatch):
+    run_page("tutorials/images-pytorch.md", tmp_path, monkeypatch)
+    assert (tmp_path / "fragile-digits.png").is_file()
+    assert (tmp_path / "digits-report.html").is_file()
+
+
+@pytest.mark.parametrize("page", ["getting-started.md", "evaluations.md"])
+def test_spec_examples_validate(page):
+    specs = [b for b in code_blocks(page, "yaml") if re.search(r"^model:", b, flags=re.M)]
+    assert specs
+    for block in specs:
+        parse_spec(block, page)
+
+
+def test_tutorial_specs_validate():
+    text = (DOCS / "tutorials/tabular-xgboost.md").read_text()
+    spec = re.search(r'write_text\("""(.*?)"""\)', text, flags=re.S).group(1)
+    parse_spec(spec, "tabular-xgboost.md")
+
+
+@pytest.mark.skipif(shutil.which("mkdocs") is None and
+                    importlib.util.find_spec("mkdocs") is None,
+                    reason="mkdocs is not installed (pip install 'robustscope[docs]')")
+def test_mkdocs_build_strict(tmp_path):
+    if importlib.util.find_spec("mkdocstrings") is None:
+        pytest.skip("mkdocstrings is not installed (pip install 'robustscope[docs]')")
+    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir",
+                           str(tmp_path / "site")], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (tmp_path / "site" / "api" / "search" / "index.html").is_file()

@@ -1,0 +1,135 @@
+"""Gradient-free minimum-norm solvers against closed forms, budgets and seeds."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from robustscope.models.base import QueryLedger
+from robustscope.models.blackbox import ProbaClassifier
+from robustscope.solvers.boundary import hop_skip_jump, hop_skip_jump_run
+from robustscope.solvers.gradient_free import gradient_free, gradient_free_run
+from robustscope.solvers.random_search import cube_search, cube_search_run
+from robustscope.space import FeatureSpace
+
+SOLVERS = {"hsj": hop_skip_jump_run, "cube": cube_search_run, "cascade": gradient_free_run}
+
+
+def _linear_problem(d: int = 8, n: int = 12, seed: int = 0):
+    """Binary black-box logistic model with unequal feature scales, unbounded space."""
+    rng = np.random.default_rng(seed)
+    w = rng.normal(size=d)
+    b = 0.3
+    scale = 10.0 ** rng.uniform(-2, 2, size=d)
+    w_orig = w / scale  # so that w_orig * scale = w (every feature matters in scaled units)
+
+    def proba(a):
+        s = a @ w_orig + b
+        p1 = 1 / (1 + np.exp(-s))
+        return np.stack([1 - p1, p1], axis=1)
+
+    model = ProbaClassifier(proba, 2, (d,))
+    space = FeatureSpace.from_arrays([-np.inf] * d, [np.inf] * d, scale=scale)
+    x = torch.as_tensor(rng.normal(size=(n, d)) * scale * 0.5)
+    y = model.predict(x)
+    margin = (x.numpy() @ w_orig + b)
+    exact = {"linf": np.abs(margin) / np.abs(w).sum(), "l2": np.abs(margin) / np.linalg.norm(w)}
+    return model, space, x, y, exact
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+@pytest.mark.parametrize("threat", ["linf", "l2"])
+def test_radius_never_below_exact_and_close_to_it(solver, threat):
+    model, space, x, y, exact = _linear_problem()
+    run = SOLVERS[solver](model, x, y, space, threat, budget=3000,
+                          generator=torch.Generator().manual_seed(0))
+    assert run.found.all()
+    # every counterexample is verified by calling the model again
+    assert (model.predict(run.x_adv) != y).all()
+    u = space.scaled_delta(run.x_adv, x)
+    norm = torch.linalg.vector_norm(u, ord=math.inf if threat == "linf" else 2, dim=1).numpy()
+    assert np.allclose(norm, run.radius)
+    ratio = run.radius / exact[threat]
+    assert (ratio >= 1 - 1e-9).all()  # a black-box radius can never beat the exact one
+    assert np.median(ratio) < 1.03 and ratio.max() < 1.1
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+def test_budget_is_respected_and_charged(solver):
+    model, space, x, y, _ = _linear_problem(n=6)
+    ledger = QueryLedger(len(x), budget=250)
+    run = SOLVERS[solver](model, x, y, space, "linf", budget=10_000, ledger=ledger)
+    assert (run.queries <= 250).all()
+    assert (ledger.forward == run.queries).all()
+    # an enclosing charging block is charged as well, with the solver's own budget
+    outer = QueryLedger(len(x))
+    with model.charging(outer, np.arange(len(x))):
+        run = SOLVERS[solver](model, x, y, space, "linf", budget=120)
+    assert (run.queries <= 120).all() and (outer.forward == run.queries).all()
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+def test_same_seed_same_numbers(solver):
+    model, space, x, y, _ = _linear_problem(n=5)
+    runs = [SOLVERS[solver](model, x, y, space, "linf", budget=400,
+                            generator=torch.Generator().manual_seed(7)) for _ in range(2)]
+    assert np.array_equal(runs[0].radius, runs[1].radius)
+    assert torch.equal(runs[0].x_adv, runs[1].x_adv)
+
+
+def test_misclassified_input_is_its_own_counterexample():
+    model, space, x, y, _ = _linear_problem(n=4)
+    wrong = y.clone()
+    wrong[0] = 1 - wrong[0]
+    run = cube_search_run(model, x, wrong, space, "linf", budget=300)
+    assert run.radius[0] == 0 and torch.equal(run.x_adv[0], x[0])
+    assert run.queries[0] == 1
+
+
+def test_warm_start_and_pool_give_starting_points():
+    model, space, x, y, exact = _linear_problem(n=6)
+    # pool: points on the other side of the boundary
+    rng = np.random.default_rng(3)
+    pool = torch.as_tensor(rng.normal(size=(200, 8)) * space.scale * 2)
+    pool_y = model.predict(pool)
+    run = hop_skip_jump_run(model, x, y, space, "linf", budget=60, X_pool=pool, y_pool=pool_y,
+                            samples=10)
+    assert run.found.all()
+    again = cube_search_run(model, x, y, space, "linf", budget=2000, x_init=run.x_adv)
+    assert (again.radius <= run.radius + 1e-12).all()
+    assert (again.radius >= exact["linf"] * (1 - 1e-9)).all()
+
+
+def test_solver_protocol_returns_candidates():
+    model, space, x, y, _ = _linear_problem(n=4)
+    eps = torch.full((4,), 10.0, dtype=torch.float64)
+    for fn in (hop_skip_jump, cube_search, gradient_free):
+        cand = fn(model, x, y, space, "linf", eps, generator=torch.Generator().manual_seed(0),
+                  budget=500)
+        assert cand.shape == x.shape
+        assert (model.predict(cand) != y).all()
+
+
+def test_label_only_model():
+    """A model that returns one-hot probabilities (labels only) is still solved."""
+    model, space, x, y, exact = _linear_problem(n=6)
+    labels_only = ProbaClassifier(
+        lambda a: np.eye(2)[model.probabilities_numpy(a).argmax(1)], 2, (8,))
+    for fn in SOLVERS.values():
+        run = fn(labels_only, x, y, space, "linf", budget=3000)
+        assert run.found.all()
+        ratio = run.radius / exact["linf"]
+        assert (ratio >= 1 - 1e-9).all() and np.median(ratio) < 1.05
+
+
+def test_cascade_is_no_worse_than_its_first_stage():
+    model, space, x, y, exact = _linear_problem(n=8, seed=4)
+    g = lambda: torch.Generator().manual_seed(3)  # noqa: E731
+    cube = cube_search_run(model, x, y, space, "linf", budget=2000, generator=g())
+    both = gradient_free_run(model, x, y, space, "linf", budget=2000, generator=g())
+    assert (both.radius <= cube.radius + 1e-12).all()
+    assert (both.queries <= 2000).all()
+    assert (both.radius >= exact["linf"] * (1 - 1e-9)).all()
