@@ -15,6 +15,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
+from robustscope.report.demo_report import build_demo_report
 from robustscope.result import RadiusResult
 from robustscope.search import radius
 from robustscope.space import FeatureSpace
@@ -74,4 +75,7 @@ def run_demo(out_dir: Path, quiet: bool = False) -> dict[str, RadiusResult]:
                       f"{q[0]:.4f}", f"{q[1]:.4f}", f"{s['mean_queries']:.0f}", f"{elapsed:.1f}")
     console.print(table)
     console.print(f"Radius tables written to {out_dir}/")
+    report = build_demo_report(results, X_test, y_test, space, out_dir, X_train=X_train,
+                               seed=SEED)
+    Console().print(f"Report: {report}")  # the path, even with --quiet
     return results
