@@ -175,8 +175,9 @@ def main() -> None:
         if exact is not None:
             reference = np.asarray(exact, dtype=np.float64)
             ref_kind = f"exact MILP ({exact_seconds / len(x):.2f} s per input)"
-            below = {k: int((r < reference * (1 - 1e-6) - 1e-9).sum()) for k, r in radii.items()}
-            print(f"\nradii below the exact radius (must be 0): {below}")
+            # the model compares float32 features: allow float32 rounding (1e-4 relative)
+            below = {k: int((r < reference * (1 - 1e-4)).sum()) for k, r in radii.items()}
+            print(f"\nradii below the exact radius beyond float32 rounding (must be 0): {below}")
         else:
             reference = np.nanmin(np.vstack(list(radii.values())), axis=0)
             ref_kind = "best found by any run"
