@@ -133,3 +133,17 @@ def test_cascade_is_no_worse_than_its_first_stage():
     assert (both.radius <= cube.radius + 1e-12).all()
     assert (both.queries <= 2000).all()
     assert (both.radius >= exact["linf"] * (1 - 1e-9)).all()
+
+
+def test_image_shaped_float32_inputs():
+    from robustscope.models.torch_model import TorchClassifier
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(16, 3))
+    model = TorchClassifier(net, 3, (1, 4, 4))
+    x = torch.rand(4, 1, 4, 4)
+    y = model.predict(x)
+    run = gradient_free_run(model, x, y, FeatureSpace.box((1, 4, 4)), "l2", budget=600)
+    assert run.x_adv.shape == x.shape and run.x_adv.dtype == torch.float32
+    assert ((model.predict(run.x_adv) != y).numpy() == run.found).all()
+    assert ((run.x_adv >= 0) & (run.x_adv <= 1)).all()
