@@ -152,6 +152,21 @@ def test_torchscript_on_images(tmp_path, digits, digits_mlp):
     assert X_adv.shape == images.shape and X_adv.min() >= 0 and X_adv.max() <= 1
 
 
+def test_torch_export_program(tmp_path, digits, digits_mlp):
+    X, y = digits
+    np.savez(tmp_path / "data.npz", X=X[:10], y=y[:10])
+    batch = torch.export.Dim("batch")
+    program = torch.export.export(digits_mlp, (torch.zeros(2, 64),),
+                                  dynamic_shapes=({0: batch},))
+    path = tmp_path / "net.pt2"
+    torch.export.save(program, str(path))
+    out = tmp_path / "radii.csv"
+    result = _run("radius", "--model", path, "--data", tmp_path / "data.npz", "--out", out,
+                  "--quiet")
+    assert result.exit_code == 0, result.output
+    assert (pd.read_csv(out)["status"] == "attacked").sum() >= 8
+
+
 def test_features_file_is_applied_and_checked(tabular):
     folder, X, y = tabular
     import skops.io as sio

@@ -27,7 +27,7 @@ app = typer.Typer(
 )
 err_console = Console(stderr=True)
 #: Modules under robustscope.commands that add their own commands with ``register(app)``.
-COMMAND_MODULES: tuple[str, ...] = ()
+COMMAND_MODULES: tuple[str, ...] = ("leaderboard", "scores", "image_grid")
 
 
 class ThreatName(str, Enum):

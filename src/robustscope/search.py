@@ -27,9 +27,10 @@ import numpy as np
 import torch
 
 from robustscope.errors import InputError
-from robustscope.models.base import PROBA_FLOOR, Classifier, QueryLedger
+from robustscope.models.base import Classifier, QueryLedger
 from robustscope.models.wrap import wrap_model
 from robustscope.result import ATTACKED, CENSORED, EXACT, MISCLASSIFIED, RadiusResult
+from robustscope.scores.intrinsic import cross_entropy
 from robustscope.solvers.exact_linear import exact_linear_radius
 from robustscope.solvers.minnorm import minnorm
 from robustscope.solvers.pgd import pgd
@@ -233,8 +234,8 @@ def _search_batch(model, X, labels, idx, space, threat, solver, max_radius, rtol
     pred = logits.argmax(dim=1)
     out.prediction[idx] = pred.cpu().numpy()
     out.proba[idx] = proba.cpu().numpy()
-    log_p = torch.log_softmax(logits, dim=1).clamp_min(math.log(PROBA_FLOOR))
-    out.loss[idx] = -log_p.gather(1, y[:, None]).reshape(-1).cpu().numpy()
+    # accurate also for confident inputs, where -log(p_y) rounds to 0 (the scores need g(loss))
+    out.loss[idx] = cross_entropy(logits.cpu().numpy(), labels)
     wrong = (pred != y) | statement.holds(pred, y)
     state = _BatchState(
         x=x, y=y, owners=idx, best_x=x.clone(),

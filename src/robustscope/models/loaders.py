@@ -1,8 +1,9 @@
 """Loading model files without running arbitrary code unless the user says so.
 
 Formats by extension: XGBoost ``.json`` / ``.ubj``, LightGBM ``.txt``, scikit-learn ``.skops``,
-TorchScript ``.pt`` / ``.pth``, ONNX ``.onnx``; pickle / joblib (``.pkl``, ``.pickle``,
-``.joblib``) only with ``trust_pickle=True``, since unpickling can execute any code.
+TorchScript ``.pt`` / ``.pth``, ``torch.export`` programs ``.pt2``, ONNX ``.onnx``;
+pickle / joblib (``.pkl``, ``.pickle``, ``.joblib``) only with ``trust_pickle=True``, since
+unpickling can execute any code.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from robustscope.models.blackbox import ProbaClassifier
 from robustscope.models.wrap import wrap_model
 
 PICKLE_SUFFIXES = (".pkl", ".pickle", ".joblib")
-MODEL_SUFFIXES = (".json", ".ubj", ".txt", ".skops", ".pt", ".pth", ".onnx", *PICKLE_SUFFIXES)
+MODEL_SUFFIXES = (".json", ".ubj", ".txt", ".skops", ".pt", ".pth", ".pt2", ".onnx",
+                  *PICKLE_SUFFIXES)
 
 
 def load_model(path: str | Path, trust_pickle: bool = False, device: str = "cpu",
@@ -41,6 +43,12 @@ def load_model(path: str | Path, trust_pickle: bool = False, device: str = "cpu"
         return wrap_model(_load_skops(path, trust_pickle), device=device, example=example)
     if suffix in (".pt", ".pth"):
         return _load_torch(path, trust_pickle, device, example)
+    if suffix == ".pt2":
+        try:
+            program = torch.export.load(str(path))
+        except Exception as exc:
+            raise ModelError(f"{path}: not a torch.export program ({exc})") from exc
+        return wrap_model(program.module(), device=device, example=example)
     if suffix in PICKLE_SUFFIXES:
         if not trust_pickle:
             raise ModelError(f"{path}: refusing to unpickle a {suffix} file, which can run "

@@ -30,7 +30,11 @@ class TorchClassifier(Classifier):
             floats = [p.dtype for p in module.parameters() if p.is_floating_point()]
             dtype = floats[0] if floats else torch.float32
         super().__init__(n_classes, input_shape, device, dtype, name or type(module).__name__)
-        self.module = module.to(self.device).eval()
+        self.module = module.to(self.device)
+        try:
+            self.module.eval()
+        except NotImplementedError:  # torch.export modules are traced in their eval mode
+            pass
         for p in self.module.parameters():
             p.requires_grad_(False)
 
