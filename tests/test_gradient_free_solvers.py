@@ -43,8 +43,8 @@ def _linear_problem(d: int = 8, n: int = 12, seed: int = 0):
 @pytest.mark.parametrize("solver", SOLVERS)
 @pytest.mark.parametrize("threat", ["linf", "l2"])
 def test_radius_never_below_exact_and_close_to_it(solver, threat):
-    model, space, x, y, exact = _linear_problem()
-    run = SOLVERS[solver](model, x, y, space, threat, budget=3000,
+    model, space, x, y, exact = _linear_problem(n=8)
+    run = SOLVERS[solver](model, x, y, space, threat, budget=2500,
                           generator=torch.Generator().manual_seed(0))
     assert run.found.all()
     # every counterexample is verified by calling the model again
@@ -119,7 +119,7 @@ def test_label_only_model():
     labels_only = ProbaClassifier(
         lambda a: np.eye(2)[model.probabilities_numpy(a).argmax(1)], 2, (8,))
     for fn in SOLVERS.values():
-        run = fn(labels_only, x, y, space, "linf", budget=3000)
+        run = fn(labels_only, x, y, space, "linf", budget=2000)
         assert run.found.all()
         ratio = run.radius / exact["linf"]
         assert (ratio >= 1 - 1e-9).all() and np.median(ratio) < 1.05
@@ -133,3 +133,17 @@ def test_cascade_is_no_worse_than_its_first_stage():
     assert (both.radius <= cube.radius + 1e-12).all()
     assert (both.queries <= 2000).all()
     assert (both.radius >= exact["linf"] * (1 - 1e-9)).all()
+
+
+def test_image_shaped_float32_inputs():
+    from robustscope.models.torch_model import TorchClassifier
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(16, 3))
+    model = TorchClassifier(net, 3, (1, 4, 4))
+    x = torch.rand(4, 1, 4, 4)
+    y = model.predict(x)
+    run = gradient_free_run(model, x, y, FeatureSpace.box((1, 4, 4)), "l2", budget=600)
+    assert run.x_adv.shape == x.shape and run.x_adv.dtype == torch.float32
+    assert ((model.predict(run.x_adv) != y).numpy() == run.found).all()
+    assert ((run.x_adv >= 0) & (run.x_adv <= 1)).all()
