@@ -69,7 +69,7 @@ def run_demo(out_dir: Path, quiet: bool = False) -> dict[str, RadiusResult]:
         s = res.summary()
         r = res.radius[(res.status == "exact") | (res.status == "attacked")]
         q = np.percentile(r, [25, 75]) if len(r) else (np.nan, np.nan)
-        solver = "exact (linear)" if s["exact"] else "black box: search + PGD"
+        solver = "exact (linear)" if s["exact"] else "black box: cube search + HopSkipJump"
         table.add_row(name, solver, f"{s['clean_accuracy']:.3f}", str(s["exact"]),
                       str(s["attacked"]), str(s["censored"]), f"{s['median_radius']:.4f}",
                       f"{q[0]:.4f}", f"{q[1]:.4f}", f"{s['mean_queries']:.0f}", f"{elapsed:.1f}")

@@ -32,6 +32,7 @@ from robustscope.models.wrap import wrap_model
 from robustscope.result import ATTACKED, CENSORED, EXACT, MISCLASSIFIED, RadiusResult
 from robustscope.scores.intrinsic import cross_entropy
 from robustscope.solvers.exact_linear import exact_linear_radius
+from robustscope.solvers.gradient_free import gradient_free_run
 from robustscope.solvers.minnorm import minnorm
 from robustscope.solvers.pgd import pgd
 from robustscope.space import FeatureSpace
@@ -61,6 +62,8 @@ class SearchConfig:
 
 
 BLACKBOX_CONFIG = SearchConfig(pgd_steps=10, pgd_restarts=1, max_probes=6)
+#: Queries per input that ``solver="auto"`` gives a black-box model when no budget is set.
+BLACKBOX_BUDGET = 5000
 
 
 @dataclass
@@ -321,6 +324,10 @@ def _run_attacks(model, space, threat, solver, max_radius, rtol, statement, ledg
     d = space.n_features
     grad_cost = model.gradient_cost(d)
     sub = torch.nonzero(active).reshape(-1)
+    if solver == "auto" and not model.differentiable:
+        _run_gradient_free(model, space, threat, max_radius, statement, ledger, generator,
+                           state, sub)
+        return
     _start_from_other_inputs(model, space, threat, statement, ledger, state, sub)
     use_minnorm = solver == "minnorm" or (solver == "auto" and model.differentiable)
     if use_minnorm:
@@ -338,6 +345,25 @@ def _run_attacks(model, space, threat, solver, max_radius, rtol, statement, ledg
         return
     _bisect_with_pgd(model, space, threat, max_radius, rtol, statement, ledger, generator,
                      config, state, sub, grad_cost)
+
+
+def _run_gradient_free(model, space, threat, max_radius, statement, ledger, generator, state,
+                       sub) -> None:
+    """Black boxes: cube random search then HopSkipJump on one per-input budget, seeded by
+    the batch's inputs of other predicted classes."""
+    left = ledger.remaining(state.owners[sub.cpu().numpy()]).min()
+    budget = int(min(BLACKBOX_BUDGET, left - 1))  # one query kept for the verification
+    if budget < 2:
+        return
+    pool_y = state.clean_logits.argmax(dim=1)
+    with model.charging(ledger, state.owners[sub.cpu().numpy()]):
+        run = gradient_free_run(model, state.x[sub], state.y[sub], space, threat, statement,
+                                generator, budget=budget, X_pool=state.x, y_pool=pool_y,
+                                max_radius=max_radius)
+    found = torch.as_tensor(run.found, device=sub.device)
+    if found.any():
+        _verify(model, space, threat, statement, ledger, state, sub[found],
+                torch.as_tensor(run.x_adv, device=state.x.device)[found])
 
 
 def _start_from_other_inputs(model, space, threat, statement, ledger, state, sub) -> None:
