@@ -294,6 +294,8 @@ class ResultStore:
                         conn.execute(sa.insert(schema_version_table).values(
                             version=SCHEMA_VERSION, applied_at=_now()))
                         return
+        except sa.exc.OperationalError as err:
+            raise InputError(f"store {self.path}: cannot open ({_reason(err)})") from err
         except sa.exc.DatabaseError as err:
             if self.backend == "sqlite":
                 raise InputError(f"store {self.path}: not a SQLite database "
