@@ -146,6 +146,7 @@ _RUN_SELECT = (sa.select(_r.c.id, _r.c.uid, _m.c.name.label("model"), _t.c.name.
 
 _RADII_INSERT = ("run_id", "sample", "label", "prediction", "adv_prediction", "radius",
                  "lower_bound", "status", "loss", "forward_queries", "backward_queries", "seconds")
+_ACCURACY_INSERT = ("run_id", "attack", "eps", "eps_key", "accuracy", "n_inputs")
 _RADII_COLUMNS = ("sample", "label", "prediction", "adv_prediction", "radius", "lower_bound",
                   "status", "loss", "forward_queries", "backward_queries", "seconds")
 
@@ -514,11 +515,8 @@ class ResultStore:
         INSERT for 10,000 rows); a duplicate raises SQLAlchemy's IntegrityError."""
         if not rows:
             return
-        names = ", ".join(_RADII_INSERT)
-        if self.backend == "sqlite":
-            marks = ", ".join("?" * len(_RADII_INSERT))
-            conn.exec_driver_sql(f"INSERT INTO radii ({names}) VALUES ({marks})", rows)
-        elif self._engine.dialect.driver == "psycopg":
+        if self._engine.dialect.driver == "psycopg":
+            names = ", ".join(_RADII_INSERT)
             import psycopg
 
             cursor = conn.connection.driver_connection.cursor()
@@ -531,8 +529,15 @@ class ResultStore:
             finally:
                 cursor.close()
         else:
-            conn.execute(sa.insert(radii_table), [dict(zip(_RADII_INSERT, r, strict=True))
-                                                  for r in rows])
+            self._insert_many(conn, "radii", _RADII_INSERT, rows)
+
+    def _insert_many(self, conn: Connection, table: str, columns: tuple[str, ...],
+                     rows: list[tuple]) -> None:
+        """``INSERT`` of many rows through the driver's executemany: SQLAlchemy's own
+        per-row parameter handling costs more than the database for thousands of rows."""
+        mark = "?" if self._engine.dialect.paramstyle == "qmark" else "%s"
+        conn.exec_driver_sql(f"INSERT INTO {table} ({', '.join(columns)}) VALUES "
+                             f"({', '.join([mark] * len(columns))})", rows)
 
     @staticmethod
     def _radii_rows(run_id: int, result: RadiusResult) -> list[tuple]:
@@ -586,17 +591,15 @@ class ResultStore:
         """Store an accuracy grid (percent) under ``run_id`` (an ``accuracy`` or ``import``
         run); ``n_inputs`` = test inputs behind each accuracy, if known."""
         n = None if n_inputs is None else int(n_inputs)
-        rows = [{"run_id": int(run_id), "attack": CLEAN, "eps": 0.0, "eps_key": "",
-                 "accuracy": float(grid.clean), "n_inputs": n}]
+        rows = [(int(run_id), CLEAN, 0.0, "", float(grid.clean), n)]
         for attack, curve in grid.attacks.items():
             for eps, acc in curve.items():
                 e = canonical_eps(eps)
-                rows.append({"run_id": int(run_id), "attack": attack, "eps": e,
-                             "eps_key": eps_key(e), "accuracy": float(acc), "n_inputs": n})
+                rows.append((int(run_id), attack, e, eps_key(e), float(acc), n))
         with self._tx(write=True) as conn:
             self._open_run(conn, run_id, ("accuracy", "import"), lock=True)
             try:
-                conn.execute(sa.insert(accuracies_table), rows)
+                self._insert_many(conn, "accuracies", _ACCURACY_INSERT, rows)
             except sa.exc.IntegrityError as err:
                 raise InputError(f"run {run_id}: accuracies already recorded or invalid; "
                                  f"start a new run instead ({_reason(err)})") from err
