@@ -210,7 +210,7 @@ def _sqlite_engine(path: str) -> Engine:
     )
 
     @sa.event.listens_for(engine, "connect")
-    def _on_connect(dbapi_conn, _record) -> None:  # noqa: ANN001
+    def _on_connect(dbapi_conn, _record) -> None:
         # The driver must not open transactions by itself: _begin below does it, so that a
         # writing call takes the write lock first (BEGIN IMMEDIATE) and cannot deadlock
         # against another process that read first and wants to write too.
@@ -224,13 +224,13 @@ def _sqlite_engine(path: str) -> Engine:
     return engine
 
 
-def _open_engine(location: str | Path) -> tuple[Engine, str, str]:
-    """Engine, display name (password hidden) and path-or-None for a store location."""
+def _open_engine(location: str | Path) -> tuple[Engine, str]:
+    """Engine and display name (the path, or the URL with its password hidden)."""
     text = str(location)
     if not is_store_url(text):
         if text != ":memory:" and not Path(text).parent.is_dir():
             raise InputError(f"store path {text}: folder does not exist")
-        return _sqlite_engine(text), text, text
+        return _sqlite_engine(text), text
     try:
         url = sa.make_url(text)
     except sa.exc.ArgumentError as err:
@@ -241,7 +241,7 @@ def _open_engine(location: str | Path) -> tuple[Engine, str, str]:
         path = url.database or ":memory:"
         if path != ":memory:" and not Path(path).parent.is_dir():
             raise InputError(f"store path {path}: folder does not exist")
-        return _sqlite_engine(path), path, path
+        return _sqlite_engine(path), path
     if backend not in ("postgresql", "postgres"):
         raise InputError(f"store URL {shown}: unsupported database '{backend}'; give a file "
                          "path (SQLite) or postgresql://user:password@host:port/database")
@@ -255,7 +255,7 @@ def _open_engine(location: str | Path) -> tuple[Engine, str, str]:
     except ImportError as err:
         raise InputError(f"store URL {shown}: the PostgreSQL driver is not installed "
                          f"(pip install 'robustscope[postgres]'; {err})") from err
-    return engine, shown, ""
+    return engine, shown
 
 
 class ResultStore:
@@ -263,7 +263,7 @@ class ResultStore:
     by URL. See ``docs/store.md``."""
 
     def __init__(self, location: str | Path = "results.sqlite") -> None:
-        self._engine, self.path, sqlite_path = _open_engine(location)
+        self._engine, self.path = _open_engine(location)
         #: ``"sqlite"`` or ``"postgresql"``.
         self.backend = self._engine.dialect.name
         self._conn: Connection | None = None
@@ -326,7 +326,8 @@ class ResultStore:
         try:
             conn = self._engine.connect()
         except sa.exc.OperationalError as err:
-            raise InputError(f"store {self.path}: cannot connect ({_reason(err)})") from err
+            verb = "open" if self.backend == "sqlite" else "connect"
+            raise InputError(f"store {self.path}: cannot {verb} ({_reason(err)})") from err
         try:
             conn.info["robustscope_begin"] = "BEGIN IMMEDIATE" if write else "BEGIN"
             with conn.begin():
@@ -338,7 +339,8 @@ class ResultStore:
         finally:
             conn.close()
 
-    def _insert(self, table: sa.Table):  # noqa: ANN202 - a dialect-specific Insert
+    def _insert(self, table: sa.Table) -> sa.Insert:
+        """A dialect-specific INSERT (it has ``on_conflict_do_nothing``)."""
         return (pg_sql.insert(table) if self.backend == "postgresql"
                 else sqlite_sql.insert(table))
 
