@@ -154,6 +154,8 @@ def test_sqlite_junk_and_missing_folder_are_refused(tmp_path):
         open_store(junk)
     with pytest.raises(InputError, match="folder does not exist"):
         open_store(tmp_path / "nope" / "r.sqlite")
+    with pytest.raises(InputError, match="cannot open"):
+        open_store(tmp_path)  # a folder, not a file
 
 
 def test_radii_round_trip_and_persist(new_store):
