@@ -89,10 +89,11 @@ def test_from_store(app, tmp_path):
         store.import_accuracies({"NoAttack": 80.0, "ElasticAttack": {"0.05": 40.0}}, name="s1")
     ref = tmp_path / "star.json"
     ref.write_text(json.dumps({"NoAttack": 100.0, "ElasticAttack": {"0.05": 50.0}}))
-    res = run(app, "--db", db, "--reference", ref, "--attacks", "elastic", "--json")
-    assert res.exit_code == 0, res.output
-    [row] = json.loads(res.stdout)
-    assert row["model"] == "s1" and row["CR_ind_avg"] == pytest.approx(80.0)
+    for where in (db, f"sqlite:///{db}"):  # a path, or a database URL (as for PostgreSQL)
+        res = run(app, "--db", where, "--reference", ref, "--attacks", "elastic", "--json")
+        assert res.exit_code == 0, res.output
+        [row] = json.loads(res.stdout)
+        assert row["model"] == "s1" and row["CR_ind_avg"] == pytest.approx(80.0)
 
 
 def _bad(app, tmp_path, content, *extra):

@@ -27,16 +27,17 @@ def _split_attacks(attacks: list[str] | None) -> list[str] | None:
     return [a.strip() for item in attacks for a in item.split(",") if a.strip()]
 
 
-def collect_models(db: Path | None, accuracies: list[Path] | None) -> list[ModelAccuracies]:
-    """Models from a results store (latest grid of each) and from accuracy files; model
-    names must be unique across all sources."""
+def collect_models(db: str | Path | None, accuracies: list[Path] | None
+                   ) -> list[ModelAccuracies]:
+    """Models from a results store (latest grid of each; a SQLite file or a database URL)
+    and from accuracy files; model names must be unique across all sources."""
     models: list[ModelAccuracies] = []
     if db is not None:
-        from robustscope.store import open_store
+        from robustscope.store import is_store_url, open_store
 
-        if not db.is_file():
+        if not is_store_url(str(db)) and not Path(db).is_file():
             raise RobustscopeError(f"--db {db}: no such file")
-        with open_store(db) as store:
+        with open_store(str(db)) as store:
             models.extend(store.model_accuracies())
     for path in accuracies or []:
         models.extend(read_accuracy_file(path))
@@ -103,8 +104,9 @@ def register(app: typer.Typer) -> None:
 
     @app.command("leaderboard")
     def leaderboard(
-        db: Path = typer.Option(None, "--db", help="Results store (SQLite) to read the "
-                                "latest accuracy grid of each model from."),
+        db: str = typer.Option(None, "--db", help="Results store to read the latest "
+                               "accuracy grid of each model from: a SQLite file or a URL "
+                               "postgresql://user:password@host:port/database."),
         accuracies: list[Path] = typer.Option(None, "--accuracies", help="Benchmark accuracy "
                                               "JSON: one model (named after the file) or "
                                               "{model: {accuracies, details}}. Repeatable."),
