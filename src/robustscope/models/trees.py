@@ -277,7 +277,8 @@ def _parse_xgboost(model) -> TreeEnsemble:
                           left, right, value))
     ens = TreeEnsemble(trees, offset, link, n_classes, n_features, strict=True,
                        input_float32=True, source=f"xgboost.{name}",
-                       classes=getattr(model, "classes_", None))
+                       classes=getattr(model, "classes_", None),
+                       meta={"float32_scores": True})
     _check_offset(ens, lambda X: _xgb_margin(booster, X))
     return ens
 
