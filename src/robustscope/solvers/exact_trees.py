@@ -244,6 +244,7 @@ class _Reduced:
     origin: np.ndarray        # (n_pred,) predicate values at the input
     infeasible: bool = False  # a one-hot group cannot be satisfied
     feasibility: bool = False  # no objective: any move within the cutoff will do
+    unit: float = 1.0         # costs in the program are divided by this (keeps them O(1))
 
 
 def _reduce(prog: _Program, costs: _Costs, cutoff: float, linf: bool,
@@ -255,6 +256,10 @@ def _reduce(prog: _Program, costs: _Costs, cutoff: float, linf: bool,
     far = costs.frozen | (costs.cost ** costs.power > cutoff * (1 + 1e-12))
     state = np.where(far, costs.origin_left.astype(np.int64), -1)
     free = np.flatnonzero(~far)
+    # HiGHS prunes with absolute tolerances: costs are handed over in units of the largest
+    # free one, so that cost differences far below 1e-6 of a radius still count
+    unit = float(np.max(costs.cost[free] ** costs.power)) if len(free) else 1.0
+    unit = unit if unit > 0 else 1.0
     col = np.full(prog.n_pred, -1, dtype=np.int64)
     col[free] = np.arange(len(free))
     n_p = len(free)
@@ -318,7 +323,7 @@ def _reduce(prog: _Program, costs: _Costs, cutoff: float, linf: bool,
         for chain, rising in ((up, True), (down, False)):
             if len(chain) == 0 or feasibility:
                 continue
-            w = np.diff(np.concatenate([[0.0], costs.cost[chain] ** costs.power]))
+            w = np.diff(np.concatenate([[0.0], costs.cost[chain] ** costs.power])) / unit
             cols = col[chain].tolist()
             # crossing a cut above: p 1 -> 0, term w (1 - p); below: p 0 -> 1, term w p
             if linf:
@@ -344,7 +349,7 @@ def _reduce(prog: _Program, costs: _Costs, cutoff: float, linf: bool,
     a = sp.csr_matrix((rv, (ri, rj)), shape=(len(lo), n_col))
     scores = np.array(leaf_scores).reshape(n_leaf, len(const))
     return _Reduced(free, state, a, np.array(lo), np.array(hi), scores, const, obj, offset,
-                    linf, costs.origin_left.astype(np.float64), infeasible, feasibility)
+                    linf, costs.origin_left.astype(np.float64), infeasible, feasibility, unit)
 
 
 @dataclass
@@ -371,7 +376,9 @@ class _Backend:
 #: HiGHS options used by default. Presolve is off: the program handed over is already reduced
 #: (fixed cuts, unreachable leaves and constant trees removed), and HiGHS's presolve then
 #: costs more than it saves (3-5x slower on LightGBM programs of ~400 binaries, measured).
-HIGHS_OPTIONS = {"presolve": "off"}
+#: The MIP feasibility tolerance (also used when pruning nodes against the incumbent) is
+#: tightened from 1e-6: with it, HiGHS returned an L2 optimum 1.6e-4 too large as optimal.
+HIGHS_OPTIONS = {"presolve": "off", "mip_feasibility_tolerance": 1e-9}
 
 
 def _solve_class(red: _Reduced, y: int, j: int, margin: float, cutoff: float,
@@ -395,14 +402,15 @@ def _solve_class(red: _Reduced, y: int, j: int, margin: float, cutoff: float,
     hi = [red.row_hi, [np.inf]]
     col_lo = np.zeros(n_col)
     col_hi = np.ones(n_col)
+    scaled_cutoff = cutoff / red.unit
     if red.feasibility:
         pass
     elif red.linf:
-        col_hi[-1] = cutoff if np.isfinite(cutoff) else np.inf
+        col_hi[-1] = scaled_cutoff * (1 + 1e-12) if np.isfinite(cutoff) else np.inf
     elif np.isfinite(cutoff):
         blocks.append(sp.csr_matrix(red.obj[None, :]))
         lo.append([-np.inf])
-        hi.append([cutoff * (1 + 1e-12) - red.obj_offset])
+        hi.append([scaled_cutoff * (1 + 1e-12) - red.obj_offset])
     a = sp.vstack(blocks, format="csr")
     integrality = np.zeros(n_col, dtype=np.int64)
     integrality[:n_p] = 1
@@ -412,6 +420,8 @@ def _solve_class(red: _Reduced, y: int, j: int, margin: float, cutoff: float,
         full = red.state.astype(np.float64)
         full[red.free] = res.p
         res.p = full
+    res.objective *= red.unit
+    res.dual_bound *= red.unit
     return res
 
 
