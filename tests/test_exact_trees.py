@@ -101,10 +101,10 @@ def test_right_start_float32_rounding() -> None:
     t = rng.normal(size=200) * 10.0 ** rng.integers(-3, 4, size=200)
     for strict, f32 in itertools.product((True, False), repeat=2):
         r = _right_start(t, strict, f32)
-        cast = (lambda v: v.astype(np.float32).astype(np.float64)) if f32 else (lambda v: v)
-        left = (lambda v: cast(v) < t) if strict else (lambda v: cast(v) <= t)
-        assert not left(r).any()
-        assert left(np.nextafter(r, -np.inf)).all()
+        for v, want_left in ((r, False), (np.nextafter(r, -np.inf), True)):
+            seen = v.astype(np.float32).astype(np.float64) if f32 else v
+            goes_left = seen < t if strict else seen <= t
+            assert (goes_left == want_left).all()
 
 
 # -- brute force on two features ---------------------------------------------------------------
