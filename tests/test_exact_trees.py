@@ -115,7 +115,8 @@ def _two_feature_data(n_classes: int, seed: int = 0):
 
 
 def _brute_force(model, ens, x0: np.ndarray, y0: int, space: FeatureSpace, p: float,
-                 integer: tuple[int, ...] = (), fixed: tuple[int, ...] = ()) -> float:
+                 integer: tuple[int, ...] = (), fixed: tuple[int, ...] = (),
+                 target: int | None = None) -> float:
     """True minimum norm by enumerating every cell of the threshold grid.
 
     Real features: cells between consecutive thresholds (clipped to the bounds); the cell's
@@ -145,7 +146,7 @@ def _brute_force(model, ens, x0: np.ndarray, y0: int, space: FeatureSpace, p: fl
     dist = np.array([[c[1] for c in combo] for combo in itertools.product(*axes)])
     pred = np.asarray(model.predict_proba(pts)).argmax(axis=1)
     norms = np.linalg.norm(dist, ord=p, axis=1)
-    flips = pred != y0
+    flips = pred != y0 if target is None else pred == target
     return float(norms[flips].min()) if flips.any() else math.inf
 
 
@@ -171,6 +172,33 @@ def test_radius_equals_brute_force(n_classes: int, threat: str) -> None:
             assert abs(res.radius[k] - truth) <= 1e-6 * max(1.0, truth), (name, res.radius[k],
                                                                              truth)
             assert res.lower_bound[k] == pytest.approx(res.radius[k], rel=1e-6)
+
+
+@pytest.mark.parametrize("threat", ["linf", "l2"])
+def test_targeted_radius_equals_brute_force(threat: str) -> None:
+    X, y = _two_feature_data(3, seed=1)
+    space = FeatureSpace.from_arrays(X.min(axis=0) - 0.5, X.max(axis=0) + 0.5)
+    rows = X[::41]
+    for model in _models(True, n_trees=4, depth=3)[:3]:
+        model.fit(X, y)
+        clf = wrap_tree_model(model)
+        pred = np.asarray(model.predict_proba(rows)).argmax(axis=1)
+        untargeted = exact_tree_radius(clf, rows, pred, space, threat)
+        for target in range(3):
+            res = exact_tree_radius(clf, rows, pred, space, threat, target=target)
+            for k in range(len(rows)):
+                if pred[k] == target:
+                    assert res.status[k] == MISCLASSIFIED and res.radius[k] == 0.0
+                    continue
+                truth = _brute_force(model, clf.ensemble, rows[k], int(pred[k]), space,
+                                     NORMS[threat], target=target)
+                if math.isinf(truth):
+                    assert res.status[k] == CENSORED
+                    continue
+                assert res.status[k] == EXACT
+                assert abs(res.radius[k] - truth) <= 1e-6 * max(1.0, truth)
+                assert res.adv_class[k] == target
+                assert res.radius[k] >= untargeted.radius[k] * (1 - 1e-12)
 
 
 # -- validity of counterexamples ---------------------------------------------------------------
@@ -347,5 +375,7 @@ def test_bad_arguments() -> None:
         exact_tree_radius(model, X[:3, :5], y[:3], space)
     with pytest.raises(InputError, match="threat"):
         exact_tree_radius(model, X[:3], y[:3], space, "l3")
+    with pytest.raises(InputError, match="target"):
+        exact_tree_radius(model, X[:3], y[:3], space, target=2)
     with pytest.raises(InputError, match="max_radius"):
         exact_tree_radius(model, X[:3], y[:3], space, max_radius=0.0)

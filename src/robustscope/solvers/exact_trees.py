@@ -381,25 +381,27 @@ class _Backend:
 HIGHS_OPTIONS = {"presolve": "off", "mip_feasibility_tolerance": 1e-9}
 
 
-def _solve_class(red: _Reduced, y: int, j: int, margin: float, cutoff: float,
+def _solve_class(red: _Reduced, pairs: list[tuple[int, int, float]], cutoff: float,
                  time_limit: float, backend: _Backend) -> _Solve:
-    """Cheapest move (within ``cutoff``, objective units) after which class ``j`` scores at
-    least ``margin`` above label ``y``."""
+    """Cheapest move (within ``cutoff``, objective units) after which, for every
+    ``(winner, loser, margin)`` in ``pairs``, the winner's score is at least ``margin`` above
+    the loser's."""
     n_p = len(red.free)
     n_leaf = len(red.leaf_scores)
     n_col = red.a.shape[1]
-    need = red.const[y] - red.const[j] + margin
-    diff = np.zeros(n_col)
-    diff[n_p:n_p + n_leaf] = red.leaf_scores[:, j] - red.leaf_scores[:, y]
+    need = np.array([red.const[lo_] - red.const[w] + m for w, lo_, m in pairs])
+    diff = np.zeros((len(pairs), n_col))
+    for r, (w, lo_, _) in enumerate(pairs):
+        diff[r, n_p:n_p + n_leaf] = red.leaf_scores[:, w] - red.leaf_scores[:, lo_]
     if red.infeasible:
         return _Solve("infeasible", np.inf, np.inf, None)
     if n_leaf == 0:  # nothing reachable can change the scores: stay at the input
-        if need <= 0:
+        if (need <= 0).all():
             return _Solve("optimal", 0.0, 0.0, red.origin.copy())
         return _Solve("infeasible", np.inf, np.inf, None)
-    blocks = [red.a, sp.csr_matrix(diff[None, :])]
-    lo = [red.row_lo, [need]]
-    hi = [red.row_hi, [np.inf]]
+    blocks = [red.a, sp.csr_matrix(diff)]
+    lo = [red.row_lo, need]
+    hi = [red.row_hi, np.full(len(pairs), np.inf)]
     col_lo = np.zeros(n_col)
     col_hi = np.ones(n_col)
     scaled_cutoff = cutoff / red.unit
@@ -531,6 +533,7 @@ def exact_tree_radius(
     growth: float = 2.0,
     linf_search: str = "bisect",
     highs_options: dict | None = None,
+    target: int | None = None,
 ) -> ExactTreeResult:
     """Exact radius of robustness of a tree ensemble, per input.
 
@@ -553,6 +556,10 @@ def exact_tree_radius(
         :func:`_linf_search`) or ``optimize`` (minimise the norm, as for L1 / L2).
     highs_options : HiGHS options replacing :data:`HIGHS_OPTIONS` (``scipy`` reads only
         ``presolve``).
+    target : a class index: the counterexample must be predicted as ``target`` (the
+        targeted statement) instead of anything but ``y``. Inputs already predicted as the
+        target (or not as ``y``) are reported ``misclassified`` with radius 0, as the radius
+        search does.
     """
     clf = _as_classifier(model)
     ens = clf.ensemble
@@ -572,6 +579,8 @@ def exact_tree_radius(
     space.check_data(x_np, what="x")
     if threat.p not in (1.0, 2.0, math.inf):
         raise InputError(f"threat: p={threat.p} is not supported (1, 2, inf)")
+    if target is not None and not 0 <= int(target) < ens.n_classes:
+        raise InputError(f"target: class {target} is not in 0..{ens.n_classes - 1}")
     if backend not in ("highspy", "scipy"):
         raise InputError(f"backend '{backend}': choose 'highspy' or 'scipy'")
     if linf_search not in ("bisect", "optimize"):
@@ -591,7 +600,7 @@ def exact_tree_radius(
     for i in range(n):
         t0 = time.perf_counter()
         x0, yi = x_np[i], int(y_np[i])
-        if model_pred[i] != yi:
+        if model_pred[i] != yi or (target is not None and model_pred[i] == target):
             out["radius"][i] = out["lower"][i] = 0.0
             out["status"][i] = MISCLASSIFIED
             out["adv_class"][i] = model_pred[i]
@@ -600,11 +609,12 @@ def exact_tree_radius(
             continue
         if threat.p == math.inf and linf_search == "bisect":
             best_r, best_x, best_cls, lower, failed = _linf_search(
-                prog, clf, ens, space, x0, yi, t0 + time_limit, max_radius, solver, growth)
+                prog, clf, ens, space, x0, yi, target, t0 + time_limit, max_radius, solver,
+                growth)
         else:
             best_r, best_x, best_cls, lower, failed = _solve_input(
-                prog, clf, ens, space, threat, x0, yi, t0 + time_limit, max_radius, solver,
-                growth)
+                prog, clf, ens, space, threat, x0, yi, target, t0 + time_limit, max_radius,
+                solver, growth)
         if failed:
             failures.append(i)
         if parsed_pred[i] != model_pred[i]:
@@ -619,7 +629,8 @@ def exact_tree_radius(
 
 def _solve_input(prog: _Program, clf: TreeEnsembleClassifier, ens: TreeEnsemble,
                  space: FeatureSpace, threat: LpThreat, x0: np.ndarray, yi: int,
-                 deadline: float, max_radius: float | None, backend: _Backend, growth: float,
+                 target: int | None, deadline: float, max_radius: float | None,
+                 backend: _Backend, growth: float,
                  ) -> tuple[float, np.ndarray, int, float, bool]:
     """Radius search for one correctly classified input.
 
@@ -634,8 +645,7 @@ def _solve_input(prog: _Program, clf: TreeEnsembleClassifier, ens: TreeEnsemble,
     free = costs.cost[~costs.frozen]
     if len(free) == 0:  # nothing can move: no counterexample at any radius
         return np.inf, x0.copy(), -1, np.inf, False
-    clean = ens.class_scores(x0[None])[0]
-    order = [int(j) for j in np.argsort(clean[yi] - clean, kind="stable") if j != yi]
+    goals = _goals(ens.class_scores(x0[None])[0], yi, target)
     levels = []
     eps = max(float(free.min()), 1e-12) * growth
     top = float(free.max())
@@ -650,7 +660,7 @@ def _solve_input(prog: _Program, clf: TreeEnsembleClassifier, ens: TreeEnsemble,
     reduced: dict[float, _Reduced] = {}
     for level in levels:
         bounds = []
-        for j in order:
+        for goal in goals:
             remaining = deadline - time.perf_counter()
             if remaining <= 0:
                 bounds.append(lower ** power)
@@ -659,7 +669,8 @@ def _solve_input(prog: _Program, clf: TreeEnsembleClassifier, ens: TreeEnsemble,
             if cutoff not in reduced:
                 reduced[cutoff] = _reduce(prog, costs, cutoff, linf)
             red = reduced[cutoff]
-            res, x_adv, cls, ok = _attempt(prog, red, clf, x0, yi, j, cutoff, deadline, backend)
+            res, x_adv, cls, ok = _attempt(prog, red, clf, x0, yi, target, goal, cutoff,
+                                           deadline, backend)
             bounds.append(cutoff if res.status == "infeasible" else res.dual_bound)
             failed |= res.p is not None and not ok
             if ok:
@@ -673,33 +684,60 @@ def _solve_input(prog: _Program, clf: TreeEnsembleClassifier, ens: TreeEnsemble,
     return best_r, best_x, best_cls, lower, failed
 
 
+@dataclass(frozen=True)
+class _Goal:
+    """What a counterexample must achieve: every ``(winner, loser)`` pair's winner scores at
+    least the loser (a tie counts when the winner has the lower index, as in argmax)."""
+
+    pairs: tuple[tuple[int, int], ...]
+
+    def with_margin(self, tie_tol: float, factor: float = 1.0) -> list[tuple[int, int, float]]:
+        return [(w, lo, 0.0 if (w < lo and factor == 1.0) else tie_tol * factor)
+                for w, lo in self.pairs]
+
+
+def _goals(clean: np.ndarray, yi: int, target: int | None) -> list[_Goal]:
+    """Decision change: one goal per other class, closest clean score first. Targeted: one
+    goal, the target above every other class."""
+    if target is not None:
+        return [_Goal(tuple((target, k) for k in range(len(clean)) if k != target))]
+    order = [int(j) for j in np.argsort(clean[yi] - clean, kind="stable") if j != yi]
+    return [_Goal(((j, yi),)) for j in order]
+
+
+def _holds(cls: int, yi: int, target: int | None) -> bool:
+    return cls == target if target is not None else cls != yi
+
+
 def _attempt(prog: _Program, red: _Reduced, clf: TreeEnsembleClassifier, x0: np.ndarray,
-             yi: int, j: int, cutoff: float, deadline: float, backend: _Backend,
-             ) -> tuple[_Solve, np.ndarray, int, bool]:
-    """Solve for class ``j``, build the counterexample and verify it with the model; when
-    the model disagrees (a score tie settled the other way), ask for a clearer margin.
+             yi: int, target: int | None, goal: _Goal, cutoff: float, deadline: float,
+             backend: _Backend) -> tuple[_Solve, np.ndarray, int, bool]:
+    """Solve for ``goal``, build the counterexample and verify it with the model; when the
+    model disagrees (a score tie settled the other way), ask for a clearer margin.
     Returns ``(solve, x_adv, adv_class, verified)``."""
-    margin = 0.0 if j < yi else prog.tie_tol  # argmax settles ties towards lower indices
-    res = _solve_class(red, yi, j, margin, cutoff, deadline - time.perf_counter(), backend)
+    res = _solve_class(red, goal.with_margin(prog.tie_tol), cutoff,
+                       deadline - time.perf_counter(), backend)
     if res.p is None or not np.isfinite(res.objective):
         return res, x0, -1, False
     x_adv = _construct(prog, x0, res.p)
-    ok, cls = _verify(clf, x_adv, yi)
+    cls = _model_class(clf, x_adv)
+    ok = _holds(cls, yi, target)
     for tries in (1, 2):
         if ok or deadline - time.perf_counter() <= 0:
             break
-        retry = _solve_class(red, yi, j, prog.tie_tol * 100.0 ** tries, cutoff,
+        retry = _solve_class(red, goal.with_margin(prog.tie_tol, 100.0 ** tries), cutoff,
                              deadline - time.perf_counter(), backend)
         if retry.p is None or not np.isfinite(retry.objective):
             break
         x_adv = _construct(prog, x0, retry.p)
-        ok, cls = _verify(clf, x_adv, yi)
+        cls = _model_class(clf, x_adv)
+        ok = _holds(cls, yi, target)
     return res, x_adv, cls, ok
 
 
 def _linf_search(prog: _Program, clf: TreeEnsembleClassifier, ens: TreeEnsemble,
-                 space: FeatureSpace, x0: np.ndarray, yi: int, deadline: float,
-                 max_radius: float | None, backend: _Backend, growth: float,
+                 space: FeatureSpace, x0: np.ndarray, yi: int, target: int | None,
+                 deadline: float, max_radius: float | None, backend: _Backend, growth: float,
                  ) -> tuple[float, np.ndarray, int, float, bool]:
     """Linf radius by search over the finitely many candidate values.
 
@@ -714,19 +752,18 @@ def _linf_search(prog: _Program, clf: TreeEnsembleClassifier, ens: TreeEnsemble,
     if len(all_costs) == 0:  # nothing can move
         return np.inf, x0.copy(), -1, np.inf, False
     cand = all_costs if max_radius is None else all_costs[all_costs <= max_radius]
-    clean = ens.class_scores(x0[None])[0]
-    order = [int(j) for j in np.argsort(clean[yi] - clean, kind="stable") if j != yi]
+    goals = _goals(ens.class_scores(x0[None])[0], yi, target)
     best = [np.inf, x0.copy(), -1]
     failed = False
 
     def probe(k: int) -> bool | None:
         nonlocal failed
         red = _reduce(prog, costs, float(cand[k]), True, feasibility=True)
-        for j in order:
+        for goal in goals:
             if deadline - time.perf_counter() <= 0:
                 return None
-            res, x_adv, cls, ok = _attempt(prog, red, clf, x0, yi, j, float(cand[k]),
-                                           deadline, backend)
+            res, x_adv, cls, ok = _attempt(prog, red, clf, x0, yi, target, goal,
+                                           float(cand[k]), deadline, backend)
             if ok:
                 r = _norm((x_adv - x0) / space.scale, math.inf)
                 if r < best[0]:
@@ -805,6 +842,5 @@ def _model_predict(clf: TreeEnsembleClassifier, x: np.ndarray) -> np.ndarray:
     return clf.predict(torch.as_tensor(x, dtype=torch.float64)).cpu().numpy()
 
 
-def _verify(clf: TreeEnsembleClassifier, x_adv: np.ndarray, y: int) -> tuple[bool, int]:
-    cls = int(_model_predict(clf, x_adv[None])[0])
-    return cls != y, cls
+def _model_class(clf: TreeEnsembleClassifier, x_adv: np.ndarray) -> int:
+    return int(_model_predict(clf, x_adv[None])[0])
