@@ -201,6 +201,20 @@ def test_targeted_radius_equals_brute_force(threat: str) -> None:
                 assert res.radius[k] >= untargeted.radius[k] * (1 - 1e-12)
 
 
+def test_unbounded_space_matches_wide_bounds() -> None:
+    X, y = _two_feature_data(2, seed=4)
+    model = RandomForestClassifier(n_estimators=5, max_depth=3, random_state=0).fit(X, y)
+    rows = X[::50]
+    labels = np.asarray(model.predict_proba(rows)).argmax(axis=1)
+    wide = FeatureSpace.from_arrays(X.min(axis=0) - 100, X.max(axis=0) + 100, scale=[1.0, 2.0])
+    free = FeatureSpace.from_arrays([-np.inf] * 2, [np.inf] * 2, scale=[1.0, 2.0])
+    for threat in ("linf", "l1"):
+        a = exact_tree_radius(model, rows, labels, wide, threat)
+        b = exact_tree_radius(model, rows, labels, free, threat)
+        np.testing.assert_array_equal(a.radius, b.radius)
+        assert (b.status == EXACT).all()
+
+
 # -- validity of counterexamples ---------------------------------------------------------------
 @pytest.mark.parametrize("threat", ["linf", "l2", "l1"])
 def test_counterexamples_verified_and_ball_is_clean(threat: str) -> None:

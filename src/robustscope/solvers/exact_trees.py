@@ -21,9 +21,24 @@ Norms: Linf and L1 costs are linear in the predicates (a telescoping sum along e
 ordered cuts); L2 minimises the *squared* norm, which telescopes the same way, so all three
 are plain MILPs solved by HiGHS.
 
-Ties: class scores closer than ``tie_tol`` count as ties, settled as ``argmax`` does (the
-lower class index wins). The lower bound is exact for the model's decision under that rule;
-every counterexample is re-checked with the model's own ``predict_proba``.
+Search: programs are solved with a radius cutoff; every cut whose crossing alone costs more
+is fixed to the input's side before the program is built, so unreachable leaves and trees
+that cannot change drop out and HiGHS sees small programs. The cutoff starts at twice the
+cheapest crossing and doubles while no class can win (each such level certifies a lower
+bound). For Linf the radius is one of the finitely many crossing costs, and a geometric
+then binary search over them with objective-free feasibility programs is faster than
+minimising (``linf_search='bisect'``, the default); L1 and L2 minimise the norm at the
+first cutoff level that admits a counterexample.
+
+Ties: a class with a lower index than the label wins a tie (as ``argmax`` does), so its
+score need only reach the label's; a class with a higher index must lead by ``tie_tol``
+(1e-9 of the score range, 1e-6 for XGBoost, whose scores are float32 sums). The lower bound
+is exact for the model's decision under that rule. Every counterexample is re-checked with
+the model's own ``predict_proba``; when the library settles a near-tie the other way, the
+program is solved again with a 100x and then 10^4x larger margin, and a counterexample that
+still fails is dropped (``meta['verification_failures']`` lists the inputs).
+
+Missing values are not modelled (inputs are finite); see :mod:`robustscope.models.trees`.
 """
 
 from __future__ import annotations
