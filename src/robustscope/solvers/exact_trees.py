@@ -397,10 +397,10 @@ HIGHS_OPTIONS = {"presolve": "off", "mip_feasibility_tolerance": 1e-9}
 
 
 def _solve_class(red: _Reduced, pairs: list[tuple[int, int, float]], cutoff: float,
-                 time_limit: float, backend: _Backend) -> _Solve:
+                 time_limit: float, backend: _Backend, objective: bool = True) -> _Solve:
     """Cheapest move (within ``cutoff``, objective units) after which, for every
     ``(winner, loser, margin)`` in ``pairs``, the winner's score is at least ``margin`` above
-    the loser's."""
+    the loser's. Without ``objective``, any such move within the cutoff is returned."""
     n_p = len(red.free)
     n_leaf = len(red.leaf_scores)
     n_col = red.a.shape[1]
@@ -431,8 +431,9 @@ def _solve_class(red: _Reduced, pairs: list[tuple[int, int, float]], cutoff: flo
     a = sp.vstack(blocks, format="csr")
     integrality = np.zeros(n_col, dtype=np.int64)
     integrality[:n_p] = 1
-    res = backend.run(a, np.concatenate(lo), np.concatenate(hi), col_lo, col_hi, red.obj,
-              red.obj_offset, integrality, n_p, time_limit)
+    obj = red.obj if objective else np.zeros_like(red.obj)
+    res = backend.run(a, np.concatenate(lo), np.concatenate(hi), col_lo, col_hi, obj,
+                      red.obj_offset if objective else 0.0, integrality, n_p, time_limit)
     if res.p is not None:
         full = red.state.astype(np.float64)
         full[red.free] = res.p
@@ -684,6 +685,19 @@ def _solve_input(prog: _Program, clf: TreeEnsembleClassifier, ens: TreeEnsemble,
             if cutoff not in reduced:
                 reduced[cutoff] = _reduce(prog, costs, cutoff, linf)
             red = reduced[cutoff]
+            # a feasibility program first: cheap to refute, and when it finds a move its
+            # cost tightens the cutoff of the minimisation that follows
+            probe = _solve_class(red, goal.with_margin(prog.tie_tol), cutoff, remaining,
+                                 backend, objective=False)
+            if probe.status == "infeasible":
+                bounds.append(cutoff)
+                continue
+            if probe.p is not None:
+                moved = _construct(prog, x0, probe.p)
+                cost = _norm((moved - x0) / space.scale, threat.p) ** power
+                if cost < cutoff:
+                    cutoff = cost
+                    red = _reduce(prog, costs, cutoff, linf)
             res, x_adv, cls, ok = _attempt(prog, red, clf, x0, yi, target, goal, cutoff,
                                            deadline, backend)
             bounds.append(cutoff if res.status == "infeasible" else res.dual_bound)
