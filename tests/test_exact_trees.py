@@ -5,11 +5,9 @@ from __future__ import annotations
 import itertools
 import math
 
-import lightgbm as lgb
 import numpy as np
 import pytest
 import torch
-import xgboost as xgb
 from sklearn.datasets import load_breast_cancer, load_wine, make_classification
 from sklearn.ensemble import (
     ExtraTreesClassifier,
@@ -30,6 +28,9 @@ from robustscope.result import ATTACKED, CENSORED, EXACT, MISCLASSIFIED
 from robustscope.solvers.exact_trees import _right_start, exact_tree_radius
 from robustscope.space import FeatureSpace
 from robustscope.threats.lp import get_threat
+
+xgb = pytest.importorskip("xgboost")
+lgb = pytest.importorskip("lightgbm")
 
 NORMS = {"linf": math.inf, "l1": 1.0, "l2": 2.0}
 

@@ -43,6 +43,7 @@ Missing values are not modelled (inputs are finite); see :mod:`robustscope.model
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import time
 from dataclasses import dataclass, field
@@ -545,7 +546,7 @@ def exact_tree_radius(
     threat: LpThreat | str = "linf",
     time_limit: float = 10.0,
     max_radius: float | None = None,
-    backend: str = "highspy",
+    backend: str = "auto",
     growth: float = 2.0,
     linf_search: str = "bisect",
     highs_options: dict | None = None,
@@ -564,7 +565,8 @@ def exact_tree_radius(
     time_limit : seconds per input, all classes together; on timeout the result holds the
         best bracket found.
     max_radius : optional largest radius of interest; beyond it an input is ``censored``.
-    backend : ``highspy`` (default) or ``scipy`` (``scipy.optimize.milp``, also HiGHS).
+    backend : ``highspy``, ``scipy`` (``scipy.optimize.milp``, the same HiGHS without the
+        MIP tolerance setting) or ``auto`` (highspy when installed, else scipy).
     growth : the search solves the program with a radius cutoff that starts at twice the
         cheapest single move and grows by this factor until a counterexample lies inside:
         cuts farther than the cutoff are fixed, which keeps every program small.
@@ -597,8 +599,10 @@ def exact_tree_radius(
         raise InputError(f"threat: p={threat.p} is not supported (1, 2, inf)")
     if target is not None and not 0 <= int(target) < ens.n_classes:
         raise InputError(f"target: class {target} is not in 0..{ens.n_classes - 1}")
-    if backend not in ("highspy", "scipy"):
-        raise InputError(f"backend '{backend}': choose 'highspy' or 'scipy'")
+    if backend not in ("auto", "highspy", "scipy"):
+        raise InputError(f"backend '{backend}': choose 'auto', 'highspy' or 'scipy'")
+    if backend == "auto":
+        backend = "highspy" if importlib.util.find_spec("highspy") is not None else "scipy"
     if linf_search not in ("bisect", "optimize"):
         raise InputError(f"linf_search '{linf_search}': choose 'bisect' or 'optimize'")
     if not growth > 1.0:
