@@ -8,6 +8,8 @@ import math
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from sklearn.datasets import load_breast_cancer, load_wine, make_classification
 from sklearn.ensemble import (
     ExtraTreesClassifier,
@@ -200,6 +202,37 @@ def test_targeted_radius_equals_brute_force(threat: str) -> None:
                 assert abs(res.radius[k] - truth) <= 1e-6 * max(1.0, truth)
                 assert res.adv_class[k] == target
                 assert res.radius[k] >= untargeted.radius[k] * (1 - 1e-12)
+
+
+@settings(max_examples=8, deadline=None)
+@given(seed=st.integers(0, 10_000), kind=st.sampled_from(["xgb", "rf", "lgb"]),
+       threat=st.sampled_from(["linf", "l1", "l2"]), n_classes=st.sampled_from([2, 3]))
+def test_property_random_models_match_brute_force(seed: int, kind: str, threat: str,
+                                                  n_classes: int) -> None:
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(120, 2))
+    y = rng.integers(0, n_classes, size=120)
+    y[:n_classes] = np.arange(n_classes)
+    model = {
+        "xgb": xgb.XGBClassifier(n_estimators=3, max_depth=2, n_jobs=1, random_state=seed),
+        "rf": RandomForestClassifier(n_estimators=3, max_depth=3, random_state=seed),
+        "lgb": lgb.LGBMClassifier(n_estimators=3, num_leaves=4, min_child_samples=5,
+                                  verbose=-1, n_jobs=1, random_state=seed),
+    }[kind].fit(X, y)
+    space = FeatureSpace.from_arrays(X.min(axis=0) - 0.1, X.max(axis=0) + 0.1,
+                                     scale=rng.uniform(0.5, 2.0, size=2))
+    rows = X[:5]
+    labels = np.asarray(model.predict_proba(rows)).argmax(axis=1)
+    clf = wrap_tree_model(model)
+    res = exact_tree_radius(clf, rows, labels, space, threat)
+    for k in range(len(rows)):
+        truth = _brute_force(model, clf.ensemble, rows[k], int(labels[k]), space,
+                             NORMS[threat])
+        if math.isinf(truth):
+            assert res.status[k] == CENSORED
+        else:
+            assert res.status[k] == EXACT
+            assert abs(res.radius[k] - truth) <= 1e-6 * max(1.0, truth)
 
 
 def test_unbounded_space_matches_wide_bounds() -> None:
