@@ -1,17 +1,165 @@
-"""Command-line interface: ``robustscope <command>``."""
+"""Command-line interface: ``robustscope <command>``.
+
+Every command validates its input before computing anything, reports a problem as one line
+naming the argument, feature or row, exits non-zero, and writes its output files only once
+everything succeeded (atomically, so nothing is ever half-written).
+"""
 
 from __future__ import annotations
 
+import importlib
+import logging
+import sys
+from enum import Enum
+from pathlib import Path
+
 import typer
+from rich.console import Console
+
+from robustscope.errors import RobustscopeError
 
 app = typer.Typer(
     name="robustscope",
     help="Radius of robustness for any classifier, with verified counterexamples.",
     no_args_is_help=True,
     add_completion=False,
+    pretty_exceptions_enable=False,
 )
+err_console = Console(stderr=True)
+#: Modules under robustscope.commands that add their own commands with ``register(app)``.
+COMMAND_MODULES: tuple[str, ...] = ("leaderboard", "scores", "image_grid")
+
+
+class ThreatName(str, Enum):
+    linf = "linf"
+    l2 = "l2"
+    l1 = "l1"
+
+
+class SolverName(str, Enum):
+    auto = "auto"
+    pgd = "pgd"
+    minnorm = "minnorm"
+    exact = "exact"
+
+
+def fail(message: str, code: int = 2) -> None:
+    """Print ``error: message`` to stderr and exit with ``code``."""
+    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code)
 
 
 @app.callback()
-def main() -> None:
+def main(verbose: bool = typer.Option(False, "--verbose", "-v", help="Log debug messages.")):
     """robustscope: how far is each input from a decision change?"""
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+
+
+@app.command("radius")
+def radius_command(
+    model: Path = typer.Option(..., help="Model file: .json/.ubj (XGBoost), .txt (LightGBM), "
+                               ".skops, .pt (TorchScript), .onnx; .pkl/.joblib need "
+                               "--trust-pickle."),
+    data: Path = typer.Option(..., help="CSV with a label column, or NPZ with arrays X and y."),
+    out: Path = typer.Option(..., help="Radius table: .csv, .parquet or .json."),
+    threat: ThreatName = typer.Option(ThreatName.linf, help="Norm of the scaled perturbation."),
+    label_column: str = typer.Option("label", help="Label column of a CSV."),
+    features: Path | None = typer.Option(None, help="Feature-space YAML (bounds, scales, "
+                                         "types, mutability)."),
+    solver: SolverName = typer.Option(SolverName.auto, help="auto uses the exact solver "
+                                      "where the model allows it."),
+    max_radius: float | None = typer.Option(None, help="Largest strength tried."),
+    budget: int | None = typer.Option(None, help="Model passes allowed per input."),
+    rtol: float = typer.Option(0.01, help="Relative bracket width at which bisection stops."),
+    seed: int = typer.Option(0, help="Random seed."),
+    adversarial_out: Path | None = typer.Option(None, help="NPZ of counterexamples (X_adv)."),
+    trust_pickle: bool = typer.Option(False, help="Allow pickle/joblib model files (can run "
+                                      "arbitrary code)."),
+    device: str = typer.Option("cpu", help="Torch device, e.g. cpu or cuda:0."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar or summary."),
+) -> None:
+    """Radius of robustness of every input, one row per input."""
+    from robustscope.data import load_data
+    from robustscope.models.loaders import load_model
+    from robustscope.search import radius
+    from robustscope.space import FeatureSpace
+
+    for path, what in ((out, "--out"), (adversarial_out, "--adversarial-out")):
+        if path is not None and not path.parent.exists():
+            fail(f"{what}: folder {path.parent} does not exist")
+    if out.suffix.lower() not in (".csv", ".parquet", ".json"):
+        fail(f"--out {out}: unknown extension '{out.suffix}'; use .csv, .parquet or .json")
+    try:
+        dataset = load_data(data, label_column)
+        space = None
+        if features is not None:
+            space = FeatureSpace.from_yaml(features, int(dataset.X[0].size),
+                                           dataset.feature_names, dataset.X.shape[1:])
+        clf = load_model(model, trust_pickle=trust_pickle, device=device, example=dataset.X[:2])
+        with _progress(len(dataset.X), quiet) as advance:
+            result = radius(clf, dataset.X, dataset.y, threat=threat.value, space=space,
+                            solver=solver.value, max_radius=max_radius, budget=budget,
+                            rtol=rtol, seed=seed, device=device, progress=advance)
+        result.save(out)
+        if adversarial_out is not None:
+            result.save_adversarial(adversarial_out)
+    except RobustscopeError as exc:
+        fail(str(exc))
+    if not quiet:
+        print_summary(result, f"{model.name} · {threat.value} · solver {solver.value}")
+        Console().print(f"wrote {out}" + (f" and {adversarial_out}" if adversarial_out else ""))
+
+
+def _progress(total: int, quiet: bool):
+    """Context manager yielding a callback that advances a progress bar (on stderr)."""
+    import contextlib
+
+    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+    if quiet or not sys.stderr.isatty():
+        return contextlib.nullcontext(lambda k: None)
+
+    @contextlib.contextmanager
+    def bar():
+        columns = (TextColumn("radius"), BarColumn(),
+                   TextColumn("{task.completed}/{task.total}"), TimeRemainingColumn())
+        with Progress(*columns, console=err_console, transient=True) as prog:
+            task = prog.add_task("radius", total=total)
+            yield lambda k: prog.advance(task, k)
+
+    return bar()
+
+
+def print_summary(result, title: str) -> None:
+    """A one-table summary of a :class:`RadiusResult` on stdout."""
+    from rich.table import Table
+
+    s = result.summary()
+    table = Table(title=title)
+    for col in ("inputs", "clean acc.", "exact", "attacked", "censored", "misclassified",
+                "median radius", "min radius", "mean queries"):
+        table.add_column(col, justify="right")
+    table.add_row(str(s["n"]), f"{s['clean_accuracy']:.3f}", str(s["exact"]),
+                  str(s["attacked"]), str(s["censored"]), str(s["misclassified"]),
+                  f"{s['median_radius']:.4g}", f"{s['min_radius']:.4g}",
+                  f"{s['mean_queries']:.0f}")
+    Console(width=max(Console().width, 120)).print(table)
+
+
+@app.command("demo")
+def demo_command(
+    out_dir: Path = typer.Option(Path("robustscope-demo"), help="Folder for the outputs."),
+    quiet: bool = typer.Option(False, "--quiet", "-q"),
+) -> None:
+    """Train two models on scikit-learn's breast-cancer data and report their radii."""
+    from robustscope.demo import run_demo
+
+    try:
+        run_demo(out_dir, quiet=quiet)
+    except RobustscopeError as exc:
+        fail(str(exc))
+
+
+for _name in COMMAND_MODULES:
+    importlib.import_module(f"robustscope.commands.{_name}").register(app)

@@ -90,7 +90,8 @@ class FeatureSpace:
         return len(self.lower)
 
     @classmethod
-    def box(cls, shape: Sequence[int] | int, lower: float = 0.0, upper: float = 1.0) -> FeatureSpace:
+    def box(cls, shape: Sequence[int] | int, lower: float = 0.0,
+            upper: float = 1.0) -> FeatureSpace:
         """Every feature in ``[lower, upper]`` with scale 1 (the image default: the box [0, 1])."""
         shape = (shape,) if isinstance(shape, int) else tuple(shape)
         d = int(np.prod(shape))

@@ -12,7 +12,7 @@ class TorchClassifier(Classifier):
     """A ``torch.nn.Module`` (or TorchScript module) mapping ``(n, *input_shape)`` to logits.
 
     Gradients come from autograd. The module is put in eval mode and moved to ``device``;
-    inputs are cast to ``dtype`` (float32 by default, the usual dtype of networks).
+    inputs are cast to ``dtype`` (default: the dtype of the module's parameters, else float32).
     """
 
     differentiable = True
@@ -23,11 +23,18 @@ class TorchClassifier(Classifier):
         n_classes: int,
         input_shape: tuple[int, ...] | None = None,
         device: str | torch.device = "cpu",
-        dtype: torch.dtype = torch.float32,
+        dtype: torch.dtype | None = None,
         name: str | None = None,
     ) -> None:
+        if dtype is None:  # the module's own floating dtype (float32 for most networks)
+            floats = [p.dtype for p in module.parameters() if p.is_floating_point()]
+            dtype = floats[0] if floats else torch.float32
         super().__init__(n_classes, input_shape, device, dtype, name or type(module).__name__)
-        self.module = module.to(self.device).eval()
+        self.module = module.to(self.device)
+        try:
+            self.module.eval()
+        except NotImplementedError:  # torch.export modules are traced in their eval mode
+            pass
         for p in self.module.parameters():
             p.requires_grad_(False)
 

@@ -35,6 +35,32 @@ def _is_sklearn_linear(obj: object) -> bool:
     return fitted and linear_type
 
 
+def _affine_pipeline(model: object, device) -> LinearClassifier | None:
+    """A scikit-learn Pipeline of affine scalers ending in a linear classifier is itself
+    linear: fold the scalers into the coefficients (x -> (x - shift) / div)."""
+    steps = getattr(model, "steps", None)
+    if not steps or not _is_sklearn_linear(steps[-1][1]):
+        return None
+    final = LinearClassifier.from_sklearn(steps[-1][1], device=device)
+    w, b = final.weights, final.bias
+    for _, step in reversed(steps[:-1]):
+        kind = type(step).__name__
+        if kind == "StandardScaler":
+            shift = step.mean_ if step.with_mean else 0.0
+            div = step.scale_ if step.with_std else 1.0
+        elif kind == "MinMaxScaler":  # x * scale_ + min_
+            div, shift = 1.0 / step.scale_, -step.min_ / step.scale_
+        elif kind == "MaxAbsScaler":
+            div, shift = step.scale_, 0.0
+        else:
+            return None
+        w_new = w / np.asarray(div, dtype=np.float64)
+        b = b - w_new @ np.broadcast_to(np.asarray(shift, dtype=np.float64), (w.shape[1],))
+        w = w_new
+    return LinearClassifier(w, b, classes=final.classes, name=f"Pipeline({final.name})",
+                            device=device)
+
+
 def wrap_model(
     model: object,
     n_classes: int | None = None,
@@ -56,11 +82,15 @@ def wrap_model(
         return model
     if isinstance(model, torch.nn.Module):
         if n_classes is None:
-            n_classes = _probe_classes(lambda a: model(torch.as_tensor(a, dtype=torch.float32)),
-                                       example, type(model).__name__)
+            clf = TorchClassifier(model, 2, input_shape, device=device)  # for its dtype
+            n_classes = _probe_classes(lambda a: model(clf.as_tensor(a)), example,
+                                       type(model).__name__)
         return TorchClassifier(model, n_classes, input_shape, device=device)
     if _is_sklearn_linear(model):
         return LinearClassifier.from_sklearn(model, device=device)
+    affine = _affine_pipeline(model, device)
+    if affine is not None:
+        return affine
     if isinstance(model, tuple) and len(model) == 2:
         weights, bias = (np.asarray(m, dtype=np.float64) for m in model)
         return LinearClassifier(weights, bias, input_shape=input_shape, device=device)

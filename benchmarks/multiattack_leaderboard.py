@@ -1,0 +1,81 @@
+"""Time the MultiRobustBench leaderboard pipeline on the published data.
+
+Measures, as medians over repeats: parsing defences.json (21 models), scoring all 21 models
+(every metric, 181 points each), importing them into a SQLite store on disk, exporting them
+back, and the largest deviation from the published leaderboard.csv (all 27 numeric columns).
+
+    OMP_NUM_THREADS=1 PYTHONPATH=src python benchmarks/multiattack_leaderboard.py [--repeats 7]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from robustscope.scores.accuracy_grid import read_accuracy_file
+from robustscope.scores.multiattack import competitiveness, published_reference
+from robustscope.store import open_store
+from robustscope.threats.grids import RANKED_ATTACKS
+
+REF = Path(__file__).resolve().parents[1].parent / "shared" / "reference" / "multirobustbench"
+
+
+def _timed(fn, repeats):
+    times, out = [], None
+    for _ in range(repeats):
+        t = time.perf_counter()
+        out = fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times), out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--repeats", type=int, default=7)
+    args = ap.parse_args()
+    ref = published_reference()
+    t_parse, models = _timed(lambda: read_accuracy_file(REF / "defences.json"), args.repeats)
+    t_score, reports = _timed(lambda: [
+        competitiveness(m.grid, ref, trained_on=m.trained_on, missing="skip", model=m.name)
+        for m in models], args.repeats)
+
+    def import_export():
+        with tempfile.TemporaryDirectory() as d, open_store(Path(d) / "r.sqlite") as store:
+            t = time.perf_counter()
+            store.import_accuracies(REF / "defences.json")
+            t_imp = time.perf_counter() - t
+            t = time.perf_counter()
+            store.export_accuracies(Path(d) / "out.json")
+            return t_imp, time.perf_counter() - t
+
+    pairs = [import_export() for _ in range(args.repeats)]
+    t_imp = statistics.median(p[0] for p in pairs)
+    t_exp = statistics.median(p[1] for p in pairs)
+
+    rows = {r["defense"]: r for r in csv.DictReader(open(REF / "leaderboard.csv", newline=""))}
+    worst_dev, n_values = 0.0, 0
+    for rep in reports:
+        d = rep.to_dict()
+        got = {k: d[k] for k in ("clean", "CR_ind_avg", "CR_ind_worst", "SC", "pct_seen",
+                                 "CR_in_avg", "CR_out_avg", "CR_in_worst", "CR_out_worst")}
+        for a in RANKED_ATTACKS:
+            got[f"single_avg_{a}"] = d["single"][a]["avg"]
+            got[f"single_worst_{a}"] = d["single"][a]["worst"]
+        for k, v in got.items():
+            worst_dev = max(worst_dev, abs(v - float(rows[rep.model][k])))
+            n_values += 1
+    print(f"models: {len(models)}, points per model: {reports[1].table.n_points}")
+    print(f"parse defences.json     : {1e3 * t_parse:8.2f} ms (median of {args.repeats})")
+    print(f"score all models        : {1e3 * t_score:8.2f} ms")
+    print(f"store import (SQLite)   : {1e3 * t_imp:8.2f} ms")
+    print(f"store export (JSON)     : {1e3 * t_exp:8.2f} ms")
+    print(f"max |ours - published|  : {worst_dev:.4f} over {n_values} values "
+          "(published values are rounded to 0.01)")
+
+
+if __name__ == "__main__":
+    main()

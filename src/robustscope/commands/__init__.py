@@ -1,0 +1,1 @@
+"""Sub-commands that register themselves on the CLI (see ``robustscope.cli.COMMAND_MODULES``)."""

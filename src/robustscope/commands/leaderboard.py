@@ -1,0 +1,146 @@
+"""``robustscope leaderboard``: rank models by MultiRobustBench competitiveness ratios."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from robustscope.errors import RobustscopeError
+from robustscope.scores.accuracy_grid import ModelAccuracies, read_accuracy_file
+from robustscope.scores.multiattack import (
+    CRReport,
+    best_reference,
+    competitiveness,
+    resolve_attacks,
+    resolve_reference,
+)
+
+
+def _split_attacks(attacks: list[str] | None) -> list[str] | None:
+    if not attacks:
+        return None
+    return [a.strip() for item in attacks for a in item.split(",") if a.strip()]
+
+
+def collect_models(db: Path | None, accuracies: list[Path] | None) -> list[ModelAccuracies]:
+    """Models from a results store (latest grid of each) and from accuracy files; model
+    names must be unique across all sources."""
+    models: list[ModelAccuracies] = []
+    if db is not None:
+        from robustscope.store import open_store
+
+        if not db.is_file():
+            raise RobustscopeError(f"--db {db}: no such file")
+        with open_store(db) as store:
+            models.extend(store.model_accuracies())
+    for path in accuracies or []:
+        models.extend(read_accuracy_file(path))
+    if not models:
+        raise RobustscopeError("no models: give --db with stored accuracy grids and/or "
+                               "--accuracies FILE.json")
+    names = [m.name for m in models]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise RobustscopeError(f"model names appear more than once: {', '.join(dup)}")
+    return models
+
+
+def rank(models: list[ModelAccuracies], reference: str | None = None,
+         attacks: list[str] | None = None, allow_missing: bool = False,
+         sort: str = "avg") -> list[CRReport]:
+    """Competitiveness report of every model, best first by CR_ind-avg (``sort="avg"``) or
+    CR_ind-worst (``"worst"``), ties broken by the other. ``reference``: ``None`` /
+    ``"published"``, ``"best"`` (best of the given models per point) or a file."""
+    if sort not in ("avg", "worst"):
+        raise RobustscopeError(f"--sort: expected 'avg' or 'worst', got {sort!r}")
+    ref = (best_reference(m.grid for m in models) if reference == "best"
+           else resolve_reference(reference))
+    chosen = resolve_attacks(attacks)
+    reports = [competitiveness(m.grid, ref, chosen, m.trained_on,
+                               missing="skip" if allow_missing else "error", model=m.name)
+               for m in models]
+    key = ((lambda r: (r.cr_ind_avg, r.cr_ind_worst)) if sort == "avg"
+           else (lambda r: (r.cr_ind_worst, r.cr_ind_avg)))
+    return sorted(reports, key=key, reverse=True)
+
+
+def _fmt(x: float | None) -> str:
+    return "-" if x is None or not math.isfinite(x) else f"{x:.2f}"
+
+
+def render_table(reports: list[CRReport], single: bool = False) -> Table:
+    """A rich table: rank, model, clean, CR_ind-avg/worst, worst point, and seen/unseen
+    metrics where known; per-attack single-CR averages with ``single=True``."""
+    table = Table(title="MultiRobustBench competitiveness (percent of acc*)")
+    for col in ("#", "model", "clean", "CR_ind-avg", "CR_ind-worst", "worst point"):
+        table.add_column(col, justify="left" if col in ("model", "worst point") else "right")
+    seen = any(r.pct_seen is not None for r in reports)
+    if seen:
+        for col in ("CR_in-avg", "CR_out-avg", "% seen", "SC"):
+            table.add_column(col, justify="right")
+    attacks = list(reports[0].single) if single and reports else []
+    for a in attacks:
+        table.add_column(f"{a} avg", justify="right")
+    for i, r in enumerate(reports, 1):
+        row = [str(i), r.model + (" *" if r.table.missing else ""), _fmt(r.clean),
+               _fmt(r.cr_ind_avg), _fmt(r.cr_ind_worst), r.worst_point]
+        if seen:
+            row += [_fmt(r.cr_in_avg), _fmt(r.cr_out_avg), _fmt(r.pct_seen), _fmt(r.sc)]
+        row += [_fmt(r.single[a]["avg"]) for a in attacks]
+        table.add_row(*row)
+    if any(r.table.missing for r in reports):
+        table.caption = "* scored on the points it has (some attack/strength points missing)"
+    return table
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``leaderboard`` command to ``app``."""
+
+    @app.command("leaderboard")
+    def leaderboard(
+        db: Path = typer.Option(None, "--db", help="Results store (SQLite) to read the "
+                                "latest accuracy grid of each model from."),
+        accuracies: list[Path] = typer.Option(None, "--accuracies", help="Benchmark accuracy "
+                                              "JSON: one model (named after the file) or "
+                                              "{model: {accuracies, details}}. Repeatable."),
+        reference: str = typer.Option("published", "--reference", help="acc*: 'published' "
+                                      "(MultiRobustBench CIFAR-10 table), 'best' (best of "
+                                      "the ranked models per point) or a JSON file."),
+        attacks: list[str] = typer.Option(None, "--attacks", help="Attacks to score "
+                                          "(comma-separated or repeated; short or benchmark "
+                                          "names). Default: the 9 ranked attacks."),
+        allow_missing: bool = typer.Option(False, "--allow-missing", help="Score models on "
+                                           "the points they have instead of failing."),
+        sort: str = typer.Option("avg", "--sort", help="Rank by 'avg' or 'worst'."),
+        single: bool = typer.Option(False, "--single", help="Add single-CR columns."),
+        as_json: bool = typer.Option(False, "--json", help="Print a JSON list instead of a "
+                                     "table."),
+        figures: Path = typer.Option(None, "--figures", help="Also write the multi-attack "
+                                     "figures (PNG) into this folder."),
+    ) -> None:
+        """Rank models by CR_ind-avg and CR_ind-worst (MultiRobustBench, Dai et al. 2023)."""
+        try:
+            models = collect_models(db, accuracies)
+            chosen = _split_attacks(attacks)
+            reports = rank(models, reference, chosen, allow_missing, sort)
+            if figures is not None:
+                from robustscope.report.multiattack_figures import write_multiattack_figures
+
+                ref = (best_reference(m.grid for m in models) if reference == "best"
+                       else resolve_reference(reference))
+                written = write_multiattack_figures(reports, {m.name: m.grid for m in models},
+                                                    figures, ref, chosen)
+        except (RobustscopeError, ValueError, OSError) as err:
+            typer.echo(f"error: {err}", err=True)
+            raise typer.Exit(code=1) from None
+        if as_json:
+            typer.echo(json.dumps([r.to_dict() for r in reports], indent=1))
+        else:
+            Console().print(render_table(reports, single=single))
+        if figures is not None:
+            typer.echo(f"figures: {', '.join(str(p) for p in written)}", err=as_json)

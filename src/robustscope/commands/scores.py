@@ -1,0 +1,139 @@
+"""``robustscope scores radii.csv``: difficulty-aware robustness scores of a radius CSV."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import typer
+
+from robustscope.errors import InputError
+from robustscope.scores.intrinsic import (
+    IntrinsicScores,
+    SubsetComparison,
+    intrinsic_scores,
+    subset_independence,
+)
+
+REQUIRED_COLUMNS = ("radius", "loss", "status")
+
+
+def read_radius_csv(path: str | Path) -> pd.DataFrame:
+    """Read a radius CSV (as written by ``RadiusResult.to_csv``) and check the columns that the
+    scores need: ``radius`` (``inf`` for censored inputs), ``loss`` and ``status``."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"radius file {path}: no such file")
+    try:
+        df = pd.read_csv(path)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        raise InputError(f"radius file {path}: cannot read it as CSV ({exc})") from exc
+    missing = [c for c in REQUIRED_COLUMNS if c not in df.columns]
+    if missing:
+        raise InputError(f"radius file {path}: missing column(s) {', '.join(missing)} "
+                         f"(found: {', '.join(map(str, df.columns))})")
+    for col in ("radius", "loss"):
+        values = pd.to_numeric(df[col], errors="coerce")
+        bad = values.isna()  # empty cells and text that is not a number
+        if bad.any():
+            row = int(np.flatnonzero(bad.to_numpy())[0])
+            raise InputError(f"radius file {path}: row {row}, column '{col}' = "
+                             f"{df[col].iloc[row]!r} is not a number")
+        df[col] = values.astype(np.float64)
+    df["status"] = df["status"].astype(str).str.strip()
+    return df
+
+
+def _fmt(x: float) -> str:
+    return "nan" if not math.isfinite(x) else f"{x:.4g}"
+
+
+def _json_number(x):
+    """JSON has no NaN / inf: write them as null."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x
+
+
+def scores_document(s: IntrinsicScores, sub: SubsetComparison) -> dict:
+    """One flat JSON-ready dict: scores, ``<score>_low/_high``, counts, ``rel_var_*`` and the
+    easy / hard scores under ``easy`` and ``hard``."""
+    doc = s.to_dict()
+    doc.update(sub.to_dict())
+    return _clean(doc)
+
+
+def _clean(obj):
+    if isinstance(obj, dict):
+        return {k: _clean(v) for k, v in obj.items()}
+    return _json_number(obj)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``scores`` command to ``app``."""
+
+    @app.command("scores")
+    def scores(
+        path: Path = typer.Argument(..., help="Radius CSV (columns radius, loss, status, ...)."),
+        as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+        n_bootstrap: int = typer.Option(1000, "--bootstrap", help="Bootstrap resamples."),
+        confidence: float = typer.Option(0.95, help="Level of the bootstrap intervals."),
+        seed: int = typer.Option(0, help="Seed of the bootstrap."),
+        censored: str = typer.Option(
+            "exclude", help="Censored inputs: 'exclude' them, or 'bound' (radius := "
+            "--censor-at, scores become lower bounds)."),
+        censor_at: float = typer.Option(None, help="Largest strength tried (with 'bound')."),
+    ) -> None:
+        """R_m, R_w, R_nu with bootstrap intervals, the line r ~ g(loss), and the easy/hard
+        relative variations (Giraudon et al. 2021)."""
+        try:
+            df = read_radius_csv(path)
+            kw = dict(censored=censored, censor_at=censor_at, n_bootstrap=n_bootstrap,
+                      confidence=confidence, seed=seed)
+            s = intrinsic_scores(df["radius"], df["loss"], df["status"], **kw)
+            if len(df) < 2:
+                raise InputError(f"radius file {path}: the easy/hard split needs >= 2 rows")
+            sub = subset_independence(df["radius"], df["loss"], df["status"], **kw)
+        except InputError as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(code=2) from exc
+        if as_json:
+            typer.echo(json.dumps(scores_document(s, sub)))
+            return
+        _print_table(path, s, sub)
+
+
+def _print_table(path: Path, s: IntrinsicScores, sub: SubsetComparison) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    pct = f"{100 * s.confidence:g}%"
+    table = Table(title=f"Robustness scores of {path.name}")
+    for col in ("score", "value", f"{pct} interval", "easy", "hard", "rel. variation"):
+        table.add_column(col, justify="right" if col != "score" else "left")
+    labels = {"R_m": "R_m (mean radius)", "R_w": "R_w (worst, all)",
+              "R_w_correct": "R_w (worst, well-classified)", "R_nu": "R_nu",
+              "slope": "slope of r ~ g(loss)", "intercept": "intercept", "r2": "R^2"}
+    for name, label in labels.items():
+        low, high = s.intervals.get(name, (math.nan, math.nan))
+        rv = sub.rel_var.get(name)
+        rv_text = ""
+        if rv is not None:
+            rv_low, rv_high = sub.rel_var_intervals.get(name, (math.nan, math.nan))
+            rv_text = f"{_fmt(rv)} [{_fmt(rv_low)}, {_fmt(rv_high)}]"
+        table.add_row(label, _fmt(getattr(s, name)), f"[{_fmt(low)}, {_fmt(high)}]",
+                      _fmt(getattr(sub.easy, name)), _fmt(getattr(sub.hard, name)), rv_text)
+    console = Console()
+    console.print(table)
+    notes = [f"{s.n} inputs: {s.n_misclassified} misclassified, {s.n_censored} censored "
+             f"({'excluded' if s.censored == 'exclude' else 'radius := censor-at'}), "
+             f"{s.n_nonpositive_g} well-classified with g(loss) <= 0 and {s.n_infinite_g} with "
+             f"g(loss) = inf (left out of R_nu); line fitted on {s.n_line} inputs."]
+    if s.lower_bounds:
+        notes.append("Censored inputs were given the censoring radius: R_m, R_w and R_nu are "
+                     "lower bounds.")
+    for note in notes:
+        console.print(note)

@@ -1,0 +1,356 @@
+"""Robust accuracy on a strength grid, by per-input bisection over the grid levels.
+
+For each input and threat, :func:`grid_robustness` finds the smallest grid level at which the
+attack breaks the input (its radius for that threat, on the grid). Under the assumption that
+a counterexample at level ``k`` is also found at every level above ``k`` (threat sets are
+nested), the answer is found by binary search over the ``K`` indices: ``ceil(log2(K + 1))``
+attack runs per input (5 for the benchmark's 20 levels) instead of ``K``. Inputs at the same
+bisection step are attacked together, each with its own strength. A counterexample whose
+measured strength lies below the level it was found at also settles every level down to its
+own, which often saves further runs.
+
+Every counterexample is re-verified by calling the model again (the statement must hold for
+the model's own prediction) and its perturbation is checked to lie within the level's bound
+(``threat.within``); unverified candidates count as failures.
+
+The accuracy curve ``acc(eps_k)`` is the share of inputs *not* broken at level ``k``;
+misclassified clean inputs count as broken at every level. :meth:`GridResult.to_benchmark`
+gives it in MultiRobustBench's accuracy-file format (percent, keys ``str(float(round(eps,
+5)))``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+import torch
+
+from robustscope.errors import InputError
+from robustscope.models.base import Classifier
+from robustscope.models.wrap import wrap_model
+from robustscope.result import ATTACKED, CENSORED, MISCLASSIFIED
+from robustscope.solvers.image_pgd import image_pgd
+from robustscope.statement import DECISION_CHANGE, Statement
+from robustscope.threats.image import ImageThreat, get_image_threat, threat_key
+
+#: ``level`` of an input misclassified without any perturbation.
+CLEAN_WRONG = -1
+
+
+@dataclass
+class GridResult:
+    """Per-input breaking levels of one threat on one grid.
+
+    ``level[i]``: the smallest grid index at which a verified counterexample was found;
+    ``-1`` when the clean input is already misclassified; ``K`` (= ``len(grid)``) when none
+    was found (censored). ``x_adv[i]`` is the counterexample at that level (the input itself
+    when censored or misclassified); ``strength[i]`` its measured strength (``nan`` when
+    censored, 0 when misclassified). ``runs[i]``: attack runs spent on the input.
+    """
+
+    threat: str
+    attack_name: str
+    grid: np.ndarray
+    level: np.ndarray
+    label: np.ndarray
+    x_adv: torch.Tensor
+    strength: np.ndarray
+    runs: np.ndarray
+    method: str
+    seconds: float
+    forward_passes: int
+    backward_passes: int
+    broken: np.ndarray | None = field(default=None, repr=False)
+
+    @property
+    def n(self) -> int:
+        return len(self.level)
+
+    @property
+    def clean_accuracy(self) -> float:
+        """Share of inputs classified correctly without perturbation."""
+        return float(np.mean(self.level != CLEAN_WRONG))
+
+    @property
+    def accuracy(self) -> np.ndarray:
+        """Robust accuracy at each grid level, shape ``(K,)``, as a share in [0, 1]."""
+        k = np.arange(len(self.grid))
+        return (self.level[:, None] > k[None, :]).mean(axis=0)
+
+    @property
+    def radius(self) -> np.ndarray:
+        """Grid radius per input: ``grid[level]``; 0 if misclassified, ``inf`` if censored."""
+        out = np.full(self.n, np.inf)
+        ok = (self.level >= 0) & (self.level < len(self.grid))
+        out[ok] = self.grid[self.level[ok]]
+        out[self.level == CLEAN_WRONG] = 0.0
+        return out
+
+    @property
+    def status(self) -> np.ndarray:
+        out = np.full(self.n, ATTACKED, dtype=object)
+        out[self.level == CLEAN_WRONG] = MISCLASSIFIED
+        out[self.level >= len(self.grid)] = CENSORED
+        return out
+
+    @property
+    def full_grid_runs(self) -> int:
+        """Attack runs that attacking every level for every correctly classified input costs."""
+        return int(len(self.grid) * np.sum(self.level != CLEAN_WRONG))
+
+    @property
+    def runs_saved(self) -> int:
+        return self.full_grid_runs - int(self.runs.sum())
+
+    def to_benchmark(self) -> dict:
+        """``{"NoAttack": acc, attack_name: {"<eps>": acc}}`` with accuracies in percent."""
+        curve = {str(float(round(float(e), 5))): float(100 * a)
+                 for e, a in zip(self.grid, self.accuracy, strict=True)}
+        return {"NoAttack": 100 * self.clean_accuracy, self.attack_name: curve}
+
+    def to_dataframe(self) -> pd.DataFrame:
+        return pd.DataFrame({
+            "sample": np.arange(self.n), "threat": self.threat, "label": self.label,
+            "level": self.level, "radius": self.radius, "strength": self.strength,
+            "status": self.status, "runs": self.runs,
+        })
+
+
+def benchmark_accuracies(results: Sequence[GridResult]) -> dict:
+    """Merge several threats' results (same inputs) into one accuracy file dict."""
+    if not results:
+        raise InputError("results is empty")
+    clean = {round(r.clean_accuracy, 12) for r in results}
+    if len(clean) != 1:
+        raise InputError("results disagree on clean accuracy: they were not computed on the "
+                         "same inputs and model")
+    out: dict = {"NoAttack": 100 * results[0].clean_accuracy}
+    for r in results:
+        out[r.attack_name] = r.to_benchmark()[r.attack_name]
+    return out
+
+
+def _check_grid(grid) -> np.ndarray:
+    g = np.asarray(grid, dtype=np.float64).reshape(-1)
+    if g.size == 0:
+        raise InputError("grid is empty")
+    if not np.all(np.isfinite(g)) or np.any(g <= 0):
+        raise InputError("grid strengths must be finite and > 0")
+    if np.any(np.diff(g) <= 0):
+        raise InputError("grid must be strictly increasing")
+    return g
+
+
+def _check_labels(y, n: int, n_classes: int, device) -> torch.Tensor:
+    t = torch.as_tensor(np.asarray(y) if not torch.is_tensor(y) else y).reshape(-1)
+    if t.numel() != n:
+        raise InputError(f"y has {t.numel()} labels for {n} inputs")
+    if torch.is_floating_point(t):
+        if not torch.equal(t, t.round()):
+            raise InputError("y must hold integer class indices")
+        t = t.long()
+    t = t.to(device=device, dtype=torch.long)
+    bad = torch.nonzero((t < 0) | (t >= n_classes)).flatten()
+    if len(bad):
+        raise InputError(f"y[{int(bad[0])}] = {int(t[bad[0]])} is not a class index in "
+                         f"[0, {n_classes})")
+    return t
+
+
+class _Attacker:
+    """Runs the solver on a subset of inputs at per-input strengths and verifies results."""
+
+    def __init__(self, clf, x, y, threat, statement, steps, restarts, batch_size, seed):
+        self.clf, self.x, self.y, self.threat = clf, x, y, threat
+        self.statement, self.steps, self.restarts = statement, steps, restarts
+        self.batch_size, self.seed, self.calls = batch_size, seed, 0
+
+    def __call__(self, idx: torch.Tensor, eps: torch.Tensor, init: torch.Tensor | None = None):
+        """Attack inputs ``idx`` at strengths ``eps`` (optionally starting from parameters
+        ``init``); returns (verified (m,), x_adv, strength (m,), params)."""
+        oks, advs, strengths, params = [], [], [], []
+        for start in range(0, len(idx), self.batch_size):
+            sub = idx[start:start + self.batch_size]
+            e = eps[start:start + self.batch_size]
+            gen = torch.Generator(device=self.x.device).manual_seed(self.seed + self.calls)
+            self.calls += 1
+            xs = self.x[sub]
+            start_at = None if init is None else init[start:start + self.batch_size]
+            res = image_pgd(self.clf, xs, self.y[sub], self.threat, e, self.statement,
+                            gen, steps=self.steps, restarts=self.restarts, init=start_at)
+            with torch.no_grad():
+                pred = self.clf.predict(res.x_adv)
+                strength = self.threat.strength(xs, res.params, res.x_adv)
+                ok = self.statement.holds(pred, self.y[sub])
+                ok &= self.threat.within(xs, res.params, e, res.x_adv)
+            oks.append(ok)
+            advs.append(res.x_adv)
+            strengths.append(strength)
+            params.append(res.params)
+        return torch.cat(oks), torch.cat(advs), torch.cat(strengths), torch.cat(params)
+
+
+def grid_robustness(
+    model: Classifier | torch.nn.Module,
+    X: torch.Tensor,
+    y,
+    threat: str | ImageThreat,
+    grid: Sequence[float] | np.ndarray | None = None,
+    *,
+    method: str = "bisection",
+    statement: Statement | None = None,
+    steps: int = 20,
+    restarts: int = 1,
+    batch_size: int = 256,
+    seed: int = 0,
+    device: str | torch.device = "cpu",
+    n_classes: int | None = None,
+    warm_start: bool = True,
+    **threat_options,
+) -> GridResult:
+    """Breaking level per input, and robust accuracy on ``grid``, for an image threat.
+
+    Parameters
+    ----------
+    model : a :class:`Classifier` or a ``torch.nn.Module`` returning logits (wrapped on
+        ``device``).
+    X : (n, C, H, W) images in [0, 1]. y : (n,) class indices.
+    threat : a name (``linf``, ``elastic``, ``jpeg-l1``, ``ElasticAttack``, ...) or an
+        :class:`ImageThreat`; ``threat_options`` go to its constructor (``features=`` for
+        LPIPS).
+    grid : increasing strengths; default the threat's 20-level benchmark grid.
+    method : ``"bisection"`` (about log2(K) + 1 runs per input) or ``"full"`` (every level;
+        also fills ``GridResult.broken``, the (n, K) matrix of verified successes).
+    steps, restarts : solver settings (see :func:`robustscope.solvers.image_pgd.image_pgd`).
+    warm_start : in bisection, start the attack at a smaller level from the input's latest
+        counterexample projected onto that level (it keeps the search closer to monotone).
+    """
+    t0 = time.perf_counter()
+    threat = get_image_threat(threat, **threat_options)
+    if grid is None and len(threat.default_grid) == 0:
+        raise InputError(f"threat '{threat.name}' has no default grid; pass grid=")
+    g = _check_grid(threat.default_grid if grid is None else grid)
+    if method not in ("bisection", "full"):
+        raise InputError(f"method must be 'bisection' or 'full', got {method!r}")
+    if batch_size < 1:
+        raise InputError(f"batch_size must be >= 1, got {batch_size}")
+    statement = DECISION_CHANGE if statement is None else statement
+    if not torch.is_tensor(X):
+        X = torch.as_tensor(np.asarray(X))
+    threat.check_input(X, "X")
+    clf = wrap_model(model, n_classes=n_classes, input_shape=tuple(X.shape[1:]), device=device,
+                     example=X[:2])
+    x = X.to(device=clf.device, dtype=clf.dtype)
+    yt = _check_labels(y, x.shape[0], clf.n_classes, clf.device)
+    f0, b0 = clf.total_forward, clf.total_backward
+    n, k_levels = x.shape[0], len(g)
+    grid_t = torch.as_tensor(g, dtype=x.dtype, device=x.device)
+
+    with torch.no_grad():
+        clean_wrong = statement.holds(clf.predict(x), yt)
+    level = torch.full((n,), k_levels, dtype=torch.long, device=x.device)
+    level[clean_wrong] = CLEAN_WRONG
+    x_adv = x.clone()
+    strength = torch.full((n,), float("nan"), dtype=x.dtype, device=x.device)
+    strength[clean_wrong] = 0.0
+    runs = torch.zeros(n, dtype=torch.long, device=x.device)
+    attack = _Attacker(clf, x, yt, threat, statement, steps, restarts, batch_size, seed)
+    broken = None
+
+    if method == "full":
+        broken = torch.zeros((n, k_levels), dtype=torch.bool, device=x.device)
+        todo = torch.nonzero(~clean_wrong).flatten()
+        for k in range(k_levels):
+            ok, adv, s, _ = attack(todo, grid_t[k].expand(len(todo)))
+            runs[todo] += 1
+            broken[todo, k] = ok
+            first = todo[ok & (level[todo] == k_levels)]
+            sel = ok & (level[todo] == k_levels)
+            level[first] = k
+            x_adv[first] = adv[sel]
+            strength[first] = s[sel]
+    else:
+        lo = torch.zeros(n, dtype=torch.long, device=x.device)
+        hi = torch.full((n,), k_levels, dtype=torch.long, device=x.device)
+        lo[clean_wrong] = hi[clean_wrong] = 0
+        # parameters of each input's latest counterexample: projected onto a smaller level,
+        # they start the next attack there (zeros = the identity until one is found)
+        cx_params = threat.zero_params(x)
+        while True:
+            todo = torch.nonzero(lo < hi).flatten()
+            if len(todo) == 0:
+                break
+            mid = (lo[todo] + hi[todo]) // 2
+            ok, adv, s, par = attack(todo, grid_t[mid], cx_params[todo] if warm_start else None)
+            runs[todo] += 1
+            # a counterexample of strength s settles every level whose strength is >= s
+            settled = torch.searchsorted(grid_t, s * (1 - 1e-6))
+            new_hi = torch.minimum(mid, settled)
+            rows = todo[ok]
+            hi[rows] = new_hi[ok]
+            lo[rows] = torch.minimum(lo[rows], new_hi[ok])
+            x_adv[rows] = adv[ok]
+            strength[rows] = s[ok]
+            cx_params[rows] = par[ok]
+            fail = todo[~ok]
+            lo[fail] = mid[~ok] + 1
+        found = ~clean_wrong & (hi < k_levels)
+        level[found] = hi[found]
+
+    return GridResult(
+        threat=threat.name, attack_name=threat.attack_name, grid=g,
+        level=level.cpu().numpy(), label=yt.cpu().numpy(), x_adv=x_adv,
+        strength=strength.detach().cpu().double().numpy(), runs=runs.cpu().numpy(),
+        method=method, seconds=time.perf_counter() - t0,
+        forward_passes=clf.total_forward - f0, backward_passes=clf.total_backward - b0,
+        broken=None if broken is None else broken.cpu().numpy(),
+    )
+
+
+#: The benchmark's attack types, in the order of its leaderboard (9 ranked), then the
+#: parametric ones outside the ranking.
+BENCHMARK_THREATS = ("linf", "l2", "l1", "elastic", "jpeg-linf", "jpeg-l1", "recolor", "stadv",
+                     "lpips", "hue", "saturation", "brightness", "contrast", "affine",
+                     "perspective")
+
+
+def evaluate_threats(
+    model: Classifier | torch.nn.Module,
+    X: torch.Tensor,
+    y,
+    threats: Sequence[str | ImageThreat] | None = None,
+    grids: dict[str, Sequence[float]] | None = None,
+    features=None,
+    **options,
+) -> tuple[list[GridResult], dict]:
+    """Run :func:`grid_robustness` for several threats on the same inputs.
+
+    ``threats`` default to :data:`BENCHMARK_THREATS` (LPIPS only when ``features`` is given);
+    ``grids`` maps a threat name to its grid (default grids otherwise); ``options`` go to
+    :func:`grid_robustness`. Returns the results and the merged accuracy-file dict.
+    """
+    if threats is None:
+        threats = [t for t in BENCHMARK_THREATS if t != "lpips" or features is not None]
+    grids = grids or {}
+    results = []
+    for t in threats:
+        name = t.name if isinstance(t, ImageThreat) else str(t)
+        opts = dict(options)
+        if not isinstance(t, ImageThreat) and threat_key(name) == "lpips":
+            opts["features"] = features
+        results.append(grid_robustness(model, X, y, t, grids.get(name), **opts))
+    return results, benchmark_accuracies(results)
+
+
+def write_benchmark_json(results: Sequence[GridResult], path) -> dict:
+    """Write the merged accuracy file (MultiRobustBench format) to ``path``; returns it."""
+    import json
+    from pathlib import Path
+
+    out = benchmark_accuracies(results)
+    Path(path).write_text(json.dumps(out, indent=1))
+    return out

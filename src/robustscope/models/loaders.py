@@ -1,0 +1,181 @@
+"""Loading model files without running arbitrary code unless the user says so.
+
+Formats by extension: XGBoost ``.json`` / ``.ubj``, LightGBM ``.txt``, scikit-learn ``.skops``,
+TorchScript ``.pt`` / ``.pth``, ``torch.export`` programs ``.pt2``, ONNX ``.onnx``;
+pickle / joblib (``.pkl``, ``.pickle``, ``.joblib``) only with ``trust_pickle=True``, since
+unpickling can execute any code.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from robustscope.errors import ModelError
+from robustscope.models.base import Classifier
+from robustscope.models.blackbox import ProbaClassifier
+from robustscope.models.wrap import wrap_model
+
+PICKLE_SUFFIXES = (".pkl", ".pickle", ".joblib")
+MODEL_SUFFIXES = (".json", ".ubj", ".txt", ".skops", ".pt", ".pth", ".pt2", ".onnx",
+                  *PICKLE_SUFFIXES)
+
+
+def load_model(path: str | Path, trust_pickle: bool = False, device: str = "cpu",
+               example: np.ndarray | None = None) -> Classifier:
+    """Load a model file and wrap it as a :class:`Classifier`.
+
+    ``example`` (a few inputs) lets a format that does not state its number of classes
+    (TorchScript, ONNX) be probed once.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ModelError(f"model file {path} does not exist")
+    suffix = path.suffix.lower()
+    loaders = {".json": _load_xgboost, ".ubj": _load_xgboost, ".txt": _load_lightgbm,
+               ".onnx": _load_onnx}
+    if suffix in loaders:
+        return loaders[suffix](path, device)
+    if suffix == ".skops":
+        return wrap_model(_load_skops(path, trust_pickle), device=device, example=example)
+    if suffix in (".pt", ".pth"):
+        return _load_torch(path, trust_pickle, device, example)
+    if suffix == ".pt2":
+        try:
+            program = torch.export.load(str(path))
+        except Exception as exc:
+            raise ModelError(f"{path}: not a torch.export program ({exc})") from exc
+        return wrap_model(program.module(), device=device, example=example)
+    if suffix in PICKLE_SUFFIXES:
+        if not trust_pickle:
+            raise ModelError(f"{path}: refusing to unpickle a {suffix} file, which can run "
+                             "arbitrary code; pass --trust-pickle if you trust its source, or "
+                             "save the model with skops (.skops)")
+        import joblib
+
+        return wrap_model(joblib.load(path), device=device, example=example)
+    raise ModelError(f"{path}: unknown model file type '{suffix}'; "
+                     f"expected one of {', '.join(MODEL_SUFFIXES)}")
+
+
+def _load_xgboost(path: Path, device: str) -> Classifier:
+    try:
+        import xgboost as xgb
+    except ImportError as exc:  # pragma: no cover - optional dependency
+        raise ModelError("reading XGBoost models needs `pip install xgboost-cpu`") from exc
+    booster = xgb.Booster()
+    try:
+        booster.load_model(str(path))
+    except xgb.core.XGBoostError as exc:
+        raise ModelError(f"{path}: not a valid XGBoost model ({exc})") from exc
+    config = json.loads(booster.save_config())
+    objective = config["learner"]["objective"]["name"]
+    n_class = int(config["learner"]["learner_model_param"].get("num_class", "0") or 0)
+    if objective.startswith("binary:logistic") or objective == "reg:logistic":
+        k = 2
+    elif objective == "multi:softprob":
+        k = n_class
+    else:
+        raise ModelError(f"{path}: XGBoost objective '{objective}' does not give class "
+                         "probabilities; train with binary:logistic or multi:softprob")
+
+    def predict_proba(x: np.ndarray) -> np.ndarray:
+        return booster.inplace_predict(x.astype(np.float32))
+
+    model = ProbaClassifier(predict_proba, k, (booster.num_features(),),
+                            name=f"xgboost:{path.name}", device=device)
+    model.native = booster
+    return model
+
+
+def _load_lightgbm(path: Path, device: str) -> Classifier:
+    try:
+        import lightgbm as lgb
+    except ImportError as exc:  # pragma: no cover - optional dependency
+        raise ModelError("reading LightGBM models needs `pip install lightgbm`") from exc
+    try:
+        booster = lgb.Booster(model_file=str(path))
+    except lgb.basic.LightGBMError as exc:
+        raise ModelError(f"{path}: not a valid LightGBM model file ({exc})") from exc
+    objective = str(booster.params.get("objective", booster.dump_model().get("objective", "")))
+    if objective.startswith("binary"):
+        k = 2
+    elif objective.startswith(("multiclass", "softmax", "multiclassova")):
+        k = int(booster.dump_model()["num_class"])
+    else:
+        raise ModelError(f"{path}: LightGBM objective '{objective}' is not a classifier's")
+
+    def predict_proba(x: np.ndarray) -> np.ndarray:
+        return booster.predict(x)
+
+    model = ProbaClassifier(predict_proba, k, (booster.num_feature(),),
+                            name=f"lightgbm:{path.name}", device=device)
+    model.native = booster
+    return model
+
+
+def _load_skops(path: Path, trust_pickle: bool):
+    import skops.io as sio
+
+    try:
+        untrusted = sio.get_untrusted_types(file=path)
+    except Exception as exc:
+        raise ModelError(f"{path}: not a valid skops file ({exc})") from exc
+    if untrusted and not trust_pickle:
+        raise ModelError(f"{path}: the file holds types that are not trusted by default "
+                         f"({', '.join(untrusted)}); pass --trust-pickle to load them")
+    return sio.load(path, trusted=untrusted)
+
+
+def _load_torch(path: Path, trust_pickle: bool, device: str, example) -> Classifier:
+    try:
+        module = torch.jit.load(str(path), map_location=device)
+    except RuntimeError as exc:
+        if not trust_pickle:
+            raise ModelError(f"{path}: not a TorchScript file ({str(exc).splitlines()[0]}); "
+                             "save it with torch.jit.script / torch.jit.trace, or pass "
+                             "--trust-pickle to unpickle a full torch.save'd module") from exc
+        module = torch.load(str(path), map_location=device, weights_only=False)
+    return wrap_model(module, device=device, example=example)
+
+
+def _load_onnx(path: Path, device: str) -> Classifier:
+    try:
+        import onnxruntime as ort
+    except ImportError as exc:  # pragma: no cover - optional dependency
+        raise ModelError("reading ONNX models needs `pip install onnxruntime`") from exc
+    try:
+        session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    except Exception as exc:
+        raise ModelError(f"{path}: not a valid ONNX model ({exc})") from exc
+    inp = session.get_inputs()[0]
+    outputs = session.get_outputs()
+    # scikit-learn converters name it "probabilities" / "output_probability"; a network's
+    # single float output is taken as logits (softmax keeps its argmax).
+    names = [o.name for o in outputs]
+    prob_name = next((n for n in names if "prob" in n.lower()), None)
+    out_name = prob_name or names[-1]
+    input_dtype = np.float64 if "double" in inp.type else np.float32
+    shape = tuple(s if isinstance(s, int) else -1 for s in inp.shape[1:])
+
+    def run(x: np.ndarray) -> np.ndarray:
+        feed = x.reshape(x.shape[0], *shape).astype(input_dtype) if shape else x
+        (out,) = session.run([out_name], {inp.name: feed.astype(input_dtype)})
+        if isinstance(out, list):  # ZipMap: a list of {class: probability}
+            keys = sorted(out[0])
+            out = np.array([[row[k] for k in keys] for row in out])
+        out = np.asarray(out, dtype=np.float64)
+        if prob_name is None:
+            out = np.exp(out - out.max(axis=1, keepdims=True))
+            out = out / out.sum(axis=1, keepdims=True)
+        return out
+
+    probe_dim = int(np.prod([s for s in shape if s > 0])) if shape else 1
+    try:
+        k = run(np.zeros((1, probe_dim))).shape[1]
+    except Exception as exc:
+        raise ModelError(f"{path}: could not run the ONNX model on a probe input ({exc})") from exc
+    return ProbaClassifier(run, k, (probe_dim,), name=f"onnx:{path.name}", device=device)

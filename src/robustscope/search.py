@@ -1,0 +1,410 @@
+"""Radius search: per input, the smallest verified counterexample under a threat model.
+
+For each batch the search
+
+1. predicts the clean inputs (misclassified ones get radius 0);
+2. runs the exact solver where the model allows it (linear models: lower bound = radius);
+3. otherwise runs a minimum-norm solver, refines each counterexample by a line search back
+   towards its input, then tightens the bracket with fixed-strength PGD (double-then-bisect,
+   warm-started from the best counterexample, restarts aimed at the runner-up classes) until
+   ``(hi - lo) / hi <= rtol`` or the budget is spent;
+4. verifies **every** candidate by projecting it into the feature space and calling the model
+   again; only verified candidates ever define a radius.
+
+Inputs already decided cost nothing more. Inputs without a counterexample up to
+``max_radius`` are ``censored`` (radius ``inf``).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from robustscope.errors import InputError
+from robustscope.models.base import Classifier, QueryLedger
+from robustscope.models.wrap import wrap_model
+from robustscope.result import ATTACKED, CENSORED, EXACT, MISCLASSIFIED, RadiusResult
+from robustscope.scores.intrinsic import cross_entropy
+from robustscope.solvers.exact_linear import exact_linear_radius
+from robustscope.solvers.minnorm import minnorm
+from robustscope.solvers.pgd import pgd
+from robustscope.space import FeatureSpace
+from robustscope.statement import DECISION_CHANGE, Statement
+from robustscope.threats.lp import LpThreat, get_threat
+
+log = logging.getLogger(__name__)
+
+SOLVERS = ("auto", "exact", "minnorm", "pgd")
+#: Doublings from max_radius / 64 reach max_radius in 7 probes.
+DOUBLINGS = 7
+#: Largest share of a per-input budget that the minimum-norm solver may spend.
+MINNORM_BUDGET_SHARE = 0.4
+
+
+@dataclass
+class SearchConfig:
+    """Knobs of the radius search (defaults tuned on the digits MLP benchmark; black-box
+    models, whose gradients cost ``2d + 1`` queries, use :data:`BLACKBOX_CONFIG`)."""
+
+    minnorm_steps: int = 100
+    pgd_steps: int = 20
+    pgd_restarts: int = 3
+    line_search_steps: int = 10
+    max_probes: int = 12
+    first_probe: float = 0.9
+
+
+BLACKBOX_CONFIG = SearchConfig(pgd_steps=10, pgd_restarts=1, max_probes=6)
+
+
+@dataclass
+class _BatchState:
+    """Per-input bookkeeping of one batch (arrays of the batch's length)."""
+
+    x: torch.Tensor
+    y: torch.Tensor
+    owners: np.ndarray
+    best_x: torch.Tensor
+    best_r: torch.Tensor
+    best_logits: torch.Tensor
+    clean_logits: torch.Tensor
+    lower: torch.Tensor
+    exact: torch.Tensor
+    attack_lo: torch.Tensor  # largest strength at which an attack failed (not a certificate)
+
+
+def radius(
+    model: object,
+    X: np.ndarray,
+    y: np.ndarray,
+    threat: str | LpThreat = "linf",
+    space: FeatureSpace | None = None,
+    solver: str = "auto",
+    max_radius: float | None = None,
+    budget: int | None = None,
+    rtol: float = 0.01,
+    seed: int = 0,
+    statement: Statement | None = None,
+    device: str | torch.device = "cpu",
+    batch_size: int = 512,
+    config: SearchConfig | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> RadiusResult:
+    """Radius of robustness of each input.
+
+    Parameters
+    ----------
+    model : anything :func:`robustscope.wrap_model` accepts.
+    X : array ``(n, d)`` (tabular) or ``(n, C, H, W)`` (images), original units.
+    y : array ``(n,)`` of labels (values of the model's ``classes_`` where it has them).
+    threat : ``"linf"``, ``"l2"`` or ``"l1"``, measured on ``(x' - x) / scale``.
+    space : feature space; default: the box [0, 1] for images, per-column data ranges for
+        tabular data.
+    solver : ``auto`` (exact where the model allows it, else minimum-norm + PGD cascade),
+        ``exact``, ``minnorm`` or ``pgd`` (double-then-bisect).
+    max_radius : largest strength tried; default: the norm of a perturbation of one scale
+        unit on every feature (1 for Linf, sqrt(d) for L2, d for L1).
+    budget : model passes (forward + backward) allowed per input; ``None`` = no limit.
+    rtol : relative width of the bracket at which bisection stops.
+    seed : seeds every random choice; the same seed gives the same numbers.
+    progress : optional callback, called with the number of inputs finished per batch.
+    """
+    if solver not in SOLVERS:
+        raise InputError(f"solver '{solver}' is not known; choose one of {', '.join(SOLVERS)}")
+    if not (0 < rtol < 1):
+        raise InputError(f"rtol must be in (0, 1), got {rtol}")
+    if budget is not None and budget < 1:
+        raise InputError(f"budget must be a positive number of passes per input, got {budget}")
+    X = np.asarray(X)
+    if X.ndim < 2 or X.shape[0] == 0:
+        raise InputError(f"X must have shape (n, d) or (n, C, H, W) with n > 0, got {X.shape}")
+    if not np.issubdtype(X.dtype, np.number):
+        raise InputError(f"X must be numeric, got dtype {X.dtype}")
+    X = X.astype(np.float64, copy=False)
+    _check_finite(X)
+    threat = get_threat(threat)
+    statement = statement or DECISION_CHANGE
+    model = wrap_model(model, input_shape=X.shape[1:], device=device, example=X)
+    config = config or (SearchConfig() if model.differentiable else BLACKBOX_CONFIG)
+    if space is None:
+        space = FeatureSpace.box(X.shape[1:]) if X.ndim > 2 else FeatureSpace.from_data(X)
+    space.check_data(X, what="X")
+    labels = _label_indices(model, y, len(X))
+    if max_radius is None:
+        max_radius = {math.inf: 1.0, 2.0: math.sqrt(space.n_features),
+                      1.0: float(space.n_features)}[threat.p]
+    if not (max_radius > 0 and math.isfinite(max_radius)):
+        raise InputError(f"max_radius must be finite and > 0, got {max_radius}")
+    if solver == "exact" and not model.is_linear:
+        raise InputError(f"solver 'exact' needs a linear model; {model.name} is not one "
+                         "(use solver='auto')")
+
+    n = len(X)
+    ledger = QueryLedger(n, budget)
+    generator = torch.Generator(device="cpu").manual_seed(seed)
+    out = _Outputs(n, X.shape[1:], model.n_classes)
+    for start in range(0, n, batch_size):
+        idx = np.arange(start, min(n, start + batch_size))
+        t0 = time.perf_counter()
+        _search_batch(model, X[idx], labels[idx], idx, space, threat, solver, max_radius,
+                      rtol, statement, ledger, generator, config, out)
+        out.seconds[idx] = (time.perf_counter() - t0) / len(idx)
+        if progress is not None:
+            progress(len(idx))
+    return RadiusResult(
+        radius=out.radius, lower_bound=out.lower, status=out.status, x_adv=out.x_adv,
+        label=labels, prediction=out.prediction, adv_prediction=out.adv_prediction,
+        proba=out.proba, proba_adv=out.proba_adv, loss=out.loss,
+        forward_queries=ledger.forward.copy(), backward_queries=ledger.backward.copy(),
+        seconds=out.seconds, threat=threat.name, solver=solver, max_radius=float(max_radius),
+        classes=getattr(model, "classes", None),
+        meta={"seed": seed, "budget": budget, "rtol": rtol, "statement": statement.name,
+              "model": model.name},
+    )
+
+
+class _Outputs:
+    def __init__(self, n: int, shape: tuple[int, ...], k: int) -> None:
+        self.radius = np.full(n, np.inf)
+        self.lower = np.zeros(n)
+        self.status = np.empty(n, dtype=object)
+        self.x_adv = np.zeros((n, *shape))
+        self.prediction = np.zeros(n, dtype=np.int64)
+        self.adv_prediction = np.zeros(n, dtype=np.int64)
+        self.proba = np.zeros((n, k))
+        self.proba_adv = np.zeros((n, k))
+        self.loss = np.zeros(n)
+        self.seconds = np.zeros(n)
+
+
+def _plain(value: object) -> object:
+    """A numpy scalar as the Python value it holds (for readable messages)."""
+    return value.item() if hasattr(value, "item") else value
+
+
+def _check_finite(X: np.ndarray) -> None:
+    bad = ~np.isfinite(X.reshape(len(X), -1))
+    if bad.any():
+        row, col = np.argwhere(bad)[0]
+        raise InputError(f"X: row {row}, feature {col} is {X.reshape(len(X), -1)[row, col]}; "
+                         "NaN and inf are not valid inputs")
+
+
+def _label_indices(model: Classifier, y: np.ndarray, n: int) -> np.ndarray:
+    y = np.asarray(y)
+    if y.shape != (n,):
+        raise InputError(f"y must have shape ({n},) to match X, got {y.shape}")
+    classes = getattr(model, "classes", None)
+    if classes is not None:
+        lookup = {_plain(c): i for i, c in enumerate(classes)}
+        out = np.empty(n, dtype=np.int64)
+        for row, value in enumerate(y):
+            key = _plain(value)
+            if key not in lookup:
+                raise InputError(f"y: row {row} has label {key!r}, which is not one of the "
+                                 f"model's classes {[_plain(c) for c in classes]}")
+            out[row] = lookup[key]
+        return out
+    if not np.issubdtype(y.dtype, np.integer):
+        if np.issubdtype(y.dtype, np.floating) and np.all(np.mod(y, 1) == 0):
+            y = y.astype(np.int64)
+        else:
+            raise InputError(f"y: labels must be class indices 0..{model.n_classes - 1}")
+    bad = (y < 0) | (y >= model.n_classes)
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        raise InputError(f"y: row {row} has label {y[row]}, outside the model's classes "
+                         f"0..{model.n_classes - 1}")
+    return y.astype(np.int64)
+
+
+def _search_batch(model, X, labels, idx, space, threat, solver, max_radius, rtol, statement,
+                  ledger, generator, config, out) -> None:
+    x = torch.as_tensor(X, dtype=torch.float64, device=model.device)
+    y = torch.as_tensor(labels, device=model.device)
+    with model.charging(ledger, idx):
+        logits = model.logits(x).detach().to(torch.float64)
+    proba = torch.softmax(logits, dim=1)
+    pred = logits.argmax(dim=1)
+    out.prediction[idx] = pred.cpu().numpy()
+    out.proba[idx] = proba.cpu().numpy()
+    # accurate also for confident inputs, where -log(p_y) rounds to 0 (the scores need g(loss))
+    out.loss[idx] = cross_entropy(logits.cpu().numpy(), labels)
+    wrong = (pred != y) | statement.holds(pred, y)
+    state = _BatchState(
+        x=x, y=y, owners=idx, best_x=x.clone(),
+        best_r=torch.where(wrong, 0.0, math.inf).to(torch.float64),
+        best_logits=logits.clone(), clean_logits=logits,
+        lower=torch.zeros(len(idx), dtype=torch.float64),
+        exact=torch.zeros(len(idx), dtype=torch.bool),
+        attack_lo=torch.zeros(len(idx), dtype=torch.float64),
+    )
+    active = ~wrong
+    if active.any():
+        exact_applies = model.is_linear and (statement.target is None or model.n_classes == 2)
+        if solver == "exact" or (solver == "auto" and exact_applies):
+            active = _run_exact(model, space, threat, statement, ledger, state, active)
+        if active.any():
+            _run_attacks(model, space, threat, solver, max_radius, rtol, statement, ledger,
+                         generator, config, state, active)
+
+    r = state.best_r.cpu().numpy()
+    found = r <= max_radius  # a counterexample beyond the largest strength tried is censored
+    lost = ~found & np.isfinite(r)
+    state.best_x[torch.as_tensor(lost)] = state.x[torch.as_tensor(lost)]
+    state.best_logits[torch.as_tensor(lost)] = state.clean_logits[torch.as_tensor(lost)]
+    r = np.where(found, r, np.inf)
+    out.radius[idx] = r
+    out.lower[idx] = np.where(wrong.cpu().numpy(), 0.0, state.lower.cpu().numpy())
+    status = np.where(found, ATTACKED, CENSORED).astype(object)
+    status[state.exact.cpu().numpy() & found] = EXACT
+    status[wrong.cpu().numpy()] = MISCLASSIFIED
+    out.status[idx] = status
+    out.x_adv[idx] = state.best_x.cpu().numpy().reshape(len(idx), *X.shape[1:])
+    out.proba_adv[idx] = torch.softmax(state.best_logits, dim=1).cpu().numpy()
+    out.adv_prediction[idx] = state.best_logits.argmax(dim=1).cpu().numpy()
+
+
+def _verify(model, space, threat, statement, ledger, state, sub: torch.Tensor,
+            candidates: torch.Tensor) -> torch.Tensor:
+    """Project, call the model again, measure; keep improvements. Returns success (len(sub))."""
+    x = state.x[sub]
+    cand = space.project(candidates.to(x.dtype), x)
+    with model.charging(ledger, state.owners[sub.cpu().numpy()]), torch.no_grad():
+        logits = model.logits(cand).detach().to(torch.float64)
+    ok = statement.holds(logits.argmax(dim=1), state.y[sub])
+    norm = threat.norm(space.scaled_delta(cand, x))
+    better = ok & (norm < state.best_r[sub])
+    where = sub[better]
+    state.best_r[where] = norm[better]
+    state.best_x[where] = cand[better]
+    state.best_logits[where] = logits[better]
+    return ok
+
+
+def _run_exact(model, space, threat, statement, ledger, state, active) -> torch.Tensor:
+    sub = torch.nonzero(active).reshape(-1)
+    weights, bias = model.linear_parameters()
+    res = exact_linear_radius(weights, bias, state.x[sub].cpu().numpy(),
+                              state.y[sub].cpu().numpy(), space, threat, statement.target)
+    r = torch.as_tensor(res.radius, device=state.x.device)
+    state.lower[sub] = r
+    finite = torch.isfinite(r)
+    cand = space.apply_delta(state.x[sub], torch.as_tensor(res.u, device=state.x.device))
+    ok = _verify(model, space, threat, statement, ledger, state, sub, cand)
+    # proven unbreakable inside the feature space: nothing more to search
+    state.exact[sub] = (ok & finite & (not space.has_discrete)) | ~finite
+    still = active.clone()
+    still[sub] = ~state.exact[sub]
+    return still
+
+
+def _runner_up_targets(logits: torch.Tensor, y: torch.Tensor, count: int) -> list:
+    masked = logits.scatter(1, y[:, None], float("-inf"))
+    order = masked.argsort(dim=1, descending=True)
+    return [order[:, i] for i in range(min(count, logits.shape[1] - 1))]
+
+
+def _affordable(ledger: QueryLedger, state: _BatchState, sub: torch.Tensor, cost: int):
+    ok = ledger.remaining(state.owners[sub.cpu().numpy()]) >= cost
+    return sub[torch.as_tensor(ok, device=sub.device)]
+
+
+def _run_attacks(model, space, threat, solver, max_radius, rtol, statement, ledger, generator,
+                 config, state, active) -> None:
+    d = space.n_features
+    grad_cost = model.gradient_cost(d)
+    sub = torch.nonzero(active).reshape(-1)
+    _start_from_other_inputs(model, space, threat, statement, ledger, state, sub)
+    use_minnorm = solver == "minnorm" or (solver == "auto" and model.differentiable)
+    if use_minnorm:
+        steps = config.minnorm_steps
+        if ledger.budget is not None:  # leave most of a tight budget to the bisection
+            steps = min(steps, max(5, int(MINNORM_BUDGET_SHARE * ledger.budget) // grad_cost))
+        run = _affordable(ledger, state, sub, steps * grad_cost + 1)
+        if len(run):
+            with model.charging(ledger, state.owners[run.cpu().numpy()]):
+                cand = minnorm(model, state.x[run], state.y[run], space, threat, None, statement,
+                               generator, steps=steps)
+            _verify(model, space, threat, statement, ledger, state, run, cand)
+    _line_search(model, space, threat, statement, ledger, state, sub, config.line_search_steps)
+    if solver == "minnorm":
+        return
+    _bisect_with_pgd(model, space, threat, max_radius, rtol, statement, ledger, generator,
+                     config, state, sub, grad_cost)
+
+
+def _start_from_other_inputs(model, space, threat, statement, ledger, state, sub) -> None:
+    """Seed each input with the nearest other input of the batch that the model assigns to
+    another class: a valid counterexample (once verified) for any model, gradients or not."""
+    if not space.has_discrete and model.differentiable:
+        return  # gradient solvers find better seeds themselves; skip the extra query
+    sub = _affordable(ledger, state, sub, 1)
+    pred = state.clean_logits.argmax(dim=1)
+    if len(sub) == 0 or len(torch.unique(pred)) < 2:
+        return
+    xs = state.x.reshape(len(state.x), -1)
+    scale = torch.as_tensor(space.scale, dtype=xs.dtype, device=xs.device)
+    dist = torch.stack([threat.norm((xs - xs[i]) / scale) for i in sub.tolist()])  # (m, n)
+    dist = torch.where(pred[None, :] == state.y[sub][:, None], math.inf, dist)
+    nearest = dist.argmin(dim=1)
+    has = torch.isfinite(dist.gather(1, nearest[:, None]).reshape(-1))
+    if has.any():
+        _verify(model, space, threat, statement, ledger, state, sub[has], state.x[nearest[has]])
+
+
+def _line_search(model, space, threat, statement, ledger, state, sub, steps: int) -> None:
+    """Shrink each counterexample towards its input along the straight line (forward only)."""
+    sub = sub[torch.isfinite(state.best_r[sub]) & (state.best_r[sub] > 0)]
+    sub = _affordable(ledger, state, sub, steps)
+    if len(sub) == 0:
+        return
+    u = space.scaled_delta(state.best_x[sub], state.x[sub])
+    lo = torch.zeros(len(sub), dtype=u.dtype, device=u.device)
+    hi = torch.ones_like(lo)
+    for _ in range(steps):
+        mid = (lo + hi) / 2
+        ok = _verify(model, space, threat, statement, ledger, state, sub,
+                     space.apply_delta(state.x[sub], u * mid[:, None]))
+        hi = torch.where(ok, mid, hi)
+        lo = torch.where(ok, lo, mid)
+
+
+def _bisect_with_pgd(model, space, threat, max_radius, rtol, statement, ledger, generator,
+                     config, state, sub, grad_cost) -> None:
+    """Double-then-bisect on the strength with fixed-strength PGD, per input."""
+    run_cost = config.pgd_restarts * (config.pgd_steps * grad_cost + 1) + 1
+    doubling_eps = torch.full((len(state.best_r),), max_radius / 64, dtype=torch.float64,
+                              device=state.x.device)
+    for _ in range(config.max_probes + DOUBLINGS):
+        hi, lo = state.best_r[sub], state.attack_lo[sub]
+        open_bracket = torch.isfinite(hi) & (hi - lo > rtol * hi)
+        doubling = ~torch.isfinite(hi) & (doubling_eps[sub] <= max_radius)
+        todo = sub[open_bracket | doubling]
+        todo = _affordable(ledger, state, todo, run_cost)
+        if len(todo) == 0:
+            return
+        hi, lo = state.best_r[todo], state.attack_lo[todo]
+        first = torch.isfinite(hi) & (lo == 0)
+        eps = torch.where(first, hi * config.first_probe, (lo + hi) / 2)
+        eps = torch.where(torch.isfinite(hi), eps, doubling_eps[todo])
+        init_u = space.scaled_delta(state.best_x[todo], state.x[todo])
+        init_u = torch.where(torch.isfinite(hi)[:, None],
+                             init_u * (eps / hi.clamp_min(1e-300)).clamp(max=1.0)[:, None],
+                             torch.zeros_like(init_u))
+        towards = [None, *_runner_up_targets(state.clean_logits[todo], state.y[todo],
+                                             config.pgd_restarts - 1)]
+        with model.charging(ledger, state.owners[todo.cpu().numpy()]):
+            cand = pgd(model, state.x[todo], state.y[todo], space, threat, eps, statement,
+                       generator, steps=config.pgd_steps, restarts=config.pgd_restarts,
+                       towards=towards, init=init_u)
+        ok = _verify(model, space, threat, statement, ledger, state, todo, cand)
+        state.attack_lo[todo] = torch.where(ok, state.attack_lo[todo], eps)
+        doubling_eps[todo] = torch.where(~ok & ~torch.isfinite(state.best_r[todo]),
+                                         doubling_eps[todo] * 2, doubling_eps[todo])

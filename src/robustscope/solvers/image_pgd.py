@@ -1,0 +1,147 @@
+"""PGD on the parameters of an image threat (flow, LUT, DCT offsets, transform parameters).
+
+One batched function: every input has its own strength ``eps[i]``; the objective is the
+statement's margin (negative = failure) plus the threat's penalty; each iteration takes the
+threat's steepest step on the parameters and projects them back onto ``strength <= eps``.
+Per input it keeps the iterate with the lowest margin over all steps and restarts (restart 0
+starts at the identity, later ones at a random point of the constraint set), and stops
+working on an input once its margin is negative. It never decides success: callers verify
+the returned candidates by calling the model again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from robustscope.errors import InputError
+from robustscope.models.base import Classifier
+from robustscope.statement import DECISION_CHANGE, Statement
+from robustscope.threats.image import ImageThreat
+
+
+@dataclass
+class ImageAttack:
+    """Best candidates of :func:`image_pgd`, one row per input.
+
+    ``x_adv`` (n, C, H, W) = ``threat.apply(x, params)``; ``params`` (n, *param_shape);
+    ``margin`` (n,) the statement's margin at ``x_adv`` as seen during the search.
+    """
+
+    x_adv: torch.Tensor
+    params: torch.Tensor
+    margin: torch.Tensor
+
+
+def image_pgd(
+    model: Classifier,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    threat: ImageThreat,
+    eps: torch.Tensor,
+    statement: Statement = DECISION_CHANGE,
+    generator: torch.Generator | None = None,
+    steps: int = 20,
+    restarts: int = 1,
+    scan: int | None = None,
+    init: torch.Tensor | None = None,
+) -> ImageAttack:
+    """Minimise the margin over ``threat``'s parameters within per-input strengths ``eps``.
+
+    Parameters
+    ----------
+    model : Classifier
+        Gives logits and input gradients (autograd or finite differences).
+    x : (n, C, H, W) images in [0, 1]; y : (n,) label indices; eps : (n,) strengths.
+    steps : gradient steps per restart; the step length is ``2.5 · eps / steps`` times the
+        threat's ``step_scale`` (for LPIPS the threat's own pixel step).
+    restarts : runs per input; inputs already broken skip the later runs.
+    scan : for threats with one parameter per input, first evaluate ``scan`` evenly spaced
+        values in ``[-eps, eps]`` (forward passes only; the margin of a colour transform is
+        often not monotone along its parameter, where sign steps from 0 get stuck). Default:
+        21 for one-parameter threats, else 0. PGD then starts from the best value found.
+    init : optional parameters (n, *param_shape) to start restart 0 from (projected onto
+        ``eps`` first), e.g. a counterexample found at a larger strength.
+    """
+    if steps < 1 or restarts < 1:
+        raise InputError(f"steps and restarts must be >= 1, got {steps} and {restarts}")
+    n = x.shape[0]
+    if generator is None:
+        generator = torch.Generator(device=x.device).manual_seed(0)
+    eps = eps.to(device=x.device, dtype=x.dtype)
+    size = 2.5 * eps / steps * threat.step_scale
+    best_margin = torch.full((n,), float("inf"), dtype=x.dtype, device=x.device)
+    best_params = threat.zero_params(x)
+    best_x = x.clone()
+    if scan is None:
+        scan = 21 if threat.param_shape(x[:1]) == (1,) else 0
+    if scan:
+        _scan(model, x, y, threat, eps, statement, scan, best_margin, best_params, best_x)
+    if init is not None:
+        if init.shape != best_params.shape:
+            raise InputError(f"init has shape {tuple(init.shape)}; expected "
+                             f"{tuple(best_params.shape)}")
+        init = threat.project(x, init.to(device=x.device, dtype=x.dtype), eps)
+
+    for restart in range(restarts):
+        todo = torch.nonzero(best_margin >= 0).flatten()
+        if len(todo) == 0:
+            break
+        xs = x[todo]
+        if restart == 0 and init is not None:
+            params = init[todo].clone()
+        elif restart == 0 and scan:
+            params = best_params[todo].clone()
+        elif restart == 0 or not threat.random_start:
+            params = threat.zero_params(xs)
+        else:
+            params = threat.random_params(xs, eps[todo], generator)
+        active = torch.arange(len(todo), device=x.device)  # rows of todo still unbroken
+        for t in range(steps + 1):
+            rows = todo[active]
+            xa, pa, ya = xs[active], params[active], y[rows]
+            last = t == steps
+            with torch.enable_grad():
+                pg = pa.detach().requires_grad_(not last)
+                x_adv = threat.apply(xa, pg)
+                if last:
+                    with torch.no_grad():
+                        logits = model.logits(x_adv)
+                    margin = statement.margin(logits, ya)
+                else:
+                    _, margin, gx = model.value_and_grad(
+                        x_adv.detach(), lambda z, ya=ya: statement.margin(z, ya))
+                    objective = (x_adv * gx.to(x_adv.dtype)).sum()
+                    if threat.penalty_weight > 0:
+                        objective = objective + threat.penalty_weight * threat.penalty(pg).sum()
+                    (gp,) = torch.autograd.grad(objective, pg)
+            margin = margin.to(x.dtype)
+            better = margin < best_margin[rows]
+            if better.any():
+                sel = rows[better]
+                best_margin[sel] = margin[better]
+                best_params[sel] = pa[better].detach()
+                best_x[sel] = x_adv[better].detach()
+            if last:
+                break
+            keep = margin >= 0
+            if not keep.any():
+                break
+            new = threat.step(xa, pa.detach(), gp, eps[rows], size[rows])
+            params[active] = threat.project(xa, new, eps[rows]).detach()
+            active = active[keep]
+    return ImageAttack(best_x, best_params, best_margin)
+
+
+@torch.no_grad()
+def _scan(model, x, y, threat, eps, statement, points, best_margin, best_params, best_x):
+    """Evaluate ``points`` parameter values ``eps · linspace(-1, 1)`` per input (in place)."""
+    for t in torch.linspace(-1.0, 1.0, points, dtype=x.dtype, device=x.device):
+        params = threat.project(x, (t * eps).reshape(-1, 1), eps)
+        x_adv = threat.apply(x, params)
+        margin = statement.margin(model.logits(x_adv), y).to(x.dtype)
+        better = margin < best_margin
+        best_margin[better] = margin[better]
+        best_params[better] = params[better]
+        best_x[better] = x_adv[better]

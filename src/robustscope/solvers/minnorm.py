@@ -1,0 +1,75 @@
+"""Minimum-norm white-box solver in the spirit of FMN (Pintor et al., NeurIPS 2021).
+
+The search keeps, per input, a moving strength ``eps``: it shrinks while the iterate is a
+counterexample and grows (or jumps to a first-order estimate of the boundary) while it is
+not. Each step moves ``u`` down the margin's gradient (steepest descent in the threat's norm)
+and projects onto the ``eps``-ball and the box. The smallest counterexample seen is kept.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from robustscope.models.base import Classifier
+from robustscope.solvers._common import ScaledProblem, cosine_schedule
+from robustscope.space import FeatureSpace
+from robustscope.statement import Statement
+from robustscope.threats.lp import LpThreat
+
+
+def minnorm(
+    model: Classifier,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    space: FeatureSpace,
+    threat: LpThreat,
+    eps: torch.Tensor | None,
+    statement: Statement,
+    generator: torch.Generator,
+    steps: int = 100,
+    towards: torch.Tensor | None = None,
+    init: torch.Tensor | None = None,
+    gamma_start: float = 0.05,
+    gamma_end: float = 0.001,
+    step_start: float = 1.0,
+    step_end: float = 0.01,
+) -> torch.Tensor:
+    """Return candidates ``(n, *shape)``: per input the smallest-norm counterexample seen
+    (the last iterate where none was found). ``eps`` is ignored (kept for the solver
+    signature); ``init`` is an optional starting counterexample ``(n, *shape)`` (warm start).
+    Costs ``steps`` gradient calls per input.
+    """
+    del eps, generator
+    n = x.shape[0]
+    problem = ScaledProblem(model, x, y, space, statement, towards)
+    u = torch.zeros(n, problem.n_features, dtype=x.dtype, device=x.device)
+    if init is not None:
+        u = problem.clip(space.scaled_delta(init.to(x.dtype), x))
+    best_u = u.clone()
+    best_norm = torch.full((n,), float("inf"), dtype=x.dtype, device=x.device)
+    radius = torch.full((n,), float("inf"), dtype=x.dtype, device=x.device)
+    for k in range(steps):
+        logits, margin, grad = problem.margin_and_grad(u)
+        grad = problem.descent_gradient(u, grad)
+        ok = problem.success(logits)
+        norm = threat.norm(u)
+        improved = ok & (norm < best_norm)
+        best_u = torch.where(improved[:, None], u, best_u)
+        best_norm = torch.where(improved, norm, best_norm)
+
+        gamma = cosine_schedule(k, steps, gamma_start, gamma_end)
+        never = ~torch.isfinite(best_norm)
+        # first-order distance to the boundary along the margin's gradient, doubled: box
+        # constraints and curvature make the linear estimate fall short of the boundary
+        to_boundary = 2 * margin.clamp_min(0) / threat.dual_norm(grad).clamp_min(1e-30)
+        grow = torch.where(never, norm + to_boundary, radius * (1 + gamma))
+        shrink = torch.minimum(radius * (1 - gamma), best_norm)
+        shrink = torch.where(torch.isfinite(radius), shrink, norm * (1 - gamma))
+        radius = torch.where(ok, shrink, grow)
+
+        alpha = cosine_schedule(k, steps, step_start, step_end)
+        step_len = alpha * radius.clamp_max(best_norm)
+        step_len = torch.where(torch.isfinite(step_len), step_len, norm + to_boundary)
+        u = u - step_len[:, None] * threat.steepest_direction(grad)
+        u = problem.clip(threat.project(u, radius))
+    return problem.candidate(torch.where(torch.isfinite(best_norm)[:, None], best_u, u))

@@ -1,0 +1,61 @@
+"""The ``image-grid`` command (registered on a fresh typer app, as cli.py does)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+import typer
+from typer.testing import CliRunner
+
+from robustscope.commands.image_grid import register
+from robustscope.toydata import RandomTrunk, stripes_dataset, train_tiny_cnn
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    torch.set_num_threads(1)
+    d = tmp_path_factory.mktemp("grid")
+    net = train_tiny_cnn(steps=100)
+    torch.jit.script(net).save(str(d / "net.pt"))
+    torch.jit.script(RandomTrunk()).save(str(d / "trunk.pt"))
+    x, y = stripes_dataset(4, seed=5)
+    np.savez(d / "data.npz", X=x.numpy(), y=y.numpy())
+    return d
+
+
+def _app():
+    app = typer.Typer()
+    register(app)
+
+    @app.command("noop")
+    def noop() -> None:  # a second command keeps typer from collapsing to one
+        pass
+
+    return app
+
+
+def test_image_grid_writes_accuracy_json(files):
+    d = files
+    res = CliRunner().invoke(_app(), [
+        "image-grid", "--model", str(d / "net.pt"), "--data", str(d / "data.npz"),
+        "--out", str(d / "acc.json"), "--threats", "linf,lpips,Hue", "--features",
+        str(d / "trunk.pt"), "--steps", "3", "--levels-out", str(d / "levels.csv")])
+    assert res.exit_code == 0, res.output
+    acc = json.loads((d / "acc.json").read_text())
+    assert set(acc) == {"NoAttack", "AutoLinfAttack", "LPIPSAttack", "Hue"}
+    assert len(acc["Hue"]) == 20
+    assert len((d / "levels.csv").read_text().strip().splitlines()) == 1 + 3 * 4
+
+
+def test_image_grid_errors(files):
+    d = files
+    base = ["image-grid", "--model", str(d / "net.pt"), "--data", str(d / "data.npz"),
+            "--out", str(d / "x.json")]
+    res = CliRunner().invoke(_app(), base + ["--threats", "lpips"])
+    assert res.exit_code == 1 and "feature network" in res.output
+    res = CliRunner().invoke(_app(), base + ["--threats", "fog"])
+    assert res.exit_code == 1 and "not known" in res.output
+    assert not (d / "x.json").exists()

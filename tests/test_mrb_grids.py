@@ -1,0 +1,68 @@
+"""Default MultiRobustBench strength grids and attack names."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from robustscope.errors import InputError
+from robustscope.threats.grids import (
+    ATTACK_NAMES,
+    RANKED_ATTACKS,
+    benchmark_name,
+    canonical_eps,
+    default_grid,
+    eps_key,
+    short_name,
+)
+
+REF = Path(__file__).resolve().parents[1].parent / "shared" / "reference" / "multirobustbench"
+
+
+@pytest.mark.parametrize("short", sorted(ATTACK_NAMES))
+def test_default_grid_is_twenty_multiples_of_the_step(short):
+    g = default_grid(short)
+    assert g.shape == (20,) and g.dtype == np.float64
+    assert np.all(np.diff(g) > 0)
+    np.testing.assert_allclose(g / g[0], np.arange(1, 21), rtol=1e-9)
+    np.testing.assert_array_equal(default_grid(ATTACK_NAMES[short]), g)
+
+
+def test_readme_endpoints():
+    # "Linf 0.005..0.1 · L2 0.125..2.5 · ... · Gabor 0.5..10" (reference README)
+    ends = {"linf": (0.005, 0.1), "l2": (0.125, 2.5), "l1": (1.5, 30), "elastic": (0.05, 1.0),
+            "jpeg_linf": (0.01, 0.2), "jpeg_l1": (1, 20), "recolor": (0.005, 0.1),
+            "stadv": (0.005, 0.1), "lpips": (0.025, 0.5), "hue": (0.025, 0.5),
+            "saturation": (0.025, 0.5), "brightness": (0.015, 0.3), "contrast": (0.025, 0.5),
+            "affine": (0.005, 0.1), "perspective": (0.0001, 0.002), "snow": (0.005, 0.1),
+            "fog": (2.5, 50), "gabor": (0.5, 10)}
+    assert set(ends) == set(ATTACK_NAMES)
+    for name, (lo, hi) in ends.items():
+        g = default_grid(name)
+        assert (g[0], g[-1]) == (lo, hi), name
+
+
+@pytest.mark.skipif(not REF.is_dir(), reason="../shared reference not present")
+def test_grid_keys_match_published_table():
+    star = json.loads((REF / "acc_star.json").read_text())
+    for short, full in ATTACK_NAMES.items():
+        assert [eps_key(e) for e in default_grid(short)] == sorted(
+            star[full], key=float), full
+
+
+def test_names_and_keys():
+    assert len(RANKED_ATTACKS) == 9
+    assert benchmark_name("linf") == "AutoLinfAttack" == benchmark_name("AutoLinfAttack")
+    assert benchmark_name("LINF") == "AutoLinfAttack"
+    assert benchmark_name("gaussian_noise") == "gaussian_noise"
+    assert short_name("JPEGL1Attack") == "jpeg_l1"
+    with pytest.raises(InputError, match="unknown"):
+        short_name("nope")
+    with pytest.raises(InputError, match="unknown"):
+        default_grid("nope")
+    assert eps_key(1) == "1.0" and eps_key(0.1 + 0.2) == "0.3" and eps_key("30") == "30.0"
+    assert canonical_eps(3 * 0.005) == 0.015
+    for bad in ("x", -1.0, float("nan"), float("inf")):
+        with pytest.raises(InputError, match="strength"):
+            canonical_eps(bad)
