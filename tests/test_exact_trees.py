@@ -88,6 +88,35 @@ def test_xgboost_thresholds_are_exact_float32() -> None:
     assert leaves[0] != leaves[1] or t.left[node] == t.right[node]
 
 
+def test_raw_boosters_from_model_files(tmp_path) -> None:
+    """Boosters read from .json / .txt files (as the model loaders do) give the same radii
+    as the scikit-learn API objects they were saved from."""
+    from robustscope.models.loaders import load_model
+
+    X, y = load_wine(return_X_y=True)
+    space = FeatureSpace.from_data(X)
+    rows = X[::15]
+    for model, suffix in (
+        (xgb.XGBClassifier(n_estimators=6, max_depth=3, n_jobs=1), ".json"),
+        (lgb.LGBMClassifier(n_estimators=6, num_leaves=8, verbose=-1, n_jobs=1), ".txt"),
+    ):
+        model.fit(X, y)
+        path = tmp_path / f"model{suffix}"
+        if suffix == ".json":
+            model.save_model(path)
+        else:
+            model.booster_.save_model(path)
+        booster = load_model(path).native
+        assert is_tree_ensemble(booster)
+        clf = wrap_tree_model(booster)
+        assert check_parsed(booster, clf.ensemble, X) == 1.0
+        labels = np.asarray(model.predict_proba(rows)).argmax(axis=1)
+        a = exact_tree_radius(model, rows, labels, space, "linf")
+        b = exact_tree_radius(clf, rows, labels, space, "linf")
+        np.testing.assert_array_equal(a.radius, b.radius)
+        assert (b.status == EXACT).all()
+
+
 def test_not_a_tree_model() -> None:
     X, y = load_breast_cancer(return_X_y=True)
     lin = LogisticRegression(max_iter=200).fit(X[:, :3], y)

@@ -187,9 +187,9 @@ _SKLEARN_GBM = {"GradientBoostingClassifier"}
 def _kind(obj: object) -> str | None:
     name = type(obj).__name__
     module = type(obj).__module__
-    if module.startswith("xgboost") and name == "XGBClassifier":
+    if module.startswith("xgboost") and name in ("XGBClassifier", "Booster"):
         return "xgboost"
-    if module.startswith("lightgbm") and name == "LGBMClassifier":
+    if module.startswith("lightgbm") and name in ("LGBMClassifier", "Booster"):
         return "lightgbm"
     if module.startswith("sklearn"):
         if name in _SKLEARN_FORESTS:
@@ -203,7 +203,8 @@ def _kind(obj: object) -> str | None:
 
 def is_tree_ensemble(obj: object) -> bool:
     """True for a (fitted or not) XGBClassifier, LGBMClassifier or scikit-learn tree
-    classifier (decision tree, random forest, extra trees, gradient boosting)."""
+    classifier (decision tree, random forest, extra trees, gradient boosting), or a raw
+    ``xgboost.Booster`` / ``lightgbm.Booster`` (as read from a model file)."""
     return _kind(obj) is not None
 
 
@@ -228,8 +229,9 @@ def _logit(p: float) -> float:
 
 def _parse_xgboost(model) -> TreeEnsemble:
     name = type(model).__name__
+    raw = name == "Booster"
     try:
-        booster = model.get_booster()
+        booster = model if raw else model.get_booster()
     except Exception as exc:
         raise ModelError(f"{name}: not fitted ({exc})") from exc
     doc = json.loads(bytes(booster.save_raw("json")))
@@ -242,6 +244,9 @@ def _parse_xgboost(model) -> TreeEnsemble:
     n_features = int(params["num_feature"])
     num_class = int(params.get("num_class", "0"))
     base = np.array([float(v) for v in str(params["base_score"]).strip("[]").split(",")])
+    if raw and objective not in ("binary:logistic", "multi:softprob"):
+        raise ModelError(f"xgboost.Booster: objective '{objective}' does not predict class "
+                         "probabilities; train with binary:logistic or multi:softprob")
     if objective in ("binary:logistic", "binary:logitraw"):
         link, n_classes = "sigmoid", 2
         offset = np.array([_logit(float(base[0]))]) if objective == "binary:logistic" else base[:1]
@@ -255,7 +260,7 @@ def _parse_xgboost(model) -> TreeEnsemble:
     model_part = gb["model"]
     tree_info = np.asarray(model_part["tree_info"], dtype=np.int64)
     n_use = len(tree_info)
-    best = getattr(model, "best_iteration", None) if _has_best_iteration(model) else None
+    best = None if raw or not _has_best_iteration(model) else model.best_iteration
     if best is not None and "iteration_indptr" in model_part:
         n_use = int(model_part["iteration_indptr"][int(best) + 1])
     n_scores = 1 if link == "sigmoid" else n_classes
@@ -313,11 +318,12 @@ def _check_offset(ens: TreeEnsemble, margin_fn) -> None:
 
 def _parse_lightgbm(model) -> TreeEnsemble:
     name = type(model).__name__
+    raw = name == "Booster"
     try:
-        booster = model.booster_
+        booster = model if raw else model.booster_
     except Exception as exc:
         raise ModelError(f"{name}: not fitted ({exc})") from exc
-    best = getattr(model, "best_iteration_", None)
+    best = getattr(model, "best_iteration" if raw else "best_iteration_", None)
     num_iteration = best if best else None
     doc = booster.dump_model(num_iteration=num_iteration)
     objective = str(doc.get("objective", "")).split()
@@ -447,16 +453,16 @@ class TreeEnsembleClassifier(Classifier):
     def __init__(self, model: object, ensemble: TreeEnsemble | None = None,
                  device: str | torch.device = "cpu") -> None:
         ens = parse_tree_model(model) if ensemble is None else ensemble
-        super().__init__(ens.n_classes, (ens.n_features,), device, torch.float64,
-                         type(model).__name__)
+        super().__init__(ens.n_classes, (ens.n_features,), device, torch.float64, ens.source)
         self.model = model
         self.ensemble = ens
         self.classes = None if ens.classes is None else np.asarray(ens.classes)
+        self._predict_proba = _proba_function(model)
 
     def probabilities_numpy(self, x: np.ndarray) -> np.ndarray:
         """The library's ``predict_proba`` on float64 rows ``(n, d)``, as ``(n, n_classes)``."""
         try:
-            p = np.asarray(self.model.predict_proba(x), dtype=np.float64)
+            p = np.asarray(self._predict_proba(x), dtype=np.float64)
         except Exception as exc:
             raise ModelError(f"{self.name} raised {type(exc).__name__}: {exc}") from exc
         if p.ndim == 1:
@@ -472,6 +478,15 @@ class TreeEnsembleClassifier(Classifier):
         return torch.log(torch.as_tensor(p, device=self.device).clamp_min(PROBA_FLOOR))
 
 
+def _proba_function(model: object):
+    """The library's own class-probability call (a raw booster's ``predict``)."""
+    if type(model).__name__ != "Booster":
+        return model.predict_proba
+    if _kind(model) == "xgboost":
+        return lambda x: model.inplace_predict(np.asarray(x, dtype=np.float32))
+    return model.predict
+
+
 def wrap_tree_model(obj: object, device: str | torch.device = "cpu") -> TreeEnsembleClassifier:
     """Wrap a fitted tree classifier (see :func:`is_tree_ensemble`)."""
     return TreeEnsembleClassifier(obj, device=device)
@@ -481,7 +496,7 @@ def check_parsed(model: object, ensemble: TreeEnsemble, X: np.ndarray) -> float:
     """Share of rows of ``X`` on which the parsed ensemble's decision equals the argmax of the
     model's own ``predict_proba`` (1.0 when the parse is faithful)."""
     X = np.asarray(X, dtype=np.float64)
-    p = np.asarray(model.predict_proba(X), dtype=np.float64)
+    p = np.asarray(_proba_function(model)(X), dtype=np.float64)
     if p.ndim == 1:
         p = np.stack([1.0 - p, p], axis=1)
     return float((p.argmax(axis=1) == ensemble.predict(X)).mean())
