@@ -388,15 +388,16 @@ def test_one_hot_group_stays_one_hot() -> None:
 
 
 # -- limits and statuses -----------------------------------------------------------------------
-def test_time_limit_returns_valid_bracket() -> None:
+@pytest.mark.parametrize("threat", ["linf", "l2"])
+def test_time_limit_returns_valid_bracket(threat: str) -> None:
     X, y = load_breast_cancer(return_X_y=True)
     model = lgb.LGBMClassifier(n_estimators=60, num_leaves=16, verbose=-1, n_jobs=1,
                                random_state=0).fit(X, y)
     clf = wrap_tree_model(model)
     space = FeatureSpace.from_data(X)
     rows, labels = X[:6], np.asarray(model.predict_proba(X[:6])).argmax(axis=1)
-    quick = exact_tree_radius(clf, rows, labels, space, "linf", time_limit=0.02)
-    full = exact_tree_radius(clf, rows, labels, space, "linf", time_limit=60)
+    quick = exact_tree_radius(clf, rows, labels, space, threat, time_limit=0.02)
+    full = exact_tree_radius(clf, rows, labels, space, threat, time_limit=60)
     assert (full.status == EXACT).all()
     assert set(quick.status) <= {EXACT, ATTACKED, CENSORED}
     assert (quick.status != EXACT).any()  # the limit did bind

@@ -505,8 +505,9 @@ def _run_scipy(a, row_lo, row_hi, col_lo, col_hi, obj, offset, integrality, n_pr
                         "presolve": options.get("presolve", "on") != "off"})
     p = None if res.x is None else np.round(res.x[:n_pred])
     if res.status == 0:
-        bound = getattr(res, "mip_dual_bound", res.fun)
-        return _Solve("optimal", res.fun + offset, min(bound, res.fun) + offset, p)
+        bound = getattr(res, "mip_dual_bound", None)
+        bound = res.fun if bound is None or not np.isfinite(bound) else min(bound, res.fun)
+        return _Solve("optimal", res.fun + offset, bound + offset, p)
     if res.status == 2:
         return _Solve("infeasible", np.inf, np.inf, None)
     if res.status == 1:
@@ -710,7 +711,8 @@ def _solve_input(prog: _Program, clf: TreeEnsembleClassifier, ens: TreeEnsemble,
                 r = _norm((x_adv - x0) / space.scale, threat.p)
                 if r < best_r:
                     best_r, best_x, best_cls = r, x_adv, cls
-        level_bound = min(bounds) ** (1.0 / power) if bounds else lower
+        # a dual bound can be slightly negative (or absent) when HiGHS stops early
+        level_bound = max(min(bounds), 0.0) ** (1.0 / power) if bounds else lower
         lower = max(lower, min(level_bound, best_r))
         if np.isfinite(best_r) or failed or deadline - time.perf_counter() <= 0:
             break
