@@ -483,8 +483,8 @@ def _run_highspy(a, row_lo, row_hi, col_lo, col_hi, obj, offset, integrality, n_
     if has_sol:
         p = np.round(np.asarray(h.getSolution().col_value)[:n_pred])
     if status == ms.kOptimal:
-        return _Solve("optimal", info.objective_function_value,
-                      min(info.mip_dual_bound, info.objective_function_value), p)
+        value, bound = info.objective_function_value, info.mip_dual_bound
+        return _Solve("optimal", value, min(bound, value) if np.isfinite(bound) else value, p)
     if status == ms.kInfeasible:
         return _Solve("infeasible", np.inf, np.inf, None)
     if status in (ms.kTimeLimit, ms.kInterrupt, ms.kSolutionLimit, ms.kIterationLimit):
