@@ -206,6 +206,9 @@ def test_demo_runs(tmp_path):
     assert result.exit_code == 0, result.output
     assert "logistic" in result.output and "black box" in result.output
     assert (tmp_path / "report.html").is_file()
+    for slug in ("xgboost_exact", "xgboost_black_box", "logistic_regression_exact"):
+        for figure in ("flip_rate", "scores"):
+            assert (tmp_path / f"{figure}_{slug}.png").read_bytes()[:4] == b"\x89PNG"
     linear = pd.read_csv(tmp_path / "radii_logistic_regression_exact.csv")
     assert (linear["status"].isin(["exact", "misclassified"])).all()
     trees = pd.read_csv(tmp_path / "radii_xgboost_exact.csv")

@@ -73,6 +73,26 @@ def _fast_proba(model):
     return lambda x: b.inplace_predict(np.asarray(x, dtype=np.float32))
 
 
+def _write_figures(res: RadiusResult, name: str, slug: str, out_dir: Path) -> None:
+    """The tutorial's two readings as PNG files: flip rate against strength (overall and per
+    class) and initial against perturbed score, coloured by radius."""
+    from robustscope.report.tabular_figures import (
+        flip_rate_figure,
+        save_figure,
+        score_scatter_figure,
+    )
+
+    names = {0: "malignant", 1: "benign"}
+    save_figure(flip_rate_figure(res, labels=res.label, status=res.status, class_names=names,
+                                 title=f"Flip rate against strength: {name}"),
+                out_dir / f"flip_rate_{slug}.png")
+    found = np.isin(res.status, ("exact", "attacked"))
+    save_figure(score_scatter_figure(res.proba[found], res.proba_adv[found], res.radius[found],
+                                     res.prediction[found],
+                                     title=f"Initial against perturbed score: {name}"),
+                out_dir / f"scores_{slug}.png")
+
+
 def _solver_label(res: RadiusResult) -> str:
     kind = res.meta.get("exact_solver")
     if kind == "linear":
@@ -104,7 +124,9 @@ def run_demo(out_dir: Path, quiet: bool = False) -> dict[str, RadiusResult]:
         res = radius(model, X_test, y_test, threat="linf", space=space, seed=SEED)
         elapsed = time.perf_counter() - t0
         results[name] = res
-        res.to_csv(out_dir / f"radii_{re.sub(r'[^a-z0-9]+', '_', name.lower()).strip('_')}.csv")
+        slug = re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_")
+        res.to_csv(out_dir / f"radii_{slug}.csv")
+        _write_figures(res, name, slug, out_dir)
         s = res.summary()
         r = res.radius[(res.status == "exact") | (res.status == "attacked")]
         q = np.percentile(r, [25, 75]) if len(r) else (np.nan, np.nan)
@@ -113,7 +135,8 @@ def run_demo(out_dir: Path, quiet: bool = False) -> dict[str, RadiusResult]:
                       str(s["attacked"]), str(s["censored"]), f"{s['median_radius']:.4f}",
                       f"{q[0]:.4f}", f"{q[1]:.4f}", f"{s['mean_queries']:.0f}", f"{elapsed:.1f}")
     console.print(table)
-    console.print(f"Radius tables written to {out_dir}/")
+    console.print(f"Radius tables and figures (flip_rate_*.png, scores_*.png) written to "
+                  f"{out_dir}/")
     report = build_demo_report(results, X_test, y_test, space, out_dir, X_train=X_train,
                                seed=SEED)
     Console().print(f"Report: {report}")  # the path, even with --quiet
