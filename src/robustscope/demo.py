@@ -102,17 +102,22 @@ def _solver_label(res: RadiusResult) -> str:
     return "black box: cube search + HopSkipJump"
 
 
+def demo_space(data, X_train: np.ndarray, X_test: np.ndarray) -> FeatureSpace:
+    """Range-scaled feature space of the demo: scales are the training ranges per column;
+    bounds are widened to contain the test inputs too, so that every input is valid."""
+    lower = np.minimum(X_train.min(axis=0), X_test.min(axis=0))
+    upper = np.maximum(X_train.max(axis=0), X_test.max(axis=0))
+    return FeatureSpace.from_arrays(lower, upper, scale=X_train.max(0) - X_train.min(0),
+                                    names=list(data.feature_names))
+
+
 def run_demo(out_dir: Path, quiet: bool = False) -> dict[str, RadiusResult]:
     """Run the demo, write ``<out_dir>/radii_<model>.csv``, return the results."""
     console = Console(quiet=quiet, width=max(Console().width, 130))
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     data, X_train, X_test, _, y_test, models = train_models()
-    # the test inputs must lie in the space: widen the training ranges to cover them
-    lower = np.minimum(X_train.min(axis=0), X_test.min(axis=0))
-    upper = np.maximum(X_train.max(axis=0), X_test.max(axis=0))
-    space = FeatureSpace.from_arrays(lower, upper, scale=X_train.max(0) - X_train.min(0),
-                                     names=list(data.feature_names))
+    space = demo_space(data, X_train, X_test)
     results: dict[str, RadiusResult] = {}
     table = Table(title="Linf radius of robustness, breast-cancer test set "
                         "(units: share of each feature's training range)")
