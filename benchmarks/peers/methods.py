@@ -44,6 +44,7 @@ class Config:
     hsj_eval: int = 1000
     rd_dirs: int = 1000           # random directions per dichotomy step
     recipe_iters: int = 100
+    exact_time_limit: float = 10.0  # seconds per input for the MILPs
 
 
 def max_radius(threat: str, d: int) -> float:
@@ -76,8 +77,12 @@ class Counting(nn.Module):
 
 
 # -- robustscope ----------------------------------------------------------------------------
-def robustscope_auto(case, threat, X, y, cfg: Config, mult: int = 1, seed: int = 0) -> Run:
-    budget = None if case.kind == "trees" and mult == 1 else cfg.budget * mult
+def robustscope_auto(case, threat, X, y, cfg: Config, mult: int = 1, seed: int = 0,
+                     budget: int | None = None) -> Run:
+    """``radius(..., solver="auto")`` with ``cfg.budget`` passes per input (white box) or its
+    black-box default (trees); ``mult`` > 1: the strong reference configuration."""
+    if budget is None:
+        budget = None if case.kind == "trees" and mult == 1 else cfg.budget * mult
     if case.kind == "trees" and mult > 1:
         budget = 5000 * mult
     kw = {}
@@ -94,26 +99,59 @@ def robustscope_auto(case, threat, X, y, cfg: Config, mult: int = 1, seed: int =
     return Run(r, res.x_adv, res.queries.astype(float), secs, f"statuses: {note}")
 
 
-def robustscope_exact(case, threat, X, y, cfg: Config) -> np.ndarray | None:
-    """Exact radii where an exact solver exists for the model, else None."""
+def tree_reference_runs(case, threat, X, y, mult: int = 10) -> list[tuple[str, Run]]:
+    """Long runs of robustscope's two black-box solvers (cube search, HopSkipJump) with
+    ``mult`` x 5,000 queries per input: the best-known radius of tree models without an
+    exact solver (the auto cascade stops on its own bracket before a bigger budget helps)."""
+    from robustscope.solvers.boundary import hop_skip_jump_run
+    from robustscope.solvers.random_search import cube_search_run
+    model = wrap_model(case.native)
+    xt, yt = torch.as_tensor(X), torch.as_tensor(y)
+    pool = {"X_pool": torch.as_tensor(case.meta["Xtr"]),
+            "y_pool": torch.as_tensor(case.meta["ytr"])}
+    out = []
+    for name, fn, kw in (("cube search", cube_search_run, {"stage_queries": 1500, "rtol": 0.002}),
+                         ("HopSkipJump", hop_skip_jump_run, {})):
+        t = time.perf_counter()
+        run = fn(model, xt, yt, case.space, threat, generator=torch.Generator().manual_seed(100),
+                 budget=5000 * mult, **pool, **kw)
+        out.append((f"robustscope {name} {mult}x budget",
+                    Run(np.asarray(run.radius, dtype=float), np.asarray(run.x_adv),
+                        np.asarray(run.queries, dtype=float), time.perf_counter() - t,
+                        "reference run")))
+    return out
+
+
+def robustscope_exact(case, threat, X, y, cfg: Config, upper: np.ndarray | None = None
+                      ) -> np.ndarray | None:
+    """Exact radii (NaN where the solver could not close the bracket) where an exact solver
+    exists for the model and threat, else None. ``upper``: verified radii (for the ReLU MILP's
+    search box)."""
     if case.kind == "linear":
         return radius(case.native, X, y, threat=threat, space=case.space, solver="exact").radius
     if case.kind == "trees":
-        try:  # the library's tree MILP, when it has landed on main
-            from robustscope.solvers.exact_trees import exact_radius  # type: ignore
-            return np.asarray(exact_radius(case.native, X, y, threat=threat, space=case.space))
+        try:  # the library's tree MILP, once the trees-exact branch is on main
+            from robustscope.solvers.exact_trees import exact_tree_radius
         except ImportError:
-            pass
+            exact_tree_radius = None
+        if exact_tree_radius is not None:
+            res = exact_tree_radius(case.native, X, y, case.space, threat=threat,
+                                    time_limit=cfg.exact_time_limit)
+            return np.where(np.asarray(res.status) == "exact", res.radius, np.nan)
         if case.meta.get("estimator") == "xgboost" and threat == "linf":
             from exact_xgb_linf import exact_linf
             return np.asarray(exact_linf(case.native, X, y, case.space), dtype=float)
         return None
-    if case.kind == "relu":
-        try:
-            from robustscope.solvers.exact_relu import exact_radius  # type: ignore
+    if case.kind == "relu" and threat in ("linf", "l1"):
+        try:  # the library's ReLU MILP, once it is on main
+            from robustscope.solvers.exact_relu import exact_relu_radius, relu_layers
         except ImportError:
             return None
-        return np.asarray(exact_radius(case.native, X, y, threat=threat, space=case.space))
+        from robustscope.threats.lp import get_threat
+        up = np.full(len(X), np.inf) if upper is None else np.asarray(upper, dtype=float)
+        res = exact_relu_radius(relu_layers(case.native), X, y, up, case.space,
+                                get_threat(threat), time_limit=cfg.exact_time_limit)
+        return np.where(res.closed, res.lower_bound, np.nan)
     return None
 
 
