@@ -44,7 +44,8 @@ class Config:
     hsj_eval: int = 1000
     rd_dirs: int = 1000           # random directions per dichotomy step
     recipe_iters: int = 100
-    exact_time_limit: float = 10.0  # seconds per input for the MILPs
+    exact_time_limit: float = 10.0  # seconds per input for the MILPs (a bracket left open:
+    # the input falls back to the best-known radius)
 
 
 def max_radius(threat: str, d: int) -> float:

@@ -240,12 +240,19 @@ def markdown(report: dict) -> str:
            f"Regenerate: `OMP_NUM_THREADS=1 PYTHONPATH=src python benchmarks/peers/run_all.py "
            f"--{mode}` (peers from `benchmarks/peers/requirements.txt`). Measured "
            f"{report['date']} on {report['machine']}, torch {report['torch']}, numpy "
-           f"{report['numpy']}, one torch thread; {report['total_minutes']:.1f} min in all.", "",
+           f"{report['numpy']}, one torch thread; {report['total_minutes']:.1f} min in all"
+           + ("" if not report.get("updated") else "; sections rerun later: "
+              + ", ".join(f"{k} ({v})" for k, v in report["updated"].items()))
+           + ".", "",
            "Peers: " + ", ".join(f"{k} {v}" for k, v in report["peers"].items()) + ".", "",
            "**Definitions.** *ratio*: radius claimed by the method / reference radius, per "
            "input (inf where nothing confirmed was found); the reference is the exact radius "
-           "where an exact solver exists, else the smallest confirmed radius of any method "
-           "(robustscope with 10x budget included). *p90*: 90th percentile of the ratio (for "
+           "where an exact solver exists and closed its bracket (robustscope's exact linear "
+           "solver, `robustscope.solvers.exact_trees`, `robustscope.solvers.exact_relu` when "
+           "present; else `benchmarks/exact_xgb_linf.py` for XGBoost), else the smallest "
+           "confirmed radius of any method, including robustscope with 10x budget (for trees: "
+           "its cube search and HopSkipJump with 10x budget). *p90*: 90th percentile of the "
+           "ratio (for "
            "lower bounds: 10th). *optimality* (AttackBench-style): with E the largest finite "
            "reference radius and A(r) = mean_i min(r_i, E) the area under the robust-accuracy "
            "curve on [0, E], optimality = 1 - (A(method) - A(ref)) / (E - A(ref)). "
@@ -290,6 +297,8 @@ def main() -> None:
     mode.add_argument("--full", action="store_true")
     ap.add_argument("--models", default="lr,mlp,lenet,cnn,xgboost,rf")
     ap.add_argument("--out", default=str(HERE / "RESULTS_PEERS.md"))
+    ap.add_argument("--update", action="store_true",
+                    help="keep the other models' sections of results_<mode>.json; rerun --models")
     args = ap.parse_args()
     full = args.full
     torch.set_num_threads(1)
@@ -306,6 +315,13 @@ def main() -> None:
               "machine": f"{platform.processor() or platform.machine()}, CPU",
               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "results": {}}
 
+    json_path = Path(args.out).with_name(f"results_{report['mode']}.json")
+    if args.update and json_path.exists():
+        old = json.loads(json_path.read_text())
+        report["results"] = old["results"]
+        report["total_minutes_before_update"] = old["total_minutes"]
+        report["updated"] = {}
+
     def log(msg):
         print(msg, flush=True)
 
@@ -318,11 +334,14 @@ def main() -> None:
             res = run_case(case, threat, cfg, n_slow, log)
             res["verdict"] = verdict(res["runs"], res["reference"].startswith("exact"))
             report["results"][title] = res
+            if "updated" in report:
+                report["updated"][title] = report["date"]
             log(f"  verdict: {res['verdict']}")
     report["total_minutes"] = (time.perf_counter() - t_all) / 60
+    if "total_minutes_before_update" in report:
+        report["total_minutes"] += report["total_minutes_before_update"]
     Path(args.out).write_text(markdown(report) + "\n")
-    Path(args.out).with_name(f"results_{report['mode']}.json").write_text(
-        json.dumps(report, indent=1, default=float))
+    json_path.write_text(json.dumps(report, indent=1, default=float))
     log(f"wrote {args.out} in {report['total_minutes']:.1f} min")
 
 
