@@ -262,6 +262,26 @@ def markdown(report: dict) -> str:
            "on the model; a finite-difference gradient counts its forward rows). Slow methods "
            f"(bisections, HopSkipJump, recipe, random directions) run on the first "
            f"{report['n_slow']} inputs only; their ratios are on those inputs.", ""]
+    out += ["## Summary", "",
+            "| model, threat | reference | robustscope auto: ratio median (p90) | s, queries "
+            "/input | tightest peer: ratio median (p90) | its s, queries /input |",
+            "|---|---|---|---|---|---|"]
+    for key, res in report["results"].items():
+        runs = res["runs"]
+        rs = runs.get("robustscope auto", {})
+        peers = {k: v for k, v in runs.items() if v.get("peer") != "robustscope"
+                 and "ratio_median" in v and not v["lower_bound"]}
+        if "ratio_median" not in rs or not peers:
+            continue
+        name = min(peers, key=lambda k: (peers[k]["ratio_median"],
+                                         peers[k]["seconds_per_input"]))
+        b = peers[name]
+        out.append(f"| {key} | {res['reference'].split(' (')[0]} | {rs['ratio_median']:.4f} "
+                   f"({rs['ratio_p90']:.4f}) | {rs['seconds_per_input']:.4f}, "
+                   f"{rs['queries_per_input']:,.0f} | {name}: {b['ratio_median']:.4f} "
+                   f"({b['ratio_p90']:.4f}) | {b['seconds_per_input']:.4f}, "
+                   f"{b['queries_per_input']:,.0f} |")
+    out.append("")
     for key, res in report["results"].items():
         out += [f"## {key}", "",
                 f"{res['n']} correctly classified test inputs; reference: {res['reference']}; "
@@ -297,6 +317,8 @@ def main() -> None:
     mode.add_argument("--full", action="store_true")
     ap.add_argument("--models", default="lr,mlp,lenet,cnn,xgboost,rf")
     ap.add_argument("--out", default=str(HERE / "RESULTS_PEERS.md"))
+    ap.add_argument("--render", action="store_true",
+                    help="only rewrite the markdown from results_<mode>.json")
     ap.add_argument("--update", action="store_true",
                     help="keep the other models' sections of results_<mode>.json; rerun --models")
     args = ap.parse_args()
@@ -316,6 +338,9 @@ def main() -> None:
               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "results": {}}
 
     json_path = Path(args.out).with_name(f"results_{report['mode']}.json")
+    if args.render:  # rewrite the markdown from the stored JSON only
+        Path(args.out).write_text(markdown(json.loads(json_path.read_text())) + "\n")
+        return
     if args.update and json_path.exists():
         old = json.loads(json_path.read_text())
         report["results"] = old["results"]
