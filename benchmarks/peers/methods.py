@@ -19,6 +19,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from robustscope.errors import InputError
 from robustscope.models import wrap_model
 from robustscope.search import SearchConfig, radius
 
@@ -123,37 +124,34 @@ def tree_reference_runs(case, threat, X, y, mult: int = 10) -> list[tuple[str, R
     return out
 
 
-def robustscope_exact(case, threat, X, y, cfg: Config, upper: np.ndarray | None = None
-                      ) -> np.ndarray | None:
-    """Exact radii (NaN where the solver could not close the bracket) where an exact solver
-    exists for the model and threat, else None. ``upper``: verified radii (for the ReLU MILP's
-    search box)."""
-    if case.kind == "linear":
-        return radius(case.native, X, y, threat=threat, space=case.space, solver="exact").radius
-    if case.kind == "trees":
-        try:  # the library's tree MILP, once the trees-exact branch is on main
-            from robustscope.solvers.exact_trees import exact_tree_radius
-        except ImportError:
-            exact_tree_radius = None
-        if exact_tree_radius is not None:
-            res = exact_tree_radius(case.native, X, y, case.space, threat=threat,
-                                    time_limit=cfg.exact_time_limit)
-            return np.where(np.asarray(res.status) == "exact", res.radius, np.nan)
+def robustscope_exact(case, threat, X, y, cfg: Config) -> np.ndarray | None:
+    """Exact radii (NaN where the solver could not close its bracket within
+    ``cfg.exact_time_limit`` seconds per input) from ``radius(..., solver="exact")``: the
+    closed-form solver for linear models, the tree MILP, the ReLU MILP (Linf / L1); None where
+    robustscope has no exact solver for the model and threat. Before the library's tree MILP
+    existed, the benchmark-only XGBoost MILP served as the reference."""
+    try:
+        res = radius(case.native, X, y, threat=threat, space=case.space, solver="exact",
+                     config=SearchConfig(exact_time_limit=cfg.exact_time_limit))
+    except InputError:
         if case.meta.get("estimator") == "xgboost" and threat == "linf":
             from exact_xgb_linf import exact_linf
             return np.asarray(exact_linf(case.native, X, y, case.space), dtype=float)
         return None
-    if case.kind == "relu" and threat in ("linf", "l1"):
-        try:  # the library's ReLU MILP, once it is on main
-            from robustscope.solvers.exact_relu import exact_relu_radius, relu_layers
-        except ImportError:
-            return None
-        from robustscope.threats.lp import get_threat
-        up = np.full(len(X), np.inf) if upper is None else np.asarray(upper, dtype=float)
-        res = exact_relu_radius(relu_layers(case.native), X, y, up, case.space,
-                                get_threat(threat), time_limit=cfg.exact_time_limit)
-        return np.where(res.closed, res.lower_bound, np.nan)
-    return None
+    return np.where(res.status == "exact", res.radius, np.nan)
+
+
+def robustscope_blackbox(case, threat, X, y, cfg: Config) -> Run:
+    """``radius(..., solver="auto")`` on the model seen only through ``predict_proba`` (a
+    plain callable): the gradient-free cascade (cube search + HopSkipJump), default budget."""
+    def proba(x: np.ndarray) -> np.ndarray:
+        return case.proba(x)
+    t = time.perf_counter()
+    res = radius(proba, X, y, threat=threat, space=case.space, seed=0)
+    secs = time.perf_counter() - t
+    r = np.where(res.status == "censored", np.inf, res.radius)
+    note = ",".join(sorted({str(s) for s in res.status}))
+    return Run(r, res.x_adv, res.queries.astype(float), secs, f"statuses: {note}")
 
 
 def random_directions(case, threat, X, y, cfg: Config) -> Run:

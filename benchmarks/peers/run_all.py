@@ -60,6 +60,9 @@ def peer_versions() -> dict[str, str]:
 def method_table(case, threat: str) -> list[tuple[str, str, object, bool]]:
     """(name, peer, runner, slow) for the methods that apply to this model and threat."""
     rows = [("robustscope auto", "robustscope", M.robustscope_auto, False)]
+    if case.kind == "trees":
+        rows.append(("robustscope auto, black box", "robustscope", M.robustscope_blackbox,
+                     False))
     if case.torch_model is not None and case.kind != "linear":
         rows.append(("robustscope auto, budget 200", "robustscope",
                      lambda *a: M.robustscope_auto(*a, budget=200), False))
@@ -144,8 +147,7 @@ def run_case(case, threat, cfg, n_slow, log) -> dict:
     exact = None
     t0 = time.perf_counter()
     try:
-        upper = radii.get("robustscope auto")
-        exact = M.robustscope_exact(case, threat, X, y, cfg, upper=upper)
+        exact = M.robustscope_exact(case, threat, X, y, cfg)
     except Exception as exc:  # noqa: BLE001
         log(f"  exact solver failed: {type(exc).__name__}: {exc}")
         traceback.print_exc()
