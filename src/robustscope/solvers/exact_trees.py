@@ -45,6 +45,8 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import os
+import sys
 import time
 from dataclasses import dataclass, field
 
@@ -444,11 +446,35 @@ def _solve_class(red: _Reduced, pairs: list[tuple[int, int, float]], cutoff: flo
     return res
 
 
+_HIGHS_BANNER_DONE = False
+
+
+def _new_highs():
+    """A ``highspy.Highs`` instance; the first one of a process prints a licence banner on
+    the C-level stdout before any option can silence it, so that one is sent to /dev/null."""
+    global _HIGHS_BANNER_DONE
+    import highspy
+
+    if _HIGHS_BANNER_DONE:
+        return highspy.Highs()
+    sys.stdout.flush()
+    saved, devnull = os.dup(1), os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 1)
+        h = highspy.Highs()
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+        os.close(devnull)
+    _HIGHS_BANNER_DONE = True
+    return h
+
+
 def _run_highspy(a, row_lo, row_hi, col_lo, col_hi, obj, offset, integrality, n_pred,
                  time_limit, options: dict) -> _Solve:
     import highspy
 
-    h = highspy.Highs()
+    h = _new_highs()
     h.setOptionValue("output_flag", False)
     for key, value in options.items():
         h.setOptionValue(key, value)
