@@ -2,11 +2,12 @@
 tutorial's recipe and the paper's random directions, on the same models, inputs and threats,
 against the exact radius wherever an exact solver exists.
 
-Regenerate (writes benchmarks/peers/RESULTS_PEERS.md and results_<mode>.json):
+Regenerate (writes benchmarks/peers/RESULTS_PEERS.md for --full, RESULTS_PEERS_quick.md for
+--quick, and results_<mode>.json):
 
     pip install -r benchmarks/peers/requirements.txt
-    OMP_NUM_THREADS=1 PYTHONPATH=src python benchmarks/peers/run_all.py --quick   # ~10 min
-    OMP_NUM_THREADS=1 PYTHONPATH=src python benchmarks/peers/run_all.py --full
+    OMP_NUM_THREADS=1 PYTHONPATH=src python benchmarks/peers/run_all.py --quick  # 4-10 min
+    OMP_NUM_THREADS=1 PYTHONPATH=src python benchmarks/peers/run_all.py --full   # 15-25 min
 
 Metrics (per model and threat, over the correctly classified test inputs):
 
@@ -318,13 +319,17 @@ def main() -> None:
     mode.add_argument("--quick", action="store_true")
     mode.add_argument("--full", action="store_true")
     ap.add_argument("--models", default="lr,mlp,lenet,cnn,xgboost,rf")
-    ap.add_argument("--out", default=str(HERE / "RESULTS_PEERS.md"))
+    ap.add_argument("--out", default=None,
+                    help="markdown to write (default: RESULTS_PEERS.md for --full, "
+                         "RESULTS_PEERS_quick.md for --quick, next to this script)")
     ap.add_argument("--render", action="store_true",
                     help="only rewrite the markdown from results_<mode>.json")
     ap.add_argument("--update", action="store_true",
                     help="keep the other models' sections of results_<mode>.json; rerun --models")
     args = ap.parse_args()
     full = args.full
+    if args.out is None:
+        args.out = str(HERE / ("RESULTS_PEERS.md" if full else "RESULTS_PEERS_quick.md"))
     torch.set_num_threads(1)
     n, n_slow = (60, 20) if full else (20, 6)
     cfg = M.Config() if full else M.Config(hsj_iter=10, hsj_eval=500, rd_dirs=500,
