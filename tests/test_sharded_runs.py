@@ -217,3 +217,19 @@ def test_a_model_raising_on_some_rows_loses_only_those(tmp_path):
         run_id = outcome.manifest["threats"]["linf"]["store_run_id"]
         assert store.run(run_id).status == "failed"
         assert store.radii(run_id)["sample"].tolist() == good["sample"].tolist()
+
+
+@pytest.mark.slow
+def test_a_dead_local_worker_fails_its_shards_and_the_run_resumes(reference, tmp_path,
+                                                                  monkeypatch):
+    from robustscope.shards import EXIT_ONCE_ENV
+
+    ref_tmp, _ = reference
+    spec = gbm_spec(tmp_path, "dead", "out", workers=2)
+    monkeypatch.setenv(EXIT_ONCE_ENV, str(tmp_path / "died"))
+    with pytest.raises(RunIncomplete, match=r"(?s)shard\(s\) failed.*BrokenProcessPool"
+                                            r".*--resume"):
+        run_spec_file(spec, quiet=True)
+    assert (tmp_path / "died").exists()
+    run_spec_file(spec, quiet=True)
+    assert_same_tables(ref_tmp / "out", tmp_path / "out")
