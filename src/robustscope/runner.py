@@ -217,7 +217,7 @@ def run_spec(spec: EvaluationSpec, spec_text: str | None = None, quiet: bool = F
         raise RunIncomplete(f"{len(errors)} of {len(shards)} shard(s) failed; the others are "
                             f"kept in {out_dir}:\n{lines}\nresume with: robustscope run SPEC "
                             f"--resume {out_dir}")
-    results, seconds, failed = assemble(out_dir, spec, shards)
+    results, seconds, failed = assemble(out_dir, spec, shards, inputs.X.shape[1:])
     strengths = {}
     for t in spec.threats:
         grid = t.strength_values()
@@ -237,7 +237,8 @@ def run_spec(spec: EvaluationSpec, spec_text: str | None = None, quiet: bool = F
     for rows in failed.values():
         keep[list(rows)] = False
     evaluated = results if keep.all() else {k: _subset(r, keep) for k, r in results.items()}
-    ev = build_evaluation(title, evaluated, inputs.X[keep], inputs.y[keep], inputs.space,
+    X_eval, y_eval = (inputs.X, inputs.y) if keep.all() else (inputs.X[keep], inputs.y[keep])
+    ev = build_evaluation(title, evaluated, X_eval, y_eval, inputs.space,
                           inputs.X_reference, options, strengths, seconds, started,
                           provenance_extra={"run_uid": uid, "model": inputs.model_name,
                                             "data": inputs.data_name,
@@ -291,19 +292,39 @@ def _subset(res: RadiusResult, keep: np.ndarray) -> RadiusResult:
                         max_radius=res.max_radius, classes=res.classes, meta=meta)
 
 
-def assemble(out_dir: Path, spec: EvaluationSpec, shards: list[Shard]
+def assemble(out_dir: Path, spec: EvaluationSpec, shards: list[Shard],
+             input_shape: tuple[int, ...] | None = None
              ) -> tuple[dict[str, RadiusResult], dict[str, float], dict[str, dict[int, str]]]:
     """The per-threat results from the shard files (every shard must be done): results,
-    seconds (sum of shard times) and the failed rows with their errors."""
+    seconds (sum of shard times) and the failed rows with their errors.
+
+    Per-input numbers are joined in memory (a few dozen bytes per input); the
+    counterexamples are copied shard by shard into a memory-mapped ``x_adv.npy`` beside the
+    shards, so they never sit in memory all at once."""
     results, seconds, failed = {}, {}, {}
     for t in spec.threats:
+        mine = [s for s in shards if s.threat == t.name]
         parts, secs, fails = [], 0.0, {}
-        for shard in (s for s in shards if s.threat == t.name):
-            res, f, sec = read_shard(shard_path(out_dir, shard))
+        for shard in mine:
+            res, f, sec = read_shard(shard_path(out_dir, shard), light=True)
             parts.append(res)
             secs += sec
             fails.update(f)
-        results[t.name] = concat_results(parts)
+        result = concat_results(parts)
+        n = mine[-1].stop if mine else 0
+        shape = input_shape
+        if shape is None:
+            with np.load(shard_path(out_dir, mine[0])) as z:
+                shape = z["x_adv"].shape[1:]
+        adv_path = shard_path(out_dir, mine[0]).parent / "x_adv.npy"
+        adv = np.lib.format.open_memmap(adv_path, mode="w+", dtype=np.float64,
+                                        shape=(n, *shape))
+        for shard in mine:
+            with np.load(shard_path(out_dir, shard)) as z:
+                adv[shard.start:shard.stop] = z["x_adv"].reshape(len(shard), *shape)
+        adv.flush()
+        result.x_adv = adv
+        results[t.name] = result
         seconds[t.name] = secs
         failed[t.name] = fails
     return results, seconds, failed
