@@ -295,7 +295,9 @@ class EvaluationSpec(_Strict):
     def resolve_paths(self, base: Path) -> EvaluationSpec:
         """A copy with relative paths made relative to ``base`` (the spec file's folder)."""
         def fix(p: Path | None) -> Path | None:
-            return None if p is None or p.is_absolute() else base / p
+            if p is None:
+                return None
+            return p if p.is_absolute() else base / p
 
         spec = self.model_copy(deep=True)
         if spec.model.path is not None:
