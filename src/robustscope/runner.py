@@ -283,7 +283,7 @@ def _threat_jobs(spec: EvaluationSpec) -> dict[str, ThreatJob]:
     return jobs
 
 
-def _subset(res: RadiusResult, keep: np.ndarray) -> RadiusResult:
+def _subset(res: RadiusResult, keep: np.ndarray | slice) -> RadiusResult:
     fields = {name: np.asarray(getattr(res, name))[keep] for name in _ROW_FIELDS}
     meta = dict(res.meta)
     if "attack_runs" in meta:
@@ -506,20 +506,58 @@ def _finite(x: object) -> object:
     return x
 
 
-def _write_table(res: RadiusResult, y: np.ndarray | None, path: Path) -> None:
-    """The radius CSV of ``res``; failed rows keep their sample and label, with no
-    prediction."""
-    failed = res.status == FAILED
+#: Rows per chunk when the run folder's tables are written (bounded memory).
+TABLE_CHUNK = 65536
+
+
+def _table_chunk(res: RadiusResult, y: np.ndarray | None, rows: slice) -> pd.DataFrame:
+    part = _subset(res, rows)
+    failed = part.status == FAILED
     if not failed.any():
-        res.to_csv(path)
-        return
-    ok = _subset(res, ~failed).to_dataframe()
-    bad = pd.DataFrame({"sample": res.sample[failed], "status": FAILED})
+        return part.to_dataframe()
+    ok = _subset(part, ~failed).to_dataframe()
+    bad = pd.DataFrame({"sample": part.sample[failed], "status": FAILED})
     frame = pd.concat([ok, bad.astype({"sample": ok["sample"].dtype})], ignore_index=True)
     frame = frame.sort_values("sample", kind="stable").reset_index(drop=True)
     if y is not None:
-        frame.loc[frame["status"] == FAILED, "label"] = np.asarray(y)[res.sample[failed]]
-    _atomic_write(path, lambda p: frame.to_csv(p, index=False))
+        frame.loc[frame["status"] == FAILED, "label"] = np.asarray(y)[part.sample[failed]]
+    return frame
+
+
+def _write_table(res: RadiusResult, y: np.ndarray | None, path: Path) -> None:
+    """The radius CSV of ``res``, written :data:`TABLE_CHUNK` rows at a time; failed rows
+    keep their sample and label, with no prediction."""
+    def write(p: Path) -> None:
+        with open(p, "w", newline="") as fh:
+            for start in range(0, max(len(res), 1), TABLE_CHUNK):
+                frame = _table_chunk(res, y, slice(start, start + TABLE_CHUNK))
+                frame.to_csv(fh, index=False, header=start == 0)
+
+    _atomic_write(path, write)
+
+
+def _save_adversarial(res: RadiusResult, path: Path) -> None:
+    """Like :meth:`RadiusResult.save_adversarial` (compressed NPZ: ``X_adv``, ``radius``,
+    ``status``), with ``X_adv`` copied :data:`TABLE_CHUNK` rows at a time from its
+    memory map."""
+    import zipfile
+
+    def write(p: Path) -> None:
+        with zipfile.ZipFile(p, "w", zipfile.ZIP_DEFLATED, allowZip64=True) as zf:
+            x = res.x_adv
+            with zf.open("X_adv.npy", "w", force_zip64=True) as fh:
+                np.lib.format.write_array_header_2_0(
+                    fh, {"descr": np.lib.format.dtype_to_descr(np.dtype(np.float64)),
+                         "fortran_order": False, "shape": tuple(x.shape)})
+                for start in range(0, len(x), TABLE_CHUNK):
+                    chunk = np.ascontiguousarray(x[start:start + TABLE_CHUNK], np.float64)
+                    fh.write(chunk.tobytes())
+            for name, arr in (("radius", np.asarray(res.radius, np.float64)),
+                              ("status", np.asarray(res.status).astype(str))):
+                with zf.open(f"{name}.npy", "w", force_zip64=True) as fh:
+                    np.lib.format.write_array(fh, arr, allow_pickle=False)
+
+    _atomic_write(path, write)
 
 
 def _write_run_dir(spec: EvaluationSpec, ev: Evaluation, out_dir: Path, uid: str,
@@ -535,7 +573,7 @@ def _write_run_dir(spec: EvaluationSpec, ev: Evaluation, out_dir: Path, uid: str
         adv = None
         if spec.outputs.adversarial:
             adv = f"adv_{sec.name}.npz"
-            res.save_adversarial(out_dir / adv)
+            _save_adversarial(res, out_dir / adv)
         fails = failed.get(sec.name, {})
         threats[sec.name] = {
             "threat": res.threat, "solver": res.solver, "max_radius": res.max_radius,
