@@ -294,7 +294,9 @@ def read_shard(path: Path, light: bool = False) -> tuple[RadiusResult, dict[int,
                 continue
             arrays[name] = z[name]
         classes = z["classes"] if "classes" in z.files else None
-    arrays["status"] = arrays["status"].astype(object)
+    # one Python string per distinct status, shared by every row (not one per row)
+    kinds, inverse = np.unique(arrays["status"], return_inverse=True)
+    arrays["status"] = kinds.astype(object)[inverse.reshape(-1)]
     res = RadiusResult(**arrays, threat=info["threat"], solver=info["solver"],
                        max_radius=info["max_radius"], classes=classes, meta=info["meta"])
     return res, {int(k): v for k, v in info["failed"].items()}, float(info["seconds"])
