@@ -233,3 +233,28 @@ def test_a_dead_local_worker_fails_its_shards_and_the_run_resumes(reference, tmp
     assert (tmp_path / "died").exists()
     run_spec_file(spec, quiet=True)
     assert_same_tables(ref_tmp / "out", tmp_path / "out")
+
+
+def test_cli_resume_and_backend_options(tmp_path, monkeypatch):
+    import typer
+    from typer.testing import CliRunner
+
+    from robustscope.commands import run as run_cmd
+
+    app = typer.Typer()
+
+    @app.callback()
+    def main() -> None:
+        """test app"""
+
+    run_cmd.register(app)
+    spec = gbm_spec(tmp_path, "cli", "out")
+    cli = CliRunner()
+    res = cli.invoke(app, ["run", str(spec), "--quiet", "--resume", str(tmp_path / "out")])
+    assert res.exit_code == 2 and "no incomplete run" in res.output
+    res = cli.invoke(app, ["run", str(spec), "--quiet", "--resume", str(tmp_path / "a"),
+                           "--out-dir", str(tmp_path / "b")])
+    assert res.exit_code == 2 and "not two different folders" in res.output
+    monkeypatch.setitem(sys.modules, "ray", None)
+    res = cli.invoke(app, ["run", str(spec), "--quiet", "--backend", "ray"])
+    assert res.exit_code == 2 and "pip install" in res.output

@@ -106,8 +106,8 @@ def _pool(spec, jobs, shards, workers) -> Iterator[tuple[Shard, object]]:
 
     ctx = mp.get_context("spawn")
     todo = list(shards)
-    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_pool_init,
-                             initargs=(spec, jobs)) as pool:
+    with ProcessPoolExecutor(max_workers=min(workers, len(shards)), mp_context=ctx,
+                             initializer=_pool_init, initargs=(spec, jobs)) as pool:
         running: dict = {}
         while todo or running:
             while todo and len(running) < workers * IN_FLIGHT_PER_WORKER:
