@@ -14,6 +14,7 @@ A run folder holds::
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
@@ -138,7 +139,7 @@ def load_inputs(spec: EvaluationSpec) -> LoadedInputs:
         inputs.model = builtin()[0]
     else:
         inputs.model = load_model(spec.model.path, trust_pickle=spec.model.trust_pickle,
-                                  device=spec.model.device, example=inputs.X[:2])
+                                  device=spec.model.device, example=np.array(inputs.X[:2]))
     inputs.space = _space(spec, inputs)
     return inputs
 
@@ -196,8 +197,9 @@ def run_spec(spec: EvaluationSpec, spec_text: str | None = None, quiet: bool = F
                                          ex.address, spec):
                 if isinstance(out, BaseException):
                     errors[shard.key] = _shard_error(shard, out)
-                    journal.record(out_dir, shard, "failed", error=errors[shard.key])
                     log.error("%s", errors[shard.key])
+                    with contextlib.suppress(OSError):  # the journal is a log; the error
+                        journal.record(out_dir, shard, "failed", error=errors[shard.key])
                     continue
                 try:
                     write_shard(out_dir, out)

@@ -149,8 +149,9 @@ def _search_rows(fn: Callable[[np.ndarray], RadiusResult], rows: np.ndarray
 
 def _search(inputs, job: ThreatJob, seed: int, rows: np.ndarray) -> RadiusResult:
     """One radius search over ``rows`` (global indices) with ``seed``."""
-    X = np.asarray(inputs.X[rows[0]:rows[-1] + 1])
-    y = np.asarray(inputs.y[rows[0]:rows[-1] + 1])
+    # a copy: the data may be a read-only memory map, which torch will not wrap
+    X = np.array(inputs.X[rows[0]:rows[-1] + 1])
+    y = np.array(inputs.y[rows[0]:rows[-1] + 1])
     if job.is_grid:
         from robustscope.runner import LoadedInputs, grid_threat_result
 
