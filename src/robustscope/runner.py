@@ -114,7 +114,7 @@ def load_inputs(spec: EvaluationSpec) -> LoadedInputs:
     if spec.data.builtin is not None:
         _, inputs = builtin()
     else:
-        ds = load_data(spec.data.path, spec.data.label_column)
+        ds = _load_data(spec)
         X, y, X_ref = ds.X, ds.y, None
         if spec.data.split is not None:
             from sklearn.model_selection import train_test_split
@@ -142,6 +142,22 @@ def load_inputs(spec: EvaluationSpec) -> LoadedInputs:
                                   device=spec.model.device, example=np.array(inputs.X[:2]))
     inputs.space = _space(spec, inputs)
     return inputs
+
+
+def _load_data(spec: EvaluationSpec):
+    """The spec's data file; a CSV or Parquet file of at least
+    :data:`robustscope.datastream.STREAM_BYTES` is read in chunks into a memory-mapped cache
+    in the run folder (``data/``)."""
+    from robustscope import datastream
+    from robustscope.data import load_data
+
+    path = Path(str(spec.data.path))
+    suffix = path.suffix.lower()
+    if suffix == ".parquet" or (suffix == ".csv" and path.is_file()
+                                and path.stat().st_size >= datastream.STREAM_BYTES):
+        return datastream.load_streamed(path, spec.data.label_column,
+                                        Path(spec.outputs.dir) / "data")
+    return load_data(path, spec.data.label_column)
 
 
 def _space(spec: EvaluationSpec, inputs: LoadedInputs) -> FeatureSpace:
