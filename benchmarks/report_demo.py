@@ -15,11 +15,8 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
-
-from robustscope.demo import run_demo, train_models
+from robustscope.demo import demo_space, run_demo, train_models
 from robustscope.report.demo_report import build_demo_report
-from robustscope.space import FeatureSpace
 
 
 def once(out: Path) -> tuple[float, float, int]:
@@ -27,10 +24,7 @@ def once(out: Path) -> tuple[float, float, int]:
     results = run_demo(out, quiet=True)
     t1 = time.perf_counter()
     data, X_train, X_test, _, y_test, _ = train_models()
-    lower = np.minimum(X_train.min(axis=0), X_test.min(axis=0))
-    upper = np.maximum(X_train.max(axis=0), X_test.max(axis=0))
-    space = FeatureSpace.from_arrays(lower, upper, scale=X_train.max(0) - X_train.min(0),
-                                     names=list(data.feature_names))
+    space = demo_space(data, X_train, X_test)
     t2 = time.perf_counter()
     path = build_demo_report(results, X_test, y_test, space, out, X_train=X_train)
     t3 = time.perf_counter()

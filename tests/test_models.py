@@ -24,7 +24,9 @@ def test_wrap_recognises_each_kind(breast_cancer, digits_mlp):
         model = wrap_model(est.fit(X / X.max(0), y))
         assert isinstance(model, LinearClassifier) and model.is_linear
     forest = wrap_model(RandomForestClassifier(n_estimators=3).fit(X, y))
-    assert isinstance(forest, ProbaClassifier) and not forest.differentiable
+    assert forest.is_tree_ensemble and not forest.differentiable
+    assert isinstance(wrap_model(lambda x: np.full((len(x), 2), 0.5), n_classes=2),
+                      ProbaClassifier)
     assert isinstance(wrap_model((np.ones((3, 4)), np.zeros(3))), LinearClassifier)
     pipe = make_pipeline(StandardScaler(), LogisticRegression(max_iter=2000)).fit(X, y)
     folded = wrap_model(pipe)

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from robustscope import FeatureSpace, InputError, Statement
-from robustscope.models import LinearClassifier
+from robustscope.models import LinearClassifier, ProbaClassifier
 from robustscope.search import radius
 from robustscope.solvers.exact_linear import exact_linear_radius
 from robustscope.threats import get_threat
@@ -125,19 +125,23 @@ def test_blackbox_model_with_feature_types(breast_cancer):
     X, y = breast_cancer
     X = X.copy()
     X[:, 0] = np.round(X[:, 0])  # an integer feature
-    model = RandomForestClassifier(n_estimators=20, random_state=0).fit(X, y)
+    forest = RandomForestClassifier(n_estimators=20, random_state=0).fit(X, y)
+    model = ProbaClassifier(forest.predict_proba, 2, classes=forest.classes_)  # a black box
     space = FeatureSpace.from_data(X, types={"0": "integer"}, immutable=["1"])
     res = radius(model, X[:30], y[:30], threat="linf", space=space)
     found = res.status == "attacked"
     assert found.sum() >= 20
     space.check_data(res.x_adv)
-    assert (model.predict(res.x_adv[found]) != y[:30][found]).all()
+    assert (forest.predict(res.x_adv[found]) != y[:30][found]).all()
     np.testing.assert_array_equal(res.x_adv[:, 1], X[:30, 1])
 
 
-def test_exact_solver_refuses_nonlinear_models(digits, digits_mlp):
-    with pytest.raises(InputError, match="needs a linear model"):
-        radius(digits_mlp, digits[0][:5], digits[1][:5], solver="exact")
+def test_exact_solver_refuses_models_it_cannot_solve(digits, digits_mlp):
+    with pytest.raises(InputError, match="needs a linear model, a tree ensemble"):
+        radius(digits_mlp, digits[0][:5], digits[1][:5], threat="l2", solver="exact")
+    blind = ProbaClassifier(lambda x: np.full((len(x), 10), 0.1), 10)
+    with pytest.raises(InputError, match="needs a linear model, a tree ensemble"):
+        radius(blind, digits[0][:5], digits[1][:5], solver="exact")
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -164,3 +168,21 @@ def test_auto_falls_back_to_attacks_for_targeted_multiclass_linear(digits):
     found = res.status == "attacked"
     assert found.mean() > 0.8
     assert (lr.predict(res.x_adv[found]) == 5).all()
+
+
+def test_tree_ensembles_get_exact_radii_and_black_boxes_stay_above(breast_cancer):
+    from sklearn.ensemble import RandomForestClassifier
+
+    X, y = breast_cancer
+    forest = RandomForestClassifier(n_estimators=15, max_depth=4, random_state=0).fit(X, y)
+    space = FeatureSpace.from_data(X)
+    exact = radius(forest, X[:25], y[:25], threat="linf", space=space)
+    correct = exact.status != "misclassified"
+    assert (exact.status[correct] == "exact").all()
+    assert exact.meta["exact_solver"] == "trees"
+    assert (forest.predict(exact.x_adv[correct]) != y[:25][correct]).all()
+    blind = ProbaClassifier(forest.predict_proba, 2, classes=forest.classes_)
+    attacked = radius(blind, X[:25], y[:25], threat="linf", space=space, budget=2000)
+    both = correct & (attacked.status == "attacked")
+    assert both.sum() >= 20
+    assert (attacked.radius[both] >= exact.lower_bound[both] * (1 - 1e-9)).all()

@@ -87,12 +87,11 @@ def _demo_models(seed: int):
 
 def _builtin(spec: EvaluationSpec) -> tuple[object | None, LoadedInputs]:
     data, X_train, X_test, _, y_test, models = _demo_models(spec.seed)
-    lower = np.minimum(X_train.min(axis=0), X_test.min(axis=0))
-    upper = np.maximum(X_train.max(axis=0), X_test.max(axis=0))
-    space = FeatureSpace.from_arrays(lower, upper, scale=X_train.max(0) - X_train.min(0),
-                                     names=list(data.feature_names))
-    key = {"breast-cancer-gbm": "gradient boosting",
-           "breast-cancer-logreg": "logistic regression"}
+    from robustscope.demo import LOGISTIC, TREES, demo_space
+
+    space = demo_space(data, X_train, X_test)
+
+    key = {"breast-cancer-gbm": TREES, "breast-cancer-logreg": LOGISTIC}
     model = models[key[spec.model.builtin]] if spec.model.builtin else None
     return model, LoadedInputs(model, spec.model.display_name, X_test, y_test, X_train, space,
                                list(data.feature_names), "breast-cancer (test split)")

@@ -28,10 +28,13 @@ import torch
 
 from robustscope.errors import InputError
 from robustscope.models.base import Classifier, QueryLedger
+from robustscope.models.torch_model import TorchClassifier
 from robustscope.models.wrap import wrap_model
 from robustscope.result import ATTACKED, CENSORED, EXACT, MISCLASSIFIED, RadiusResult
 from robustscope.scores.intrinsic import cross_entropy
 from robustscope.solvers.exact_linear import exact_linear_radius
+from robustscope.solvers.exact_relu import exact_relu_radius, relu_layers
+from robustscope.solvers.exact_trees import exact_tree_radius
 from robustscope.solvers.gradient_free import gradient_free_run
 from robustscope.solvers.minnorm import minnorm
 from robustscope.solvers.pgd import pgd
@@ -44,6 +47,8 @@ log = logging.getLogger(__name__)
 SOLVERS = ("auto", "exact", "minnorm", "pgd")
 #: Doublings from max_radius / 64 reach max_radius in 7 probes.
 DOUBLINGS = 7
+#: A certified bracket narrower than this (relative) counts as exact (MILP tolerances).
+EXACT_RTOL = 1e-4
 #: Largest share of a per-input budget that the minimum-norm solver may spend.
 MINNORM_BUDGET_SHARE = 0.4
 
@@ -59,6 +64,8 @@ class SearchConfig:
     line_search_steps: int = 10
     max_probes: int = 12
     first_probe: float = 0.9
+    #: Seconds per input for a MILP (tree ensembles, ReLU networks).
+    exact_time_limit: float = 10.0
 
 
 BLACKBOX_CONFIG = SearchConfig(pgd_steps=10, pgd_restarts=1, max_probes=6)
@@ -144,9 +151,11 @@ def radius(
                       1.0: float(space.n_features)}[threat.p]
     if not (max_radius > 0 and math.isfinite(max_radius)):
         raise InputError(f"max_radius must be finite and > 0, got {max_radius}")
-    if solver == "exact" and not model.is_linear:
-        raise InputError(f"solver 'exact' needs a linear model; {model.name} is not one "
-                         "(use solver='auto')")
+    kind = exact_kind(model, threat, statement)
+    if solver == "exact" and kind is None:
+        raise InputError(f"solver 'exact' needs a linear model, a tree ensemble or a small "
+                         f"ReLU network (Linf or L1); {model.name} under {threat.name} is none "
+                         "of these (use solver='auto')")
 
     n = len(X)
     ledger = QueryLedger(n, budget)
@@ -155,7 +164,7 @@ def radius(
     for start in range(0, n, batch_size):
         idx = np.arange(start, min(n, start + batch_size))
         t0 = time.perf_counter()
-        _search_batch(model, X[idx], labels[idx], idx, space, threat, solver, max_radius,
+        _search_batch(model, X[idx], labels[idx], idx, space, threat, solver, kind, max_radius,
                       rtol, statement, ledger, generator, config, out)
         out.seconds[idx] = (time.perf_counter() - t0) / len(idx)
         if progress is not None:
@@ -168,7 +177,9 @@ def radius(
         seconds=out.seconds, threat=threat.name, solver=solver, max_radius=float(max_radius),
         classes=getattr(model, "classes", None),
         meta={"seed": seed, "budget": budget, "rtol": rtol, "statement": statement.name,
-              "model": model.name},
+              "model": model.name,
+              "exact_solver": kind if solver in ("exact", "auto") and kind != "relu" or
+              solver == "exact" else None},
     )
 
 
@@ -227,8 +238,23 @@ def _label_indices(model: Classifier, y: np.ndarray, n: int) -> np.ndarray:
     return y.astype(np.int64)
 
 
-def _search_batch(model, X, labels, idx, space, threat, solver, max_radius, rtol, statement,
-                  ledger, generator, config, out) -> None:
+def exact_kind(model: Classifier, threat: LpThreat, statement: Statement) -> str | None:
+    """Which exact solver serves ``model``: ``linear``, ``trees``, ``relu`` or ``None``."""
+    if model.is_linear:
+        return "linear" if statement.target is None or model.n_classes == 2 else None
+    if getattr(model, "is_tree_ensemble", False):
+        return "trees"
+    if isinstance(model, TorchClassifier) and threat.p in (1.0, math.inf):
+        try:
+            relu_layers(model.module)
+        except InputError:
+            return None
+        return "relu" if statement.target is None else None
+    return None
+
+
+def _search_batch(model, X, labels, idx, space, threat, solver, kind, max_radius, rtol,
+                  statement, ledger, generator, config, out) -> None:
     x = torch.as_tensor(X, dtype=torch.float64, device=model.device)
     y = torch.as_tensor(labels, device=model.device)
     with model.charging(ledger, idx):
@@ -250,12 +276,17 @@ def _search_batch(model, X, labels, idx, space, threat, solver, max_radius, rtol
     )
     active = ~wrong
     if active.any():
-        exact_applies = model.is_linear and (statement.target is None or model.n_classes == 2)
-        if solver == "exact" or (solver == "auto" and exact_applies):
+        # linear models and trees: exact by default; networks: a MILP only when asked for
+        if kind == "linear" and solver in ("exact", "auto"):
             active = _run_exact(model, space, threat, statement, ledger, state, active)
+        elif kind == "trees" and solver in ("exact", "auto"):
+            active = _run_exact_trees(model, space, threat, max_radius, statement, ledger,
+                                      config, state, active)
         if active.any():
-            _run_attacks(model, space, threat, solver, max_radius, rtol, statement, ledger,
-                         generator, config, state, active)
+            _run_attacks(model, space, threat, "auto" if solver == "exact" else solver,
+                         max_radius, rtol, statement, ledger, generator, config, state, active)
+        if kind == "relu" and solver == "exact":
+            _certify_relu(model, space, threat, statement, ledger, config, state, active)
 
     r = state.best_r.cpu().numpy()
     found = r <= max_radius  # a counterexample beyond the largest strength tried is censored
@@ -306,6 +337,53 @@ def _run_exact(model, space, threat, statement, ledger, state, active) -> torch.
     still = active.clone()
     still[sub] = ~state.exact[sub]
     return still
+
+
+def _run_exact_trees(model, space, threat, max_radius, statement, ledger, config, state,
+                     active) -> torch.Tensor:
+    """Tree ensembles: the MILP of Kantchelian et al.; a closed bracket is exact."""
+    sub = torch.nonzero(active).reshape(-1)
+    res = exact_tree_radius(model, state.x[sub].cpu().numpy(), state.y[sub].cpu().numpy(),
+                            space, threat, time_limit=config.exact_time_limit,
+                            max_radius=max_radius, target=statement.target)
+    state.lower[sub] = torch.as_tensor(res.lower_bound, dtype=torch.float64,
+                                       device=state.x.device)
+    found = torch.as_tensor(np.isfinite(res.radius), device=sub.device)
+    ok = torch.zeros(len(sub), dtype=torch.bool, device=sub.device)
+    if found.any():
+        cand = torch.as_tensor(res.x_adv, device=state.x.device).reshape(state.x[sub].shape)
+        ok[found] = _verify(model, space, threat, statement, ledger, state, sub[found],
+                            cand[found])
+    closed = torch.as_tensor(res.status == EXACT, device=sub.device) & ok
+    unbreakable = torch.as_tensor(np.isinf(res.lower_bound), device=sub.device)
+    beyond = torch.as_tensor(res.lower_bound > max_radius, device=sub.device)
+    state.exact[sub] = closed | unbreakable
+    still = active.clone()
+    still[sub] = ~(closed | unbreakable | beyond)  # open brackets: attack within the budget
+    return still
+
+
+def _certify_relu(model, space, threat, statement, ledger, config, state, active) -> None:
+    """ReLU networks: a MILP over the ball of the attack's radius certifies a lower bound
+    (and may find a smaller counterexample); a bracket within 1e-4 is exact."""
+    sub = torch.nonzero(active & torch.isfinite(state.best_r)).reshape(-1)
+    if len(sub) == 0:
+        return
+    upper = (state.best_r[sub] * (1 + 1e-6)).cpu().numpy()
+    res = exact_relu_radius(relu_layers(model.module), state.x[sub].cpu().numpy(),
+                            state.y[sub].cpu().numpy(), upper, space, threat,
+                            time_limit=config.exact_time_limit)
+    has = torch.as_tensor(~np.isnan(res.u).any(axis=1), device=sub.device)
+    if has.any():
+        u = torch.as_tensor(res.u, dtype=torch.float64, device=state.x.device)
+        # the incumbent sits on the decision boundary: push it a hair outwards
+        for push in (1 + 1e-7, 1 + 1e-5, 1 + 1e-3):
+            _verify(model, space, threat, statement, ledger, state, sub[has],
+                    space.apply_delta(state.x[sub[has]], u[has] * push))
+    lower = torch.as_tensor(np.minimum(res.lower_bound, upper), dtype=torch.float64,
+                            device=state.x.device)
+    state.lower[sub] = lower
+    state.exact[sub] = state.best_r[sub] - lower <= EXACT_RTOL * state.best_r[sub]
 
 
 def _runner_up_targets(logits: torch.Tensor, y: torch.Tensor, count: int) -> list:

@@ -9,6 +9,7 @@ unpickling can execute any code.
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +18,10 @@ import torch
 from robustscope.errors import ModelError
 from robustscope.models.base import Classifier
 from robustscope.models.blackbox import ProbaClassifier
+from robustscope.models.trees import wrap_tree_model
 from robustscope.models.wrap import wrap_model
+
+log = logging.getLogger(__name__)
 
 PICKLE_SUFFIXES = (".pkl", ".pickle", ".joblib")
 MODEL_SUFFIXES = (".json", ".ubj", ".txt", ".skops", ".pt", ".pth", ".pt2", ".onnx",
@@ -85,10 +89,8 @@ def _load_xgboost(path: Path, device: str) -> Classifier:
     def predict_proba(x: np.ndarray) -> np.ndarray:
         return booster.inplace_predict(x.astype(np.float32))
 
-    model = ProbaClassifier(predict_proba, k, (booster.num_features(),),
-                            name=f"xgboost:{path.name}", device=device)
-    model.native = booster
-    return model
+    return _tree_or_black_box(booster, predict_proba, k, booster.num_features(),
+                              f"xgboost:{path.name}", device)
 
 
 def _load_lightgbm(path: Path, device: str) -> Classifier:
@@ -111,8 +113,20 @@ def _load_lightgbm(path: Path, device: str) -> Classifier:
     def predict_proba(x: np.ndarray) -> np.ndarray:
         return booster.predict(x)
 
-    model = ProbaClassifier(predict_proba, k, (booster.num_feature(),),
-                            name=f"lightgbm:{path.name}", device=device)
+    return _tree_or_black_box(booster, predict_proba, k, booster.num_feature(),
+                              f"lightgbm:{path.name}", device)
+
+
+def _tree_or_black_box(booster, predict_proba, k: int, d: int, name: str,
+                       device: str) -> Classifier:
+    """A booster whose trees robustscope can read gets the exact solver; any other (DART,
+    categorical splits, ...) is served as a black box."""
+    try:
+        model = wrap_tree_model(booster, device)
+        model.name = name
+    except ModelError as exc:
+        log.info("%s: trees not readable (%s); using it as a black box", name, exc)
+        model = ProbaClassifier(predict_proba, k, (d,), name=name, device=device)
     model.native = booster
     return model
 

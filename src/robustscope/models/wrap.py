@@ -12,6 +12,7 @@ from robustscope.models.base import Classifier
 from robustscope.models.blackbox import ProbaClassifier
 from robustscope.models.linear import LinearClassifier
 from robustscope.models.torch_model import TorchClassifier
+from robustscope.models.trees import is_tree_ensemble, wrap_tree_model
 
 _SKLEARN_LINEAR = {
     "LogisticRegression",
@@ -94,6 +95,8 @@ def wrap_model(
     if isinstance(model, tuple) and len(model) == 2:
         weights, bias = (np.asarray(m, dtype=np.float64) for m in model)
         return LinearClassifier(weights, bias, input_shape=input_shape, device=device)
+    if is_tree_ensemble(model):
+        return wrap_tree_model(model, device)
     predict_proba = getattr(model, "predict_proba", None)
     if callable(predict_proba):
         classes = getattr(model, "classes_", None)

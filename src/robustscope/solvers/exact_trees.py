@@ -1,0 +1,907 @@
+"""Exact minimum-norm counterexamples for tree ensembles, as mixed-integer programs.
+
+The encoding follows Kantchelian, Tygar & Joseph (ICML 2016), "Evasion and hardening of tree
+ensemble classifiers": every split threshold used on a feature becomes a *cut*; a binary
+predicate variable ``p = 1`` says "the feature lies left of the cut"; a continuous leaf
+variable per tree leaf says "the input reaches this leaf"; consistency rows tie leaves to the
+predicates of their ancestors, and predicates of one feature are ordered. A row asks the
+score of another class to reach the label's, and the objective is the perturbation norm.
+
+Units and validity
+------------------
+Costs are measured on the scaled perturbation ``u = (x' - x) / scale`` of the FeatureSpace.
+Each cut is placed, exactly, at the smallest *valid* value that the library routes right of
+its threshold: the float32 cast of XGBoost and scikit-learn, the ``<`` vs ``<=`` rule, the
+feature's bounds and its integer / binary / one-hot type are all folded into that value, so
+thresholds that no valid value separates collapse into one cut, and a cut no valid value can
+cross is fixed. The counterexample puts every feature at the nearest valid value of the
+chosen cell, so its norm equals the program's objective and the bracket closes exactly.
+
+Norms: Linf and L1 costs are linear in the predicates (a telescoping sum along each feature's
+ordered cuts); L2 minimises the *squared* norm, which telescopes the same way, so all three
+are plain MILPs solved by HiGHS.
+
+Search: programs are solved with a radius cutoff; every cut whose crossing alone costs more
+is fixed to the input's side before the program is built, so unreachable leaves and trees
+that cannot change drop out and HiGHS sees small programs. The cutoff starts at twice the
+cheapest crossing and doubles while no class can win (each such level certifies a lower
+bound). For Linf the radius is one of the finitely many crossing costs, and a geometric
+then binary search over them with objective-free feasibility programs is faster than
+minimising (``linf_search='bisect'``, the default); L1 and L2 minimise the norm at the
+first cutoff level that admits a counterexample.
+
+Ties: a class with a lower index than the label wins a tie (as ``argmax`` does), so its
+score need only reach the label's; a class with a higher index must lead by ``tie_tol``
+(1e-9 of the score range, 1e-6 for XGBoost, whose scores are float32 sums). The lower bound
+is exact for the model's decision under that rule. Every counterexample is re-checked with
+the model's own ``predict_proba``; when the library settles a near-tie the other way, the
+program is solved again with a 100x and then 10^4x larger margin, and a counterexample that
+still fails is dropped (``meta['verification_failures']`` lists the inputs).
+
+Missing values are not modelled (inputs are finite); see :mod:`robustscope.models.trees`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+import scipy.sparse as sp
+import torch
+
+from robustscope.errors import InputError, ModelError
+from robustscope.models.trees import (
+    TreeEnsemble,
+    TreeEnsembleClassifier,
+    is_tree_ensemble,
+    parse_tree_model,
+)
+from robustscope.result import ATTACKED, CENSORED, EXACT, MISCLASSIFIED
+from robustscope.space import FeatureSpace
+from robustscope.threats.lp import LpThreat, get_threat
+
+_INTEGRAL = ("integer", "binary", "categorical")
+#: Relative gap under which a bracket counts as closed.
+EXACT_RTOL = 1e-7
+#: HiGHS optimality gaps (relative, absolute) asked for.
+MIP_REL_GAP = 1e-9
+MIP_ABS_GAP = 1e-12
+
+
+@dataclass
+class ExactTreeResult:
+    """Per-input output of :func:`exact_tree_radius`; arrays have one entry per input.
+
+    ``radius`` is the norm of the verified counterexample (``inf`` when none), ``lower_bound``
+    a certified lower bound on the true radius (the MILP's dual bound), both in the threat's
+    norm of the scaled perturbation. ``x_adv`` has shape ``(n, d)`` in original units (the
+    input itself where no counterexample was found); ``adv_class`` is the model's decision
+    there (-1 when none). ``status`` is ``exact`` (bracket closed), ``attacked`` (bracket
+    open: time limit or failed verification), ``censored`` (no counterexample within
+    ``max_radius`` or the time limit) or ``misclassified``.
+    """
+
+    radius: np.ndarray
+    lower_bound: np.ndarray
+    x_adv: np.ndarray
+    status: np.ndarray
+    adv_class: np.ndarray
+    seconds: np.ndarray
+    verified: np.ndarray
+    threat: str
+    meta: dict = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.radius)
+
+    def to_dataframe(self) -> pd.DataFrame:
+        return pd.DataFrame({"radius": self.radius, "lower_bound": self.lower_bound,
+                             "status": self.status, "adv_class": self.adv_class,
+                             "verified": self.verified, "seconds": self.seconds})
+
+
+# -- cuts: thresholds mapped onto valid values ---------------------------------------------------
+def _right_start(t: np.ndarray, strict: bool, float32: bool) -> np.ndarray:
+    """Smallest float64 value ``v`` that the library routes right of threshold ``t``."""
+    t = np.asarray(t, dtype=np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        if not float32:
+            return t.copy() if strict else np.nextafter(t, np.inf)
+        t32 = t.astype(np.float32)
+        t32d = t32.astype(np.float64)
+        bump = t32d < t if strict else t32d <= t
+        u32 = np.where(bump, np.nextafter(t32, np.float32(np.inf)), t32)
+        w32 = np.nextafter(u32, np.float32(-np.inf))
+        m = (u32.astype(np.float64) + w32.astype(np.float64)) / 2.0  # exact in float64
+        r = np.where(m.astype(np.float32) >= u32, m, np.nextafter(m, np.inf))
+        return np.where(np.isfinite(u32), r, u32.astype(np.float64))
+
+
+@dataclass
+class _TreeNodes:
+    """One tree in program form: ``pred[i]`` is the predicate index of an inner node, or
+    ``_LEFT`` / ``_RIGHT`` when every valid value takes that side, or ``_LEAF``."""
+
+    pred: np.ndarray
+    left: np.ndarray
+    right: np.ndarray
+    scores: np.ndarray  # (n_nodes, n_classes) class-score contribution at leaves
+
+
+_LEAF, _LEFT, _RIGHT = -3, -2, -1
+
+
+@dataclass
+class _Program:
+    """The input-independent part of the MILP for one (ensemble, feature space)."""
+
+    pred_feature: np.ndarray   # (n_pred,)
+    pred_cut: np.ndarray       # (n_pred,) cut value r: x < r is "left" (p = 1)
+    pred_left: np.ndarray      # (n_pred,) largest valid value left of the cut
+    feature_preds: list[np.ndarray]  # per feature, predicate indices sorted by cut
+    trees: list[_TreeNodes]
+    const_scores: np.ndarray   # (n_classes,) offset plus constant trees
+    groups: list[np.ndarray]   # one-hot groups as predicate indices (cut at 1)
+    tie_tol: float
+
+    @property
+    def n_pred(self) -> int:
+        return len(self.pred_cut)
+
+    @property
+    def n_leaf(self) -> int:
+        return int(sum((t.pred == _LEAF).sum() for t in self.trees))
+
+
+def _build_program(ens: TreeEnsemble, space: FeatureSpace) -> _Program:
+    d = ens.n_features
+    types = space.types
+    integral = np.isin(types, _INTEGRAL)
+    lo = np.where(integral, np.ceil(space.lower), space.lower)
+    hi = np.where(integral, np.floor(space.upper), space.upper)
+    # cut of each (feature, threshold); categorical features always get the cut at 1
+    thresholds = ens.thresholds_by_feature()
+    cut_values: list[np.ndarray] = []
+    for f in range(d):
+        r = _cut_of(thresholds[f], ens, bool(integral[f]))
+        if types[f] == "categorical":
+            r = np.append(r, 1.0)
+        active = (r > lo[f]) & (r <= hi[f])
+        cut_values.append(np.unique(r[active]))
+    pred_feature = np.concatenate([np.full(len(c), f, dtype=np.int64)
+                                   for f, c in enumerate(cut_values)])
+    pred_cut = np.concatenate(cut_values)
+    pred_left = np.where(integral[pred_feature], pred_cut - 1.0,
+                         np.nextafter(pred_cut, -np.inf))
+    feature_preds, start = [], 0
+    for c in cut_values:
+        feature_preds.append(np.arange(start, start + len(c)))
+        start += len(c)
+
+    const = ens.offset.copy()
+    trees = []
+    for tree in ens.trees:
+        scores = tree.value
+        if ens.link == "sigmoid":
+            scores = np.hstack([np.zeros_like(scores), scores])
+        if tree.feature[0] < 0:  # a single leaf: a constant
+            const = const + tree.value[0]
+            continue
+        pred = np.full(len(tree.feature), _LEAF, dtype=np.int64)
+        for node in np.flatnonzero(tree.feature >= 0):
+            f = int(tree.feature[node])
+            r = _cut_of(tree.threshold[node:node + 1], ens, bool(integral[f]))[0]
+            if r <= lo[f]:
+                pred[node] = _RIGHT
+            elif r > hi[f]:
+                pred[node] = _LEFT
+            else:
+                pred[node] = feature_preds[f][int(np.searchsorted(cut_values[f], r))]
+        trees.append(_TreeNodes(pred, tree.left, tree.right, scores))
+    if ens.link == "sigmoid":
+        const = np.concatenate([[0.0], const])
+    groups = []
+    for g in space.groups:
+        members = []
+        for f in g:
+            k = int(np.searchsorted(cut_values[f], 1.0))
+            if k >= len(cut_values[f]) or cut_values[f][k] != 1.0:
+                raise InputError(f"feature '{space.names[f]}': a categorical feature must "
+                                 "allow both 0 and 1 (bounds [0, 1])")
+            members.append(int(feature_preds[f][k]))
+        groups.append(np.array(members, dtype=np.int64))
+    spread = sum(float(np.abs(t.value).max()) for t in ens.trees) + float(np.abs(const).max())
+    tie_tol = (1e-6 if ens.meta.get("float32_scores") else 1e-9) * (1.0 + spread)
+    return _Program(pred_feature, pred_cut, pred_left, feature_preds, trees, const, groups,
+                    tie_tol)
+
+
+def _cut_of(t: np.ndarray, ens: TreeEnsemble, integral: bool) -> np.ndarray:
+    r = _right_start(t, ens.strict, ens.input_float32)
+    return np.ceil(r) if integral else r
+
+
+# -- per input ---------------------------------------------------------------------------------
+@dataclass
+class _Costs:
+    origin_left: np.ndarray  # (n_pred,) bool: x0 < cut, i.e. p = 1 at the input
+    cost: np.ndarray         # (n_pred,) scaled distance to the nearest valid value across
+    frozen: np.ndarray       # (n_pred,) bool: held at the input's side (immutable feature)
+    power: float             # 2 for L2 (the program minimises the squared norm), else 1
+
+
+def _input_costs(prog: _Program, x0: np.ndarray, space: FeatureSpace, p: float) -> _Costs:
+    f = prog.pred_feature
+    origin_left = x0[f] < prog.pred_cut
+    dist = np.where(origin_left, prog.pred_cut - x0[f], x0[f] - prog.pred_left)
+    return _Costs(origin_left, dist / space.scale[f], ~space.mutable[f],
+                  2.0 if p == 2.0 else 1.0)
+
+
+@dataclass
+class _Reduced:
+    """The program restricted to predicates cheaper than a cutoff; columns are
+    ``[free predicates, reachable leaves, (b for Linf)]``."""
+
+    free: np.ndarray          # predicate index of each predicate column
+    state: np.ndarray         # (n_pred,) 1 / 0 fixed left / right, -1 free
+    a: sp.csr_matrix
+    row_lo: np.ndarray
+    row_hi: np.ndarray
+    leaf_scores: np.ndarray   # (n_leaf_cols, n_classes)
+    const: np.ndarray         # (n_classes,) scores of the fixed part
+    obj: np.ndarray
+    obj_offset: float
+    linf: bool
+    origin: np.ndarray        # (n_pred,) predicate values at the input
+    infeasible: bool = False  # a one-hot group cannot be satisfied
+    feasibility: bool = False  # no objective: any move within the cutoff will do
+    unit: float = 1.0         # costs in the program are divided by this (keeps them O(1))
+
+
+def _reduce(prog: _Program, costs: _Costs, cutoff: float, linf: bool,
+            feasibility: bool = False) -> _Reduced:
+    """Fix every predicate whose crossing alone costs more than ``cutoff`` (objective units)
+    to the input's side, drop the leaves no free predicate can reach, and build the rows.
+    With ``feasibility`` (Linf only) the program has no objective: every move left free
+    already costs at most ``cutoff``."""
+    far = costs.frozen | (costs.cost ** costs.power > cutoff * (1 + 1e-12))
+    state = np.where(far, costs.origin_left.astype(np.int64), -1)
+    free = np.flatnonzero(~far)
+    # HiGHS prunes with absolute tolerances: costs are handed over in units of the largest
+    # free one, so that cost differences far below 1e-6 of a radius still count
+    unit = float(np.max(costs.cost[free] ** costs.power)) if len(free) else 1.0
+    unit = unit if unit > 0 else 1.0
+    col = np.full(prog.n_pred, -1, dtype=np.int64)
+    col[free] = np.arange(len(free))
+    n_p = len(free)
+    ri: list[int] = []
+    rj: list[int] = []
+    rv: list[float] = []
+    lo: list[float] = []
+    hi: list[float] = []
+
+    def row(cols: list[int], vals: list[float], low: float, high: float) -> None:
+        r = len(lo)
+        ri.extend([r] * len(cols))
+        rj.extend(cols)
+        rv.extend(vals)
+        lo.append(low)
+        hi.append(high)
+
+    const = prog.const_scores.copy()
+    leaf_scores: list[np.ndarray] = []
+    for tree in prog.trees:
+        # follow fixed predicates; branch on free ones
+        node = 0
+        while tree.pred[node] != _LEAF and (tree.pred[node] < 0 or state[tree.pred[node]] >= 0):
+            k = tree.pred[node]
+            go_left = k == _LEFT or (k >= 0 and state[k] == 1)
+            node = int(tree.left[node] if go_left else tree.right[node])
+        if tree.pred[node] == _LEAF:
+            const += tree.scores[node]
+            continue
+
+        def visit(node: int, tree=tree) -> list[int]:
+            k = tree.pred[node]
+            if k == _LEAF:
+                leaf_scores.append(tree.scores[node])
+                return [n_p + len(leaf_scores) - 1]
+            if k < 0 or state[k] >= 0:
+                go_left = k == _LEFT or (k >= 0 and state[k] == 1)
+                return visit(int(tree.left[node] if go_left else tree.right[node]))
+            left = visit(int(tree.left[node]))
+            right = visit(int(tree.right[node]))
+            c = int(col[k])
+            row(left + [c], [1.0] * len(left) + [-1.0], -np.inf, 0.0)
+            row(right + [c], [1.0] * len(right) + [1.0], -np.inf, 1.0)
+            return left + right
+
+        leaves = visit(node)
+        row(leaves, [1.0] * len(leaves), 1.0, 1.0)
+    n_leaf = len(leaf_scores)
+    with_b = linf and not feasibility
+    n_col = n_p + n_leaf + (1 if with_b else 0)
+    obj = np.zeros(n_col)
+    offset = 0.0
+    for preds in prog.feature_preds:
+        fp = preds[state[preds] < 0]
+        if len(fp) == 0:
+            continue
+        for a, b in zip(fp[:-1], fp[1:], strict=True):  # left of a cut => left of larger ones
+            row([int(col[a]), int(col[b])], [1.0, -1.0], -np.inf, 0.0)
+        up = fp[costs.origin_left[fp]]             # cuts above the input, ascending
+        down = fp[~costs.origin_left[fp]][::-1]    # cuts below it, descending
+        for chain, rising in ((up, True), (down, False)):
+            if len(chain) == 0 or feasibility:
+                continue
+            w = np.diff(np.concatenate([[0.0], costs.cost[chain] ** costs.power])) / unit
+            cols = col[chain].tolist()
+            # crossing a cut above: p 1 -> 0, term w (1 - p); below: p 0 -> 1, term w p
+            if linf:
+                if rising:
+                    row(cols + [n_col - 1], w.tolist() + [1.0], float(w.sum()), np.inf)
+                else:
+                    row(cols + [n_col - 1], (-w).tolist() + [1.0], 0.0, np.inf)
+            elif rising:
+                obj[col[chain]] -= w
+                offset += float(w.sum())
+            else:
+                obj[col[chain]] += w
+    infeasible = False
+    for g in prog.groups:
+        fixed_left = float(sum(state[k] for k in g if state[k] >= 0))
+        cols = [int(col[k]) for k in g if state[k] < 0]
+        target = len(g) - 1.0 - fixed_left
+        if cols:
+            row(cols, [1.0] * len(cols), target, target)
+        infeasible |= not cols and target != 0
+    if with_b:
+        obj[-1] = 1.0
+    a = sp.csr_matrix((rv, (ri, rj)), shape=(len(lo), n_col))
+    scores = np.array(leaf_scores).reshape(n_leaf, len(const))
+    return _Reduced(free, state, a, np.array(lo), np.array(hi), scores, const, obj, offset,
+                    linf, costs.origin_left.astype(np.float64), infeasible, feasibility, unit)
+
+
+@dataclass
+class _Solve:
+    status: str              # "optimal", "infeasible", "time_limit", "error"
+    objective: float         # incumbent objective (inf when none)
+    dual_bound: float        # certified lower bound on the objective
+    p: np.ndarray | None     # (n_pred,) predicate values of the incumbent (0/1)
+
+
+@dataclass(frozen=True)
+class _Backend:
+    """Which HiGHS interface runs the programs, and the HiGHS options it sets."""
+
+    name: str
+    options: tuple[tuple[str, object], ...]
+
+    def run(self, *args) -> _Solve:
+        if self.name == "highspy":
+            return _run_highspy(*args, options=dict(self.options))
+        return _run_scipy(*args, options=dict(self.options))
+
+
+#: HiGHS options used by default. Presolve is off: the program handed over is already reduced
+#: (fixed cuts, unreachable leaves and constant trees removed), and HiGHS's presolve then
+#: costs more than it saves (3-5x slower on LightGBM programs of ~400 binaries, measured).
+#: The MIP feasibility tolerance (also used when pruning nodes against the incumbent) is
+#: tightened from 1e-6: with it, HiGHS returned an L2 optimum 1.6e-4 too large as optimal.
+HIGHS_OPTIONS = {"presolve": "off", "mip_feasibility_tolerance": 1e-9}
+
+
+def _solve_class(red: _Reduced, pairs: list[tuple[int, int, float]], cutoff: float,
+                 time_limit: float, backend: _Backend, objective: bool = True) -> _Solve:
+    """Cheapest move (within ``cutoff``, objective units) after which, for every
+    ``(winner, loser, margin)`` in ``pairs``, the winner's score is at least ``margin`` above
+    the loser's. Without ``objective``, any such move within the cutoff is returned."""
+    n_p = len(red.free)
+    n_leaf = len(red.leaf_scores)
+    n_col = red.a.shape[1]
+    need = np.array([red.const[lo_] - red.const[w] + m for w, lo_, m in pairs])
+    diff = np.zeros((len(pairs), n_col))
+    for r, (w, lo_, _) in enumerate(pairs):
+        diff[r, n_p:n_p + n_leaf] = red.leaf_scores[:, w] - red.leaf_scores[:, lo_]
+    if red.infeasible:
+        return _Solve("infeasible", np.inf, np.inf, None)
+    if n_leaf == 0:  # nothing reachable can change the scores: stay at the input
+        if (need <= 0).all():
+            return _Solve("optimal", 0.0, 0.0, red.origin.copy())
+        return _Solve("infeasible", np.inf, np.inf, None)
+    blocks = [red.a, sp.csr_matrix(diff)]
+    lo = [red.row_lo, need]
+    hi = [red.row_hi, np.full(len(pairs), np.inf)]
+    col_lo = np.zeros(n_col)
+    col_hi = np.ones(n_col)
+    scaled_cutoff = cutoff / red.unit
+    if red.feasibility:
+        pass
+    elif red.linf:
+        col_hi[-1] = scaled_cutoff * (1 + 1e-12) if np.isfinite(cutoff) else np.inf
+    elif np.isfinite(cutoff):
+        blocks.append(sp.csr_matrix(red.obj[None, :]))
+        lo.append([-np.inf])
+        hi.append([scaled_cutoff * (1 + 1e-12) - red.obj_offset])
+    a = sp.vstack(blocks, format="csr")
+    integrality = np.zeros(n_col, dtype=np.int64)
+    integrality[:n_p] = 1
+    obj = red.obj if objective else np.zeros_like(red.obj)
+    res = backend.run(a, np.concatenate(lo), np.concatenate(hi), col_lo, col_hi, obj,
+                      red.obj_offset if objective else 0.0, integrality, n_p, time_limit)
+    if res.p is not None:
+        full = red.state.astype(np.float64)
+        full[red.free] = res.p
+        res.p = full
+    res.objective *= red.unit
+    res.dual_bound *= red.unit
+    return res
+
+
+_HIGHS_BANNER_DONE = False
+
+
+def _new_highs():
+    """A ``highspy.Highs`` instance; the first one of a process prints a licence banner on
+    the C-level stdout before any option can silence it, so that one is sent to /dev/null."""
+    global _HIGHS_BANNER_DONE
+    import highspy
+
+    if _HIGHS_BANNER_DONE:
+        return highspy.Highs()
+    sys.stdout.flush()
+    saved, devnull = os.dup(1), os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 1)
+        h = highspy.Highs()
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+        os.close(devnull)
+    _HIGHS_BANNER_DONE = True
+    return h
+
+
+def _run_highspy(a, row_lo, row_hi, col_lo, col_hi, obj, offset, integrality, n_pred,
+                 time_limit, options: dict) -> _Solve:
+    import highspy
+
+    h = _new_highs()
+    h.setOptionValue("output_flag", False)
+    for key, value in options.items():
+        h.setOptionValue(key, value)
+    h.setOptionValue("threads", 1)
+    h.setOptionValue("time_limit", max(float(time_limit), 1e-3))
+    h.setOptionValue("mip_rel_gap", MIP_REL_GAP)
+    h.setOptionValue("mip_abs_gap", MIP_ABS_GAP)
+    lp = highspy.HighsLp()
+    lp.num_col_ = a.shape[1]
+    lp.num_row_ = a.shape[0]
+    lp.col_cost_ = obj
+    lp.col_lower_ = col_lo
+    lp.col_upper_ = col_hi
+    lp.row_lower_ = row_lo
+    lp.row_upper_ = row_hi
+    lp.offset_ = offset
+    lp.a_matrix_.format_ = highspy.MatrixFormat.kRowwise
+    lp.a_matrix_.num_col_ = a.shape[1]
+    lp.a_matrix_.num_row_ = a.shape[0]
+    lp.a_matrix_.start_ = a.indptr
+    lp.a_matrix_.index_ = a.indices
+    lp.a_matrix_.value_ = a.data
+    lp.integrality_ = [highspy.HighsVarType.kInteger if v else highspy.HighsVarType.kContinuous
+                       for v in integrality]
+    h.passModel(lp)
+    h.run()
+    status = h.getModelStatus()
+    info = h.getInfo()
+    ms = highspy.HighsModelStatus
+    has_sol = info.primal_solution_status == 2  # kSolutionStatusFeasible
+    p = None
+    if has_sol:
+        p = np.round(np.asarray(h.getSolution().col_value)[:n_pred])
+    if status == ms.kOptimal:
+        value, bound = info.objective_function_value, info.mip_dual_bound
+        return _Solve("optimal", value, min(bound, value) if np.isfinite(bound) else value, p)
+    if status == ms.kInfeasible:
+        return _Solve("infeasible", np.inf, np.inf, None)
+    if status in (ms.kTimeLimit, ms.kInterrupt, ms.kSolutionLimit, ms.kIterationLimit):
+        bound = info.mip_dual_bound if np.isfinite(info.mip_dual_bound) else 0.0
+        return _Solve("time_limit", info.objective_function_value if has_sol else np.inf,
+                      bound, p)
+    return _Solve("error", np.inf, 0.0, p)
+
+
+def _run_scipy(a, row_lo, row_hi, col_lo, col_hi, obj, offset, integrality, n_pred,
+               time_limit, options: dict) -> _Solve:
+    from scipy.optimize import Bounds, LinearConstraint, milp
+
+    res = milp(obj, integrality=integrality, bounds=Bounds(col_lo, col_hi),
+               constraints=LinearConstraint(a, row_lo, row_hi),
+               options={"time_limit": max(float(time_limit), 1e-3),
+                        "mip_rel_gap": MIP_REL_GAP, "disp": False,
+                        "presolve": options.get("presolve", "on") != "off"})
+    p = None if res.x is None else np.round(res.x[:n_pred])
+    if res.status == 0:
+        bound = getattr(res, "mip_dual_bound", None)
+        bound = res.fun if bound is None or not np.isfinite(bound) else min(bound, res.fun)
+        return _Solve("optimal", res.fun + offset, bound + offset, p)
+    if res.status == 2:
+        return _Solve("infeasible", np.inf, np.inf, None)
+    if res.status == 1:
+        bound = getattr(res, "mip_dual_bound", None)
+        bound = bound + offset if bound is not None and np.isfinite(bound) else 0.0
+        return _Solve("time_limit", np.inf if res.x is None else res.fun + offset, bound, p)
+    return _Solve("error", np.inf, 0.0, p)
+
+
+def _construct(prog: _Program, x0: np.ndarray, p: np.ndarray) -> np.ndarray:
+    """The nearest valid point of the cell that predicates ``p`` select, ``(d,)``."""
+    x = x0.copy()
+    for f, preds in enumerate(prog.feature_preds):
+        if len(preds) == 0:
+            continue
+        cuts = prog.pred_cut[preds]
+        right_of = p[preds] < 0.5
+        a = cuts[right_of].max() if right_of.any() else -np.inf
+        b_idx = np.flatnonzero(~right_of)
+        if x0[f] < a:
+            x[f] = a
+        elif len(b_idx) and x0[f] >= cuts[b_idx[0]]:
+            x[f] = prog.pred_left[preds[b_idx[0]]]
+    return x
+
+
+def _norm(u: np.ndarray, p: float) -> float:
+    return float(np.linalg.norm(u, ord=p)) if len(u) else 0.0
+
+
+# -- public entry -----------------------------------------------------------------------------
+def exact_tree_radius(
+    model: object,
+    x: np.ndarray | torch.Tensor,
+    y: np.ndarray | torch.Tensor,
+    space: FeatureSpace,
+    threat: LpThreat | str = "linf",
+    time_limit: float = 10.0,
+    max_radius: float | None = None,
+    backend: str = "auto",
+    growth: float = 2.0,
+    linf_search: str = "bisect",
+    highs_options: dict | None = None,
+    target: int | None = None,
+) -> ExactTreeResult:
+    """Exact radius of robustness of a tree ensemble, per input.
+
+    Parameters
+    ----------
+    model : a :class:`TreeEnsembleClassifier`, or a fitted tree classifier (wrapped here);
+        counterexamples are verified with its own ``predict_proba``.
+    x : inputs ``(n, d)`` in original units (float64 numpy array or tensor).
+    y : labels as class indices ``(n,)``.
+    space : the feature space (bounds, scale, types, mutability) of the ``d`` features.
+    threat : ``linf``, ``l1`` or ``l2`` (measured on ``(x' - x) / scale``).
+    time_limit : seconds per input, all classes together; on timeout the result holds the
+        best bracket found.
+    max_radius : optional largest radius of interest; beyond it an input is ``censored``.
+    backend : ``highspy``, ``scipy`` (``scipy.optimize.milp``, the same HiGHS without the
+        MIP tolerance setting) or ``auto`` (highspy when installed, else scipy).
+    growth : the search solves the program with a radius cutoff that starts at twice the
+        cheapest single move and grows by this factor until a counterexample lies inside:
+        cuts farther than the cutoff are fixed, which keeps every program small.
+    linf_search : ``bisect`` (default: feasibility programs over the candidate radii, see
+        :func:`_linf_search`) or ``optimize`` (minimise the norm, as for L1 / L2).
+    highs_options : HiGHS options replacing :data:`HIGHS_OPTIONS` (``scipy`` reads only
+        ``presolve``).
+    target : a class index: the counterexample must be predicted as ``target`` (the
+        targeted statement) instead of anything but ``y``. Inputs already predicted as the
+        target (or not as ``y``) are reported ``misclassified`` with radius 0, as the radius
+        search does.
+    """
+    clf = _as_classifier(model)
+    ens = clf.ensemble
+    threat = get_threat(threat)
+    x_np = x.detach().cpu().numpy() if torch.is_tensor(x) else np.asarray(x)
+    x_np = np.asarray(x_np, dtype=np.float64).reshape(len(x_np), -1)
+    y_np = (y.detach().cpu().numpy() if torch.is_tensor(y) else np.asarray(y)).astype(np.int64)
+    n, d = x_np.shape
+    if d != ens.n_features or space.n_features != d:
+        raise InputError(f"x: {d} features per row, model has {ens.n_features}, feature space "
+                         f"{space.n_features}")
+    if y_np.shape != (n,):
+        raise InputError(f"y: shape {y_np.shape}, expected ({n},)")
+    if ((y_np < 0) | (y_np >= ens.n_classes)).any():
+        row = int(np.flatnonzero((y_np < 0) | (y_np >= ens.n_classes))[0])
+        raise InputError(f"y: row {row} has label {y_np[row]}, not in 0..{ens.n_classes - 1}")
+    space.check_data(x_np, what="x")
+    if threat.p not in (1.0, 2.0, math.inf):
+        raise InputError(f"threat: p={threat.p} is not supported (1, 2, inf)")
+    if target is not None and not 0 <= int(target) < ens.n_classes:
+        raise InputError(f"target: class {target} is not in 0..{ens.n_classes - 1}")
+    if backend not in ("auto", "highspy", "scipy"):
+        raise InputError(f"backend '{backend}': choose 'auto', 'highspy' or 'scipy'")
+    if backend == "auto":
+        backend = "highspy" if importlib.util.find_spec("highspy") is not None else "scipy"
+    if linf_search not in ("bisect", "optimize"):
+        raise InputError(f"linf_search '{linf_search}': choose 'bisect' or 'optimize'")
+    if not growth > 1.0:
+        raise InputError(f"growth must be > 1, got {growth}")
+    if max_radius is not None and not max_radius > 0:
+        raise InputError(f"max_radius must be > 0, got {max_radius}")
+
+    prog = _build_program(ens, space)
+    opts = dict(HIGHS_OPTIONS if highs_options is None else highs_options)
+    solver = _Backend(backend, tuple(sorted(opts.items())))
+    model_pred = _model_predict(clf, x_np)
+    parsed_pred = ens.predict(x_np)
+    out = _empty(n, x_np)
+    failures: list[int] = []
+    for i in range(n):
+        t0 = time.perf_counter()
+        x0, yi = x_np[i], int(y_np[i])
+        if model_pred[i] != yi or (target is not None and model_pred[i] == target):
+            out["radius"][i] = out["lower"][i] = 0.0
+            out["status"][i] = MISCLASSIFIED
+            out["adv_class"][i] = model_pred[i]
+            out["verified"][i] = True
+            out["seconds"][i] = time.perf_counter() - t0
+            continue
+        if threat.p == math.inf and linf_search == "bisect":
+            best_r, best_x, best_cls, lower, failed = _linf_search(
+                prog, clf, ens, space, x0, yi, target, t0 + time_limit, max_radius, solver,
+                growth)
+        else:
+            best_r, best_x, best_cls, lower, failed = _solve_input(
+                prog, clf, ens, space, threat, x0, yi, target, t0 + time_limit, max_radius,
+                solver, growth)
+        if failed:
+            failures.append(i)
+        if parsed_pred[i] != model_pred[i]:
+            lower = 0.0  # the parsed model disagrees here: no certificate
+        _finish(out, i, best_r, best_x, best_cls, lower, time.perf_counter() - t0)
+    meta = {"solver": "exact-trees", "backend": backend, "time_limit": time_limit,
+            "max_radius": max_radius, "tie_tol": prog.tie_tol, "n_predicates": prog.n_pred,
+            "n_leaves": prog.n_leaf, "verification_failures": failures}
+    return ExactTreeResult(out["radius"], out["lower"], out["x_adv"], out["status"],
+                           out["adv_class"], out["seconds"], out["verified"], threat.name, meta)
+
+
+def _solve_input(prog: _Program, clf: TreeEnsembleClassifier, ens: TreeEnsemble,
+                 space: FeatureSpace, threat: LpThreat, x0: np.ndarray, yi: int,
+                 target: int | None, deadline: float, max_radius: float | None,
+                 backend: _Backend, growth: float,
+                 ) -> tuple[float, np.ndarray, int, float, bool]:
+    """Radius search for one correctly classified input.
+
+    Returns ``(radius, x_adv, adv_class, lower_bound, verification_failed)``.
+    Programs are solved at growing cutoffs ``eps`` (radius units): at each level every other
+    class is tried (closest clean score first) with the cutoff lowered to the best radius
+    found; a level where no class is feasible certifies ``radius > eps``.
+    """
+    linf = threat.p == math.inf
+    power = 2.0 if threat.p == 2.0 else 1.0
+    costs = _input_costs(prog, x0, space, threat.p)
+    free = costs.cost[~costs.frozen]
+    if len(free) == 0:  # nothing can move: no counterexample at any radius
+        return np.inf, x0.copy(), -1, np.inf, False
+    goals = _goals(ens.class_scores(x0[None])[0], yi, target)
+    levels = []
+    eps = max(float(free.min()), 1e-12) * growth
+    top = float(free.max())
+    while eps < top and (max_radius is None or eps < max_radius):
+        levels.append(eps)
+        eps *= growth
+    levels.append(np.inf if max_radius is None else float(max_radius))
+
+    best_r, best_x, best_cls = np.inf, x0.copy(), -1
+    lower = float(free.min())  # any counterexample crosses at least one cut
+    failed = False
+    reduced: dict[float, _Reduced] = {}
+    for level in levels:
+        bounds = []
+        for goal in goals:
+            remaining = deadline - time.perf_counter()
+            if remaining <= 0:
+                bounds.append(lower ** power)
+                continue
+            cutoff = min(level, best_r) ** power
+            if cutoff not in reduced:
+                reduced[cutoff] = _reduce(prog, costs, cutoff, linf)
+            red = reduced[cutoff]
+            # a feasibility program first: cheap to refute, and when it finds a move its
+            # cost tightens the cutoff of the minimisation that follows
+            probe = _solve_class(red, goal.with_margin(prog.tie_tol), cutoff, remaining,
+                                 backend, objective=False)
+            if probe.status == "infeasible":
+                bounds.append(cutoff)
+                continue
+            if probe.p is not None:
+                moved = _construct(prog, x0, probe.p)
+                cost = _norm((moved - x0) / space.scale, threat.p) ** power
+                if cost < cutoff:
+                    cutoff = cost
+                    red = _reduce(prog, costs, cutoff, linf)
+            res, x_adv, cls, ok = _attempt(prog, red, clf, x0, yi, target, goal, cutoff,
+                                           deadline, backend)
+            bounds.append(cutoff if res.status == "infeasible" else res.dual_bound)
+            failed |= res.p is not None and not ok
+            if ok:
+                r = _norm((x_adv - x0) / space.scale, threat.p)
+                if r < best_r:
+                    best_r, best_x, best_cls = r, x_adv, cls
+        # a dual bound can be slightly negative (or absent) when HiGHS stops early
+        level_bound = max(min(bounds), 0.0) ** (1.0 / power) if bounds else lower
+        lower = max(lower, min(level_bound, best_r))
+        if np.isfinite(best_r) or failed or deadline - time.perf_counter() <= 0:
+            break
+    return best_r, best_x, best_cls, lower, failed
+
+
+@dataclass(frozen=True)
+class _Goal:
+    """What a counterexample must achieve: every ``(winner, loser)`` pair's winner scores at
+    least the loser (a tie counts when the winner has the lower index, as in argmax)."""
+
+    pairs: tuple[tuple[int, int], ...]
+
+    def with_margin(self, tie_tol: float, factor: float = 1.0) -> list[tuple[int, int, float]]:
+        return [(w, lo, 0.0 if (w < lo and factor == 1.0) else tie_tol * factor)
+                for w, lo in self.pairs]
+
+
+def _goals(clean: np.ndarray, yi: int, target: int | None) -> list[_Goal]:
+    """Decision change: one goal per other class, closest clean score first. Targeted: one
+    goal, the target above every other class."""
+    if target is not None:
+        return [_Goal(tuple((target, k) for k in range(len(clean)) if k != target))]
+    order = [int(j) for j in np.argsort(clean[yi] - clean, kind="stable") if j != yi]
+    return [_Goal(((j, yi),)) for j in order]
+
+
+def _holds(cls: int, yi: int, target: int | None) -> bool:
+    return cls == target if target is not None else cls != yi
+
+
+def _attempt(prog: _Program, red: _Reduced, clf: TreeEnsembleClassifier, x0: np.ndarray,
+             yi: int, target: int | None, goal: _Goal, cutoff: float, deadline: float,
+             backend: _Backend) -> tuple[_Solve, np.ndarray, int, bool]:
+    """Solve for ``goal``, build the counterexample and verify it with the model; when the
+    model disagrees (a score tie settled the other way), ask for a clearer margin.
+    Returns ``(solve, x_adv, adv_class, verified)``."""
+    res = _solve_class(red, goal.with_margin(prog.tie_tol), cutoff,
+                       deadline - time.perf_counter(), backend)
+    if res.p is None or not np.isfinite(res.objective):
+        return res, x0, -1, False
+    x_adv = _construct(prog, x0, res.p)
+    cls = _model_class(clf, x_adv)
+    ok = _holds(cls, yi, target)
+    for tries in (1, 2):
+        if ok or deadline - time.perf_counter() <= 0:
+            break
+        retry = _solve_class(red, goal.with_margin(prog.tie_tol, 100.0 ** tries), cutoff,
+                             deadline - time.perf_counter(), backend)
+        if retry.p is None or not np.isfinite(retry.objective):
+            break
+        x_adv = _construct(prog, x0, retry.p)
+        cls = _model_class(clf, x_adv)
+        ok = _holds(cls, yi, target)
+    return res, x_adv, cls, ok
+
+
+def _linf_search(prog: _Program, clf: TreeEnsembleClassifier, ens: TreeEnsemble,
+                 space: FeatureSpace, x0: np.ndarray, yi: int, target: int | None,
+                 deadline: float, max_radius: float | None, backend: _Backend, growth: float,
+                 ) -> tuple[float, np.ndarray, int, float, bool]:
+    """Linf radius by search over the finitely many candidate values.
+
+    The Linf radius is the crossing cost of some cut, so it is one of the sorted distinct
+    costs ``C``. A *feasibility* program at ``C[k]`` (only cuts costing at most ``C[k]`` may
+    move; no objective) says whether some class can win; the search grows ``k``
+    geometrically, then bisects. An infeasible ``C[k]`` certifies ``radius >= C[k+1]``; a
+    feasible one gives a verified counterexample whose norm is itself in ``C``.
+    """
+    costs = _input_costs(prog, x0, space, math.inf)
+    all_costs = np.unique(costs.cost[~costs.frozen])
+    if len(all_costs) == 0:  # nothing can move
+        return np.inf, x0.copy(), -1, np.inf, False
+    cand = all_costs if max_radius is None else all_costs[all_costs <= max_radius]
+    goals = _goals(ens.class_scores(x0[None])[0], yi, target)
+    best = [np.inf, x0.copy(), -1]
+    failed = False
+
+    def probe(k: int) -> bool | None:
+        nonlocal failed
+        red = _reduce(prog, costs, float(cand[k]), True, feasibility=True)
+        for goal in goals:
+            if deadline - time.perf_counter() <= 0:
+                return None
+            res, x_adv, cls, ok = _attempt(prog, red, clf, x0, yi, target, goal,
+                                           float(cand[k]), deadline, backend)
+            if ok:
+                r = _norm((x_adv - x0) / space.scale, math.inf)
+                if r < best[0]:
+                    best[:] = [r, x_adv, cls]
+                return True
+            if res.p is not None:
+                failed = True
+                return None
+            if res.status != "infeasible":
+                return None  # time limit without an answer
+        return False
+
+    lo, hi = -1, len(cand)  # cand[lo] infeasible, cand[hi] feasible
+    k = min(len(cand) - 1, int(np.searchsorted(cand, cand[0] * growth))) if len(cand) else -1
+    while 0 <= k < len(cand):
+        found = probe(k)
+        if found is None:
+            break
+        if found:
+            hi = int(np.searchsorted(cand, best[0] * (1 - 1e-12)))
+            break
+        lo = k
+        k = min(len(cand) - 1, max(k + 1, int(np.searchsorted(cand, cand[k] * growth))))
+        if lo == len(cand) - 1:
+            break
+    while hi - lo > 1 and deadline - time.perf_counter() > 0:
+        found = probe((lo + hi) // 2)
+        if found is None:
+            break
+        if found:
+            hi = int(np.searchsorted(cand, best[0] * (1 - 1e-12)))
+        else:
+            lo = (lo + hi) // 2
+    # an infeasible cand[lo] means radius > cand[lo]: the next candidate value is a bound
+    nxt = int(np.searchsorted(all_costs, cand[lo], side="right")) if lo >= 0 else 0
+    lower = float(all_costs[nxt]) if nxt < len(all_costs) else np.inf
+    return best[0], best[1], best[2], lower, failed
+
+
+def _empty(n: int, x: np.ndarray) -> dict:
+    return {"radius": np.full(n, np.inf), "lower": np.zeros(n), "x_adv": x.copy(),
+            "status": np.full(n, CENSORED, dtype=object), "adv_class": np.full(n, -1),
+            "seconds": np.zeros(n), "verified": np.zeros(n, bool)}
+
+
+def _finish(out: dict, i: int, r: float, x_adv: np.ndarray, cls: int, lower: float,
+            seconds: float) -> None:
+    out["seconds"][i] = seconds
+    if np.isfinite(r):
+        lower = min(lower, r)
+        out["radius"][i] = r
+        out["x_adv"][i] = x_adv
+        out["adv_class"][i] = cls
+        out["verified"][i] = True
+        closed = r - lower <= EXACT_RTOL * max(r, 1e-12)
+        out["status"][i] = EXACT if closed else ATTACKED
+        out["lower"][i] = r if closed else lower
+    else:
+        out["lower"][i] = lower
+        out["status"][i] = CENSORED
+
+
+def _as_classifier(model: object) -> TreeEnsembleClassifier:
+    if isinstance(model, TreeEnsembleClassifier):
+        return model
+    if isinstance(model, TreeEnsemble):
+        raise ModelError("exact_tree_radius needs the model itself (to verify counterexamples), "
+                         "not only its parsed ensemble")
+    if is_tree_ensemble(model):
+        return TreeEnsembleClassifier(model, parse_tree_model(model))
+    raise ModelError(f"{type(model).__name__} is not a tree ensemble the exact solver reads "
+                     "(XGBClassifier, LGBMClassifier, scikit-learn tree classifiers)")
+
+
+def _model_predict(clf: TreeEnsembleClassifier, x: np.ndarray) -> np.ndarray:
+    return clf.predict(torch.as_tensor(x, dtype=torch.float64)).cpu().numpy()
+
+
+def _model_class(clf: TreeEnsembleClassifier, x_adv: np.ndarray) -> int:
+    return int(_model_predict(clf, x_adv[None])[0])

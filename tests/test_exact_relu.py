@@ -1,0 +1,70 @@
+"""The MILP radius of small ReLU networks against brute force, and in the search."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from conftest import train_mlp
+
+from robustscope import FeatureSpace, InputError
+from robustscope.search import radius
+from robustscope.solvers.exact_relu import exact_relu_radius, relu_layers
+from robustscope.threats import L1, LINF
+
+
+@pytest.fixture(scope="module")
+def toy_net():
+    """A 2-16-3 ReLU network on three blobs in the unit square."""
+    rng = np.random.default_rng(0)
+    centers = np.array([[0.25, 0.3], [0.7, 0.35], [0.5, 0.75]])
+    y = rng.integers(0, 3, 300)
+    X = np.clip(centers[y] + 0.12 * rng.normal(size=(300, 2)), 0, 1)
+    return train_mlp(X, y, hidden=16, epochs=300), X, y
+
+
+@pytest.mark.parametrize("threat", [LINF, L1])
+def test_matches_brute_force_on_a_grid(toy_net, threat):
+    net, X, _ = toy_net
+    grid = np.stack(np.meshgrid(np.linspace(0, 1, 301), np.linspace(0, 1, 301)), -1)
+    grid = grid.reshape(-1, 2)
+    with torch.no_grad():
+        grid_pred = net(torch.tensor(grid, dtype=torch.float32)).argmax(1).numpy()
+        pred = net(torch.tensor(X[:12], dtype=torch.float32)).argmax(1).numpy()
+    space = FeatureSpace.box(2)
+    res = exact_relu_radius(relu_layers(net), X[:12], pred, np.full(12, np.inf), space,
+                            threat, time_limit=30)
+    assert res.closed.all()
+    order = np.inf if threat is LINF else 1
+    spacing = 1 / 300
+    for i in range(12):
+        other = grid[grid_pred != pred[i]]
+        brute = np.linalg.norm(other - X[i], ord=order, axis=1).min()
+        assert res.lower_bound[i] <= brute + 1e-6  # a certified bound below every flip found
+        assert res.lower_bound[i] >= brute - 2 * spacing  # and tight up to the grid's spacing
+        milp = np.linalg.norm(res.u[i], ord=order)
+        assert milp == pytest.approx(res.lower_bound[i], rel=1e-4, abs=1e-7)
+
+
+def test_search_certifies_the_attack_on_digits(digits):
+    X, y = digits
+    net = train_mlp(X[:600], y[:600], hidden=16, epochs=150)
+    res = radius(net, X[600:606], y[600:606], threat="linf", space=FeatureSpace.box(64),
+                 solver="exact")
+    correct = res.status != "misclassified"
+    assert (res.status[correct] == "exact").mean() >= 0.8
+    assert (res.lower_bound[correct] <= res.radius[correct] * (1 + 1e-9)).all()
+    with torch.no_grad():
+        adv = net(torch.tensor(res.x_adv[correct], dtype=torch.float32)).argmax(1).numpy()
+    assert (adv != y[600:606][correct]).all()
+    assert res.meta["exact_solver"] == "relu"
+
+
+def test_unsupported_networks_and_norms_are_refused(digits):
+    conv = torch.nn.Sequential(torch.nn.Conv2d(1, 2, 3), torch.nn.Flatten(),
+                               torch.nn.Linear(72, 10))
+    with pytest.raises(InputError, match="layer 0 is Conv2d"):
+        relu_layers(conv)
+    net = train_mlp(digits[0][:100], digits[1][:100], hidden=8, epochs=5)
+    with pytest.raises(InputError, match="solver 'exact' needs"):
+        radius(net, digits[0][:3], digits[1][:3], threat="l2", solver="exact")
