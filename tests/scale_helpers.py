@@ -11,10 +11,11 @@ import numpy as np
 import pandas as pd
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
+TESTS = str(Path(__file__).resolve().parent)
 
 GBM_SPEC = """\
 seed: 3
-model: {{builtin: breast-cancer-gbm}}
+model: {{path: {model}, trust_pickle: true}}
 data: {{builtin: breast-cancer, limit: {limit}}}
 threats:
   - name: linf
@@ -27,11 +28,40 @@ execution: {{shard_size: {shard}, workers: {workers}}}
 """
 
 
+class BlackBox:
+    """Only ``predict_proba`` and ``classes_``: robustscope sees a black box (the
+    gradient-free cascade, whose seeds come from a pool of other inputs), not a tree
+    ensemble it could solve exactly."""
+
+    def __init__(self, model) -> None:
+        self.model = model
+        self.classes_ = model.classes_
+
+    def predict_proba(self, X):
+        return self.model.predict_proba(np.asarray(X))
+
+
+def black_box_file(tmp: Path) -> Path:
+    """A small gradient-boosted model on breast-cancer's first 300 rows (deterministic),
+    pickled as a :class:`BlackBox`."""
+    path = tmp / "bb.pkl"
+    if not path.exists():
+        import pickle
+
+        from sklearn.datasets import load_breast_cancer
+        from sklearn.ensemble import GradientBoostingClassifier
+
+        X, y = load_breast_cancer(return_X_y=True)
+        gbm = GradientBoostingClassifier(n_estimators=30, max_depth=2, random_state=0)
+        path.write_bytes(pickle.dumps(BlackBox(gbm.fit(X[:300], y[:300]))))
+    return path
+
+
 def gbm_spec(tmp: Path, name: str, out: str, limit: int = 24, shard: int = 6,
              workers: int = 1, store: str = "null") -> Path:
     path = tmp / f"{name}.yaml"
-    path.write_text(GBM_SPEC.format(limit=limit, out=out, shard=shard, workers=workers,
-                                    store=store))
+    path.write_text(GBM_SPEC.format(model=black_box_file(tmp), limit=limit, out=out,
+                                    shard=shard, workers=workers, store=store))
     return path
 
 
@@ -51,7 +81,8 @@ def run_subprocess(spec: Path, env: dict | None = None, wait: float | None = Non
     itself when ``wait`` is None (the caller kills it)."""
     code = ("import sys; from robustscope.runner import run_spec_file; "
             "run_spec_file(sys.argv[1], quiet=True)")
-    full = {**os.environ, "PYTHONPATH": SRC, "OMP_NUM_THREADS": "1", **(env or {})}
+    full = {**os.environ, "PYTHONPATH": os.pathsep.join([SRC, TESTS]), "OMP_NUM_THREADS": "1",
+            **(env or {})}
     proc = subprocess.Popen([sys.executable, "-c", code, str(spec)], env=full,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     if wait is None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from scale_helpers import SRC, gbm_spec
+from scale_helpers import SRC, TESTS, gbm_spec
 from test_sharded_runs import assert_same_tables
 
 from robustscope.runner import run_spec_file
@@ -21,7 +21,8 @@ def test_ray_matches_local_and_retries_a_dead_worker(tmp_path, monkeypatch):
     marker = tmp_path / "worker-died"
     # Ray workers inherit the environment of the cluster started here
     monkeypatch.setenv(EXIT_ONCE_ENV, str(marker))
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([SRC, os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([SRC, TESTS,
+                                                   os.environ.get("PYTHONPATH", "")]))
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
