@@ -29,6 +29,7 @@ threats:
     strengths: [0.1, 0.5, 1.0]
 scores: {{n_bootstrap: 50}}
 outputs: {{dir: {out}, store: results.sqlite}}
+execution: {{workers: 1}}     # in-process: worker pools are tested in test_sharded_runs
 """
 
 
@@ -184,7 +185,8 @@ def test_run_on_data_files_with_split_and_inline_features(app, tmp_path):
         "features:\n  default: {lower: 0, upper: 5000, scale: 100}\n"
         "threats: [{name: l1, strengths: {max: 2, num: 4}}]\n"
         "scores: {n_bootstrap: 0, fragile: 2}\n"
-        "outputs: {dir: out, adversarial: false}\n")
+        "outputs: {dir: out, adversarial: false}\n"
+        "execution: {workers: 1}\n")
     result = runner.invoke(app, ["run", str(tmp_path / "spec.yaml"), "-q"])
     assert result.exit_code == 0, result.output
     manifest = json.loads((tmp_path / "out" / "run.json").read_text())

@@ -59,7 +59,8 @@ def grid_run(digits_files):
         "  - {name: brightness, strengths: {max: 0.5, num: 10}}\n"
         "solver: {budget: 200}\n"
         "scores: {n_bootstrap: 20, cr: {reference: published}}\n"
-        "outputs: {dir: out, store: results.sqlite}\n")
+        "outputs: {dir: out, store: results.sqlite}\n"
+        "execution: {workers: 1}\n")
     return tmp, run_spec_file(tmp / "spec.yaml", quiet=True)
 
 

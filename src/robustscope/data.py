@@ -43,6 +43,9 @@ def load_data(path: str | Path, label_column: str = "label") -> Dataset:
         return Dataset(features.to_numpy(dtype=np.float64), frame[label_column].to_numpy(),
                        [str(c) for c in features.columns])
     if suffix == ".npz":
+        mapped = _mapped(path)
+        if mapped is not None:
+            return mapped
         with np.load(path, allow_pickle=False) as npz:
             missing = {"X", "y"} - set(npz.files)
             if missing:
@@ -52,3 +55,22 @@ def load_data(path: str | Path, label_column: str = "label") -> Dataset:
             raise InputError(f"{path}: X has {len(X)} rows but y has {len(y)}")
         return Dataset(X.astype(np.float64), y)
     raise InputError(f"{path}: unknown data file type '{suffix}'; use .csv or .npz")
+
+
+def _mapped(path: Path) -> Dataset | None:
+    """An uncompressed NPZ of float64 ``X``: ``X`` memory-mapped (rows read from disk when
+    used, so large data sets cost no memory up front); ``None`` otherwise."""
+    import zipfile
+
+    from robustscope.npzmap import mmap_npz
+
+    try:
+        arrays = mmap_npz(path)
+    except (zipfile.BadZipFile, ValueError, OSError):
+        return None
+    if arrays is None or not {"X", "y"} <= set(arrays) or arrays["X"].dtype != np.float64:
+        return None
+    X, y = arrays["X"], np.asarray(arrays["y"])
+    if len(X) != len(y):
+        raise InputError(f"{path}: X has {len(X)} rows but y has {len(y)}")
+    return Dataset(X, y)

@@ -14,22 +14,35 @@ A run folder holds::
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
 import math
 import time
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
+from robustscope import journal
 from robustscope.errors import InputError
 from robustscope.evaluation import Evaluation, ReadingOptions, build_evaluation, optional_module
 from robustscope.progress import RunProgress, run_progress
 from robustscope.report.html import render_report
 from robustscope.result import RadiusResult, _atomic_write
+from robustscope.shards import (
+    _ROW_FIELDS,
+    FAILED,
+    Shard,
+    ThreatJob,
+    concat_results,
+    plan_shards,
+    read_shard,
+    shard_path,
+    write_shard,
+)
 from robustscope.space import FeatureSpace
 from robustscope.spec import EvaluationSpec, load_spec
 
@@ -100,7 +113,7 @@ def load_inputs(spec: EvaluationSpec) -> LoadedInputs:
     if spec.data.builtin is not None:
         _, inputs = builtin()
     else:
-        ds = load_data(spec.data.path, spec.data.label_column)
+        ds = _load_data(spec)
         X, y, X_ref = ds.X, ds.y, None
         if spec.data.split is not None:
             from sklearn.model_selection import train_test_split
@@ -125,9 +138,25 @@ def load_inputs(spec: EvaluationSpec) -> LoadedInputs:
         inputs.model = builtin()[0]
     else:
         inputs.model = load_model(spec.model.path, trust_pickle=spec.model.trust_pickle,
-                                  device=spec.model.device, example=inputs.X[:2])
+                                  device=spec.model.device, example=np.array(inputs.X[:2]))
     inputs.space = _space(spec, inputs)
     return inputs
+
+
+def _load_data(spec: EvaluationSpec):
+    """The spec's data file; a CSV or Parquet file of at least
+    :data:`robustscope.datastream.STREAM_BYTES` is read in chunks into a memory-mapped cache
+    in the run folder (``data/``)."""
+    from robustscope import datastream
+    from robustscope.data import load_data
+
+    path = Path(str(spec.data.path))
+    suffix = path.suffix.lower()
+    if suffix == ".parquet" or (suffix == ".csv" and path.is_file()
+                                and path.stat().st_size >= datastream.STREAM_BYTES):
+        return datastream.load_streamed(path, spec.data.label_column,
+                                        Path(spec.outputs.dir) / "data")
+    return load_data(path, spec.data.label_column)
 
 
 def _space(spec: EvaluationSpec, inputs: LoadedInputs) -> FeatureSpace:
@@ -148,60 +177,261 @@ def _space(spec: EvaluationSpec, inputs: LoadedInputs) -> FeatureSpace:
 
 
 def run_spec(spec: EvaluationSpec, spec_text: str | None = None, quiet: bool = False,
-             progress: RunProgress | None = None) -> RunOutcome:
-    """Run every threat of ``spec``, write the run folder and the report, record the store.
-    Paths in ``spec`` must already be resolved (see :func:`robustscope.spec.load_spec`)."""
-    from robustscope.search import radius
+             progress: RunProgress | None = None, resume: bool | None = None) -> RunOutcome:
+    """Run every threat of ``spec`` shard by shard, write the run folder and the report,
+    record the store. Paths in ``spec`` must already be resolved (see
+    :func:`robustscope.spec.load_spec`).
+
+    ``resume``: ``True`` continues the incomplete run in ``outputs.dir`` (an error when there
+    is none); ``None`` (the default) continues it when the folder holds one and starts afresh
+    otherwise; ``False`` always starts afresh. Finished shards are never run again.
+    """
+    from robustscope.backends import run_shards
 
     started = time.time()
     inputs = load_inputs(spec)
     out_dir = Path(spec.outputs.dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    ex = spec.execution
     log.info("evaluating %s on %d inputs of %s", inputs.model_name, len(inputs.X),
              inputs.data_name)
-    results, strengths, seconds = {}, {}, {}
-    with (run_progress(len(spec.threats), quiet) if progress is None
-          else _given(progress)) as prog:
-        for k, t in enumerate(spec.threats):
-            solver = spec.solver_for(t)
-            grid = t.strength_values()
-            max_radius = t.max_radius or (max(grid) if grid else None)
-            t0 = time.perf_counter()
-            if t.is_grid:
-                with prog.stage(t.name, len(inputs.X)) as advance:
-                    res = grid_threat_result(inputs, t.name, grid, spec.seed, solver.batch_size,
-                                             spec.model.device, f"threats[{k}]")
-                    advance(len(inputs.X))
-                seconds[t.name] = time.perf_counter() - t0
-                results[t.name] = res
-                strengths[t.name] = np.asarray(res.meta["grid"])
-                continue
-            with prog.stage(t.name, len(inputs.X)) as advance:
-                res = radius(inputs.model, inputs.X, inputs.y, threat=t.name,
-                             space=inputs.space, solver=solver.name, max_radius=max_radius,
-                             budget=solver.budget, rtol=solver.rtol, seed=spec.seed,
-                             device=spec.model.device, batch_size=solver.batch_size,
-                             progress=advance)
-            seconds[t.name] = time.perf_counter() - t0
-            results[t.name] = res
-            strengths[t.name] = (np.asarray(grid) if grid else
-                                 np.linspace(res.max_radius / 20, res.max_radius, 20))
+    jobs = _threat_jobs(spec)
+    plan = journal.open_run(out_dir, spec, len(inputs.X), resume)
+    if plan.get("resumed"):
+        log.info("resuming the run in %s", out_dir)
+    shards = plan_shards(len(inputs.X), [t.name for t in spec.threats], ex.shard_size,
+                         spec.seed)
+    store = _StoreWriter(spec, plan, out_dir, jobs)
+    todo = [s for s in shards if not journal.shard_done(out_dir, s)]
+    errors: dict[str, str] = {}
+    n_rows = sum(len(s) for s in todo)
+    try:
+        with (run_progress(1, quiet) if progress is None else _given(progress)) as prog, \
+                prog.stage("shards", n_rows) as advance:
+            store.catch_up(shards, todo)
+            for shard, out in run_shards(inputs, jobs, todo, ex.backend, ex.workers,
+                                         ex.address, spec):
+                if isinstance(out, BaseException):
+                    errors[shard.key] = _shard_error(shard, out)
+                    log.error("%s", errors[shard.key])
+                    with contextlib.suppress(OSError):  # the journal is a log; the error
+                        journal.record(out_dir, shard, "failed", error=errors[shard.key])
+                    continue
+                try:
+                    write_shard(out_dir, out)
+                    journal.record(out_dir, shard, "done", failed_rows=len(out.failed))
+                except OSError as exc:
+                    raise RunIncomplete(
+                        f"cannot write shard {shard.key} to {out_dir} ({exc}); the shards "
+                        f"written so far are kept: free space, then resume with "
+                        f"robustscope run SPEC --resume {out_dir}") from exc
+                store.record(out)
+                advance(len(shard))
+                journal.after_commit_hook()
+    finally:
+        store.close()
+    if errors:
+        lines = "\n".join(errors.values())
+        raise RunIncomplete(f"{len(errors)} of {len(shards)} shard(s) failed; the others are "
+                            f"kept in {out_dir}:\n{lines}\nresume with: robustscope run SPEC "
+                            f"--resume {out_dir}")
+    results, seconds, failed = assemble(out_dir, spec, shards, inputs.X.shape[1:])
+    strengths = {}
+    for t in spec.threats:
+        grid = t.strength_values()
+        res = results[t.name]
+        strengths[t.name] = (np.asarray(res.meta["grid"]) if t.is_grid else
+                             np.asarray(grid) if grid else
+                             np.linspace(res.max_radius / 20, res.max_radius, 20))
     sc = spec.scores
     options = ReadingOptions(intrinsic=sc.intrinsic, n_bootstrap=sc.n_bootstrap,
                              confidence=sc.confidence, censored=sc.censored, ood=sc.ood,
                              pad=sc.pad, cr_reference=sc.cr.reference if sc.cr else None,
                              fragile=sc.fragile, seed=spec.seed)
     title = spec.name or f"{inputs.model_name} on {inputs.data_name}"
-    uid = uuid.uuid4().hex
-    ev = build_evaluation(title, results, inputs.X, inputs.y, inputs.space, inputs.X_reference,
-                          options, strengths, seconds, started,
+    uid = plan["uid"]
+    # readings over the inputs that were searched (failed rows are listed, not scored)
+    keep = np.ones(len(inputs.X), dtype=bool)
+    for rows in failed.values():
+        keep[list(rows)] = False
+    evaluated = results if keep.all() else {k: _subset(r, keep) for k, r in results.items()}
+    X_eval, y_eval = (inputs.X, inputs.y) if keep.all() else (inputs.X[keep], inputs.y[keep])
+    ev = build_evaluation(title, evaluated, X_eval, y_eval, inputs.space,
+                          inputs.X_reference, options, strengths, seconds, started,
                           provenance_extra={"run_uid": uid, "model": inputs.model_name,
-                                            "data": inputs.data_name})
-    store_note = _record_store(spec, ev, uid, out_dir)
-    manifest = _write_run_dir(spec, ev, out_dir, uid, store_note)
+                                            "data": inputs.data_name,
+                                            "execution": {"backend": ex.backend,
+                                                          "workers": ex.workers,
+                                                          "shard_size": ex.shard_size,
+                                                          "shards": len(shards),
+                                                          "resumed": bool(plan.get("resumed"))}})
+    for sec in ev.sections:
+        sec.store_run_id = plan.get("store_runs", {}).get(sec.name)
+        if failed.get(sec.name):
+            sec.notes["failed"] = (f"{len(failed[sec.name])} input(s) failed (the model "
+                                   "raised); they are listed in the radius table with status "
+                                   "'failed' and left out of the readings")
+    store_note = store.finish(results, failed)
+    manifest = _write_run_dir(spec, ev, out_dir, uid, store_note, results, failed, inputs.y)
     report = render_report(ev, out_dir / spec.outputs.report, spec_text)
+    journal.mark_complete(out_dir, plan)
     log.info("report written to %s", report)
     return RunOutcome(out_dir, report, manifest, ev)
+
+
+class RunIncomplete(InputError):
+    """Some shards could not be run or written; the rest is kept and the run can be resumed."""
+
+
+def _shard_error(shard: Shard, exc: BaseException) -> str:
+    return (f"threat {shard.threat}, shard {shard.index} (rows {shard.start}..{shard.stop - 1})"
+            f": {type(exc).__name__}: {exc}")
+
+
+def _threat_jobs(spec: EvaluationSpec) -> dict[str, ThreatJob]:
+    jobs = {}
+    for t in spec.threats:
+        solver = spec.solver_for(t)
+        grid = t.strength_values()
+        jobs[t.name] = ThreatJob(
+            threat=t.name, is_grid=t.is_grid, solver=solver.name, budget=solver.budget,
+            rtol=solver.rtol, batch_size=solver.batch_size,
+            max_radius=t.max_radius or (max(grid) if grid else None), grid=grid,
+            device=spec.model.device)
+    return jobs
+
+
+def _subset(res: RadiusResult, keep: np.ndarray | slice) -> RadiusResult:
+    fields = {name: np.asarray(getattr(res, name))[keep] for name in _ROW_FIELDS}
+    meta = dict(res.meta)
+    if "attack_runs" in meta:
+        meta["attack_runs"] = np.asarray(meta["attack_runs"])[keep].tolist()
+    return RadiusResult(**fields, threat=res.threat, solver=res.solver,
+                        max_radius=res.max_radius, classes=res.classes, meta=meta)
+
+
+def assemble(out_dir: Path, spec: EvaluationSpec, shards: list[Shard],
+             input_shape: tuple[int, ...] | None = None
+             ) -> tuple[dict[str, RadiusResult], dict[str, float], dict[str, dict[int, str]]]:
+    """The per-threat results from the shard files (every shard must be done): results,
+    seconds (sum of shard times) and the failed rows with their errors.
+
+    Per-input numbers are joined in memory (a few dozen bytes per input); the
+    counterexamples are copied shard by shard into a memory-mapped ``x_adv.npy`` beside the
+    shards, so they never sit in memory all at once."""
+    results, seconds, failed = {}, {}, {}
+    for t in spec.threats:
+        mine = [s for s in shards if s.threat == t.name]
+        parts, secs, fails = [], 0.0, {}
+        for shard in mine:
+            res, f, sec = read_shard(shard_path(out_dir, shard), light=True)
+            parts.append(res)
+            secs += sec
+            fails.update(f)
+        result = concat_results(parts)
+        n = mine[-1].stop if mine else 0
+        shape = input_shape
+        if shape is None:
+            with np.load(shard_path(out_dir, mine[0])) as z:
+                shape = z["x_adv"].shape[1:]
+        adv_path = shard_path(out_dir, mine[0]).parent / "x_adv.npy"
+        adv = np.lib.format.open_memmap(adv_path, mode="w+", dtype=np.float64,
+                                        shape=(n, *shape))
+        for shard in mine:
+            with np.load(shard_path(out_dir, shard)) as z:
+                adv[shard.start:shard.stop] = z["x_adv"].reshape(len(shard), *shape)
+        adv.flush()
+        result.x_adv = adv
+        results[t.name] = result
+        seconds[t.name] = secs
+        failed[t.name] = fails
+    return results, seconds, failed
+
+
+class _StoreWriter:
+    """Streams finished shards into the results store: one store run per threat (started
+    with the plan, ids kept in it), one transaction per shard. Failed rows are not stored
+    (the store only holds searched inputs); a run with failed rows ends ``failed``."""
+
+    def __init__(self, spec: EvaluationSpec, plan: dict, out_dir: Path,
+                 jobs: dict[str, ThreatJob]) -> None:
+        self.spec, self.plan, self.out_dir = spec, plan, out_dir
+        self.store = None
+        self.note: str | None = None
+        self.stored: dict[str, np.ndarray] = {}
+        if spec.outputs.store is None:
+            return
+        store_mod = optional_module("robustscope.store")
+        if store_mod is None:
+            self.note = "robustscope.store is not installed; the run was not recorded"
+            return
+        self.store = store_mod.open_store(spec.outputs.store)
+        runs = plan.setdefault("store_runs", {})
+        if not all(t.name in runs for t in spec.threats):
+            for t in spec.threats:
+                job = jobs[t.name]
+                if t.name in runs:
+                    continue
+                runs[t.name] = self.store.start_run(
+                    spec.model.display_name, kind="radius", threat=t.name,
+                    solver="grid-bisection" if job.is_grid else job.solver,
+                    source=str(out_dir.resolve()),
+                    config={"evaluation": plan["uid"], "seed": spec.seed,
+                            "budget": job.budget, "rtol": None if job.is_grid else job.rtol,
+                            "shard_size": spec.execution.shard_size})
+            journal.save_plan(out_dir, plan)
+
+    def catch_up(self, shards: list[Shard], todo: list[Shard]) -> None:
+        """After a crash between a shard's file and its store transaction: record the done
+        shards whose rows the store lacks."""
+        if self.store is None:
+            return
+        for name, run_id in self.plan["store_runs"].items():
+            self.stored[name] = np.sort(self.store.radii(run_id)["sample"].to_numpy())
+        pending = set(todo)
+        for shard in shards:
+            if shard in pending:
+                continue
+            stored = self.stored[shard.threat]
+            lo, hi = np.searchsorted(stored, [shard.start, shard.stop])
+            res, failed, _ = read_shard(shard_path(self.out_dir, shard), light=True)
+            if hi - lo < len(res) - len(failed):
+                self._record(shard, res, failed)
+
+    def record(self, out) -> None:
+        if self.store is not None:
+            self._record(out.shard, out.result, out.failed)
+
+    def _record(self, shard: Shard, res: RadiusResult, failed: dict[int, str]) -> None:
+        keep = res.status != FAILED
+        stored = self.stored.get(shard.threat)
+        if stored is not None and len(stored):
+            keep &= ~np.isin(res.sample, stored)
+        if not keep.any():
+            return
+        part = res if keep.all() else _subset(res, keep)
+        self.store.record_radii(self.plan["store_runs"][shard.threat], part)
+
+    def finish(self, results: dict[str, RadiusResult], failed: dict[str, dict[int, str]]
+               ) -> str | None:
+        if self.spec.outputs.store is None or self.note is not None:
+            return self.note
+        store_mod = optional_module("robustscope.store")
+        with store_mod.open_store(self.spec.outputs.store) as store:
+            for name, run_id in self.plan["store_runs"].items():
+                res = results[name]
+                extra = ({"queries_per_input": False,
+                          "forward_total": res.meta["forward_total"],
+                          "backward_total": res.meta["backward_total"]}
+                         if res.meta.get("queries_per_input") is False else {})
+                if failed.get(name):
+                    extra["failed_rows"] = len(failed[name])
+                store.finish_run(run_id, "failed" if failed.get(name) else "finished", extra)
+        return None
+
+    def close(self) -> None:
+        if self.store is not None:
+            self.store.close()
+            self.store = None
 
 
 def grid_threat_result(inputs: LoadedInputs, threat: str, grid: list[float] | None, seed: int,
@@ -263,44 +493,24 @@ class _given:
         return None
 
 
-def run_spec_file(path: str | Path, quiet: bool = False, out_dir: Path | None = None
-                  ) -> RunOutcome:
-    """Load, validate and run the spec at ``path``; ``out_dir`` overrides ``outputs.dir``."""
+def run_spec_file(path: str | Path, quiet: bool = False, out_dir: Path | None = None,
+                  resume: bool | None = None, backend: str | None = None,
+                  workers: int | None = None, address: str | None = None) -> RunOutcome:
+    """Load, validate and run the spec at ``path``; ``out_dir`` overrides ``outputs.dir``,
+    ``backend``/``workers``/``address`` the spec's ``execution`` block."""
     spec = load_spec(path)
     if out_dir is not None:
         spec.outputs.dir = Path(out_dir)
-    return run_spec(spec, Path(path).read_text(), quiet=quiet)
+    if backend is not None:
+        spec.execution.backend = backend
+    if workers is not None:
+        spec.execution.workers = workers
+    if address is not None:
+        spec.execution.address = address
+    return run_spec(spec, Path(path).read_text(), quiet=quiet, resume=resume)
 
 
 # -- outputs ---------------------------------------------------------------------------------
-def _record_store(spec: EvaluationSpec, ev: Evaluation, uid: str, out_dir: Path) -> str | None:
-    """One store run per threat, sharing ``config.evaluation = uid``; returns a note when the
-    store is not available."""
-    if spec.outputs.store is None:
-        return None
-    store_mod = optional_module("robustscope.store")
-    if store_mod is None:
-        return "robustscope.store is not installed; the run was not recorded"
-    with store_mod.open_store(spec.outputs.store) as store:
-        for sec in ev.sections:
-            res = sec.result
-            run_id = store.start_run(
-                ev.provenance.get("model", "model"), kind="radius", threat=res.threat,
-                solver=res.solver, source=str(out_dir.resolve()),
-                config={"evaluation": uid, "seed": spec.seed, "budget": res.meta.get("budget"),
-                        "rtol": res.meta.get("rtol"), "strengths": [float(e) for e in
-                                                                   sec.strengths],
-                        "title": ev.title,
-                        **({"queries_per_input": False,
-                            "forward_total": res.meta["forward_total"],
-                            "backward_total": res.meta["backward_total"]}
-                           if res.meta.get("queries_per_input") is False else {})})
-            store.record_radii(run_id, res)
-            store.finish_run(run_id)
-            sec.store_run_id = run_id
-    return None
-
-
 def _finite(x: object) -> object:
     if isinstance(x, float) and not math.isfinite(x):
         return None if math.isnan(x) else ("inf" if x > 0 else "-inf")
@@ -313,17 +523,75 @@ def _finite(x: object) -> object:
     return x
 
 
+#: Rows per chunk when the run folder's tables are written (bounded memory).
+TABLE_CHUNK = 65536
+
+
+def _table_chunk(res: RadiusResult, y: np.ndarray | None, rows: slice) -> pd.DataFrame:
+    part = _subset(res, rows)
+    failed = part.status == FAILED
+    if not failed.any():
+        return part.to_dataframe()
+    ok = _subset(part, ~failed).to_dataframe()
+    bad = pd.DataFrame({"sample": part.sample[failed], "status": FAILED})
+    frame = pd.concat([ok, bad.astype({"sample": ok["sample"].dtype})], ignore_index=True)
+    frame = frame.sort_values("sample", kind="stable").reset_index(drop=True)
+    if y is not None:
+        frame.loc[frame["status"] == FAILED, "label"] = np.asarray(y)[part.sample[failed]]
+    return frame
+
+
+def _write_table(res: RadiusResult, y: np.ndarray | None, path: Path) -> None:
+    """The radius CSV of ``res``, written :data:`TABLE_CHUNK` rows at a time; failed rows
+    keep their sample and label, with no prediction."""
+    def write(p: Path) -> None:
+        with open(p, "w", newline="") as fh:
+            for start in range(0, max(len(res), 1), TABLE_CHUNK):
+                frame = _table_chunk(res, y, slice(start, start + TABLE_CHUNK))
+                frame.to_csv(fh, index=False, header=start == 0)
+
+    _atomic_write(path, write)
+
+
+def _save_adversarial(res: RadiusResult, path: Path) -> None:
+    """Like :meth:`RadiusResult.save_adversarial` (compressed NPZ: ``X_adv``, ``radius``,
+    ``status``), with ``X_adv`` copied :data:`TABLE_CHUNK` rows at a time from its
+    memory map."""
+    import zipfile
+
+    def write(p: Path) -> None:
+        with zipfile.ZipFile(p, "w", zipfile.ZIP_DEFLATED, allowZip64=True) as zf:
+            x = res.x_adv
+            with zf.open("X_adv.npy", "w", force_zip64=True) as fh:
+                np.lib.format.write_array_header_2_0(
+                    fh, {"descr": np.lib.format.dtype_to_descr(np.dtype(np.float64)),
+                         "fortran_order": False, "shape": tuple(x.shape)})
+                for start in range(0, len(x), TABLE_CHUNK):
+                    chunk = np.ascontiguousarray(x[start:start + TABLE_CHUNK], np.float64)
+                    fh.write(chunk.tobytes())
+            for name, arr in (("radius", np.asarray(res.radius, np.float64)),
+                              ("status", np.asarray(res.status).astype(str))):
+                with zf.open(f"{name}.npy", "w", force_zip64=True) as fh:
+                    np.lib.format.write_array(fh, arr, allow_pickle=False)
+
+    _atomic_write(path, write)
+
+
 def _write_run_dir(spec: EvaluationSpec, ev: Evaluation, out_dir: Path, uid: str,
-                   store_note: str | None) -> dict:
+                   store_note: str | None, results: dict[str, RadiusResult] | None = None,
+                   failed: dict[str, dict[int, str]] | None = None,
+                   y: np.ndarray | None = None) -> dict:
     threats = {}
+    failed = failed or {}
     for sec in ev.sections:
-        res = sec.result
+        res = (results or {}).get(sec.name, sec.result)
         radii = f"radii_{sec.name}.csv"
-        res.to_csv(out_dir / radii)
+        _write_table(res, y, out_dir / radii)
         adv = None
         if spec.outputs.adversarial:
             adv = f"adv_{sec.name}.npz"
-            res.save_adversarial(out_dir / adv)
+            _save_adversarial(res, out_dir / adv)
+        fails = failed.get(sec.name, {})
         threats[sec.name] = {
             "threat": res.threat, "solver": res.solver, "max_radius": res.max_radius,
             "strengths": [float(e) for e in sec.strengths], "radii": radii,
@@ -334,6 +602,7 @@ def _write_run_dir(spec: EvaluationSpec, ev: Evaluation, out_dir: Path, uid: str
                                                   "interval": list(sec.pad.interval)},
             "classes": None if res.classes is None else np.asarray(res.classes).tolist(),
             "store_run_id": sec.store_run_id, "notes": sec.notes,
+            "failed": [{"sample": int(k), "error": v} for k, v in sorted(fails.items())],
         }
     manifest = {
         "robustscope_run": MANIFEST_VERSION, "uid": uid, "title": ev.title,
@@ -341,6 +610,9 @@ def _write_run_dir(spec: EvaluationSpec, ev: Evaluation, out_dir: Path, uid: str
         "notes": {**ev.notes, **({"store": store_note} if store_note else {})},
         "provenance": ev.provenance, "report": spec.outputs.report,
         "store": None if spec.outputs.store is None else str(spec.outputs.store),
+        "complete": True,
+        "execution": {"shard_size": spec.execution.shard_size,
+                      "shards_dir": "shards", "journal": journal.JOURNAL},
     }
     manifest = _finite(manifest)
     text = json.dumps(manifest, indent=1, default=str)

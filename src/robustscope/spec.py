@@ -254,6 +254,19 @@ class OutputsSpec(_Strict):
         return value
 
 
+class ExecutionSpec(_Strict):
+    """How the evaluation is split and where it runs (see docs/scaling.md).
+
+    ``shard_size`` fixes the shard boundaries, hence the numbers: the same seed and shard size
+    give the same results on any backend and with any number of workers."""
+
+    backend: Literal["local", "ray"] = "local"
+    workers: int | None = Field(None, ge=1, description="Worker processes; default: all cores "
+                                "(local) or the cluster's CPUs (ray).")
+    address: str | None = Field(None, description="Ray cluster address (ray backend).")
+    shard_size: int = Field(256, ge=1, description="Inputs per shard (per threat).")
+
+
 class EvaluationSpec(_Strict):
     """A whole evaluation (the top level of the YAML file)."""
 
@@ -266,6 +279,7 @@ class EvaluationSpec(_Strict):
     solver: SolverSpec = SolverSpec()
     scores: ScoresSpec = ScoresSpec()
     outputs: OutputsSpec = OutputsSpec()
+    execution: ExecutionSpec = ExecutionSpec()
 
     @model_validator(mode="after")
     def _unique_threats(self) -> EvaluationSpec:
@@ -281,7 +295,9 @@ class EvaluationSpec(_Strict):
     def resolve_paths(self, base: Path) -> EvaluationSpec:
         """A copy with relative paths made relative to ``base`` (the spec file's folder)."""
         def fix(p: Path | None) -> Path | None:
-            return None if p is None or p.is_absolute() else base / p
+            if p is None:
+                return None
+            return p if p.is_absolute() else base / p
 
         spec = self.model_copy(deep=True)
         if spec.model.path is not None:

@@ -437,14 +437,19 @@ class ResultStore:
                 started_at=_now()))
             return int(res.inserted_primary_key[0])
 
-    def finish_run(self, run_id: int, status: str = "finished") -> None:
-        """Mark a run ``finished`` (or ``failed``) and stamp its end time."""
+    def finish_run(self, run_id: int, status: str = "finished",
+                   config: Mapping | None = None) -> None:
+        """Mark a run ``finished`` (or ``failed``) and stamp its end time; ``config`` entries
+        (known only at the end, e.g. query totals) are merged into the run's config."""
         if status not in ("finished", "failed"):
             raise InputError(f"status: expected 'finished' or 'failed', got {status!r}")
         with self._tx(write=True) as conn:
-            self.run(run_id)
+            info = self.run(run_id)
+            values: dict = {"status": status, "finished_at": _now()}
+            if config:
+                values["config"] = _json({**info.config, **dict(config)}, "run config")
             conn.execute(sa.update(runs_table).where(runs_table.c.id == int(run_id))
-                         .values(status=status, finished_at=_now()))
+                         .values(**values))
 
     @staticmethod
     def _run_info(row: sa.Row) -> RunInfo:

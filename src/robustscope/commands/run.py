@@ -53,13 +53,33 @@ def register(app: typer.Typer) -> None:
         out_dir: Path | None = typer.Option(None, "--out-dir", help="Override outputs.dir."),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars or summary; "
                                    "only the report path."),
+        backend: str | None = typer.Option(None, "--backend", help="Where shards run: 'local' "
+                                           "(process pool, the default) or 'ray'."),
+        workers: int | None = typer.Option(None, "--workers", min=1, help="Worker processes "
+                                           "(default: all cores, or the Ray cluster's CPUs)."),
+        address: str | None = typer.Option(None, "--address", help="Ray cluster address "
+                                           "(ray backend; default: a local cluster)."),
+        resume: Path | None = typer.Option(None, "--resume", help="Continue the incomplete run "
+                                           "in this folder (only missing or failed shards "
+                                           "run). Without it, an incomplete run in the output "
+                                           "folder is continued too."),
     ) -> None:
-        """Run an evaluation spec: radii per threat, scores, run folder, store, HTML report."""
+        """Run an evaluation spec: radii per threat, scores, run folder, store, HTML report.
+
+        The inputs are split into shards (execution.shard_size inputs x one threat) that run
+        on local worker processes or a Ray cluster; each finished shard is written at once,
+        so a run that stops (killed, a full disk, a failing worker) continues where it
+        stopped when started again."""
         from robustscope.runner import run_spec_file
 
         _quiet_logging(quiet)
         try:
-            outcome = run_spec_file(spec, quiet=quiet, out_dir=out_dir)
+            if resume is not None and out_dir is not None and \
+                    Path(resume).resolve() != Path(out_dir).resolve():
+                _fail("give --resume DIR or --out-dir DIR, not two different folders")
+            outcome = run_spec_file(spec, quiet=quiet, out_dir=resume or out_dir,
+                                    resume=True if resume is not None else None,
+                                    backend=backend, workers=workers, address=address)
         except RobustscopeError as exc:
             _fail(str(exc))
         console = Console(width=max(Console().width, 130))

@@ -1,0 +1,207 @@
+"""Scale-out and memory of sharded runs (``robustscope run`` with the local backend).
+
+1. Throughput with 1 and 2 workers and the parallel efficiency (speed-up / workers), on
+   breast-cancer-like synthetic data (30 features, 2 classes): a logistic regression
+   (exact radii) and a gradient-boosted black box (gradient-free cascade). The shard phase
+   is timed from the run plan's creation to the last shard's journal line, so model loading
+   and the report are left out; the whole run's wall time is given too.
+2. Peak memory (the run process's ru_maxrss, which includes its worker processes' pages only
+   when they are the same process: memory runs use 1 worker, in-process) against the number
+   of inputs, for an exact linear model on an uncompressed, memory-mapped NPZ; the floor is
+   a process that only imports robustscope and loads the model.
+3. The cost of one shard: median search seconds per shard and per input, and the median
+   time to write a shard file, from the shard files.
+
+Every run is a child process (``run_spec_file``) so that its peak memory is its own.
+
+    OMP_NUM_THREADS=1 PYTHONPATH=src python benchmarks/scale.py [--repeats 3]
+        [--memory-sizes 100000 1000000] [--skip-memory] [--skip-throughput]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pickle
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+
+SPEC = """\
+seed: 0
+model: {{path: {model}, trust_pickle: true}}
+data: {{path: {data}}}
+features: {{default: {{lower: -6.0, upper: 6.0}}}}
+threats: [{{name: linf}}]
+solver: {{budget: {budget}}}
+scores: {{n_bootstrap: 0, ood: false, pad: false, intrinsic: {intrinsic}}}
+outputs: {{dir: {out}, adversarial: true}}
+execution: {{shard_size: {shard}, workers: {workers}}}
+"""
+
+CHILD = """
+import json, resource, sys, time
+t0 = time.time()
+from robustscope.runner import run_spec_file
+out = run_spec_file(sys.argv[1], quiet=True)
+print(json.dumps({"wall": time.time() - t0,
+                  "maxrss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+FLOOR = """
+import json, pickle, resource, sys
+import robustscope.runner, robustscope.search
+from robustscope.models.loaders import load_model
+load_model(sys.argv[1], trust_pickle=True)
+print(json.dumps({"maxrss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+
+def make_data(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Breast-cancer-like: 30 standardised features, 2 classes, 10 informative directions."""
+    from sklearn.datasets import make_classification
+
+    X, y = make_classification(n_samples=n, n_features=30, n_informative=10, n_redundant=10,
+                               class_sep=1.0, random_state=seed)
+    return np.clip(X, -6, 6).astype(np.float64), y.astype(np.int64)
+
+
+def write_model(path: Path, kind: str) -> None:
+    from sklearn.ensemble import GradientBoostingClassifier
+    from sklearn.linear_model import LogisticRegression
+
+    X, y = make_data(2000, seed=1)
+    model = (LogisticRegression(max_iter=1000) if kind == "logreg"
+             else GradientBoostingClassifier(n_estimators=50, max_depth=3, random_state=0))
+    path.write_bytes(pickle.dumps(model.fit(X, y)))
+
+
+def child(code: str, *args: str) -> dict:
+    env = {**os.environ, "PYTHONPATH": SRC, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, "-c", code, *args], env=env, capture_output=True,
+                          text=True, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(proc.stderr[-2000:])
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def run(tmp: Path, name: str, model: Path, data: Path, workers: int, shard: int,
+        budget: int, intrinsic: bool = True) -> dict:
+    out = tmp / f"out-{name}"
+    spec = tmp / f"{name}.yaml"
+    spec.write_text(SPEC.format(model=model, data=data, out=out, workers=workers, shard=shard,
+                                budget=budget, intrinsic=str(intrinsic).lower()))
+    res = child(CHILD, str(spec))
+    plan = json.loads((out / "plan.json").read_text())
+    lines = [json.loads(x) for x in (out / "journal.jsonl").read_text().splitlines()]
+    res["shard_phase"] = max(x["time"] for x in lines) - plan["created"]
+    # steady state: inputs finished after the first shard, over the time after it (leaves
+    # out starting the workers and loading the model in each)
+    lines.sort(key=lambda x: x["time"])
+    later = sum(x["rows"][1] - x["rows"][0] for x in lines[1:])
+    res["steady"] = later / max(lines[-1]["time"] - lines[0]["time"], 1e-9)
+    res["out"] = out
+    return res
+
+
+def shard_costs(out: Path) -> dict:
+    """Median search seconds per shard, and the median time to write one shard file again."""
+    from robustscope.shards import ShardOutput, read_shard, write_shard
+
+    files = sorted((out / "shards").rglob("0*.npz"))
+    secs, writes, sizes = [], [], []
+    for path in files:
+        res, _, sec = read_shard(path)
+        secs.append(sec)
+        sizes.append(len(res))
+        t0 = time.perf_counter()
+        with tempfile.TemporaryDirectory() as d:
+            from robustscope.shards import Shard
+
+            write_shard(Path(d), ShardOutput(Shard("t", 0, 0, 0, len(res), 0), res, {}, sec))
+        writes.append(time.perf_counter() - t0)
+    return {"shards": len(files), "median_shard_s": statistics.median(secs),
+            "median_per_input_ms": 1000 * statistics.median(
+                [s / n for s, n in zip(secs, sizes, strict=True)]),
+            "median_write_ms": 1000 * statistics.median(writes),
+            "shard_file_kb": statistics.median(p.stat().st_size for p in files) / 1024}
+
+
+def throughput(tmp: Path, repeats: int) -> None:
+    cases = [("logreg (exact)", "logreg", 200_000, 8192, 1000),
+             ("GBM (black box, 500 queries)", "gbm", 240, 20, 500)]
+    print("| model | inputs | shard size | workers | shard phase s (median) | inputs/s | "
+          "steady inputs/s | speed-up (steady) | efficiency (steady) | whole run s |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for label, kind, n, shard, budget in cases:
+        model = tmp / f"{kind}.pkl"
+        write_model(model, kind)
+        X, y = make_data(n, seed=2)
+        data = tmp / f"{kind}-{n}.npz"
+        np.savez(data, X=X, y=y)
+        base = None
+        for workers in (1, 2):
+            runs = [run(tmp, f"{kind}-w{workers}-{r}", model, data, workers, shard, budget)
+                    for r in range(repeats)]
+            phase = statistics.median(r["shard_phase"] for r in runs)
+            steady = statistics.median(r["steady"] for r in runs)
+            wall = statistics.median(r["wall"] for r in runs)
+            base = base or steady
+            speed = steady / base
+            print(f"| {label} | {n:,} | {shard} | {workers} | {phase:.2f} | {n / phase:,.0f} | "
+                  f"{steady:,.0f} | {speed:.2f} | {speed / workers:.0%} | {wall:.1f} |",
+                  flush=True)
+        costs = shard_costs(runs[-1]["out"])
+        print(f"|  shard cost ({label}) | {costs['shards']} shards | | | median "
+              f"{costs['median_shard_s']:.3f} s/shard, {costs['median_per_input_ms']:.3f} "
+              f"ms/input | write {costs['median_write_ms']:.1f} ms, "
+              f"{costs['shard_file_kb']:.0f} KiB | | | | |", flush=True)
+
+
+def memory(tmp: Path, sizes: list[int]) -> None:
+    model = tmp / "logreg.pkl"
+    write_model(model, "logreg")
+    floor = child(FLOOR, str(model))["maxrss_mb"]
+    print(f"\nimport floor (robustscope + model loaded): {floor:.0f} MiB\n")
+    print("| inputs | data file MiB | peak RSS MiB | above floor MiB | bytes/input above floor"
+          " | shard phase s | whole run s |")
+    print("|---|---|---|---|---|---|---|")
+    for n in sizes:
+        X, y = make_data(n, seed=3)
+        data = tmp / f"mem-{n}.npz"
+        np.savez(data, X=X, y=y)
+        del X, y
+        r = run(tmp, f"mem-{n}", model, data, 1, 8192, 1000, intrinsic=False)
+        above = r["maxrss_mb"] - floor
+        print(f"| {n:,} | {data.stat().st_size / 2**20:.0f} | {r['maxrss_mb']:.0f} | "
+              f"{above:.0f} | {above * 2**20 / n:.0f} | {r['shard_phase']:.1f} | "
+              f"{r['wall']:.1f} |", flush=True)
+        data.unlink()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--memory-sizes", type=int, nargs="+", default=[100_000, 1_000_000])
+    ap.add_argument("--skip-memory", action="store_true")
+    ap.add_argument("--skip-throughput", action="store_true")
+    args = ap.parse_args()
+    print(f"cores available: {len(os.sched_getaffinity(0))}; load average "
+          f"{os.getloadavg()[0]:.1f}\n")
+    with tempfile.TemporaryDirectory() as d:
+        if not args.skip_throughput:
+            throughput(Path(d), args.repeats)
+        if not args.skip_memory:
+            memory(Path(d), args.memory_sizes)
+
+
+if __name__ == "__main__":
+    main()

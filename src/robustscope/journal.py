@@ -1,0 +1,167 @@
+"""Checkpoints of a run folder: the plan, the shard journal, resume decisions.
+
+A run folder being written holds ``plan.json`` (the run's uid, a fingerprint of the spec, the
+store run ids, ``complete: false``), ``shards/<threat>/<index>.npz`` (one file per finished
+shard, written atomically) and ``journal.jsonl`` (one line per shard event, appended and
+fsynced). A shard counts as done when its file exists and holds no failed rows; the journal
+says so without opening the file (a file written just before a crash, with no journal line
+yet, is opened once). When every shard is done the run's tables are assembled from the shard
+files and ``plan.json`` is marked ``complete: true``.
+
+Starting a run on a folder whose plan is incomplete continues it (or ``--resume DIR``);
+finished shards are never run again, so a run killed at any moment and started again gives
+the same tables as one that never stopped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import signal
+import time
+import uuid
+from pathlib import Path
+
+from robustscope.errors import InputError
+
+PLAN = "plan.json"
+JOURNAL = "journal.jsonl"
+SHARDS = "shards"
+#: Environment hook (tests, fault drills): SIGKILL this process after it has committed
+#: this many shards.
+KILL_AFTER_ENV = "ROBUSTSCOPE_KILL_AFTER_SHARDS"
+
+_entries: dict[str, dict[str, dict]] = {}
+_commits = [0]
+
+
+def fingerprint(spec, n: int) -> str:
+    """What must not change between a run and its resumption: the spec (except where and on
+    how many workers it runs) and the number of inputs."""
+    doc = json.loads(spec.model_dump_json())
+    doc["execution"] = {"shard_size": doc["execution"]["shard_size"]}
+    doc["outputs"].pop("dir", None)
+    text = json.dumps({"spec": doc, "n": n}, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _atomic_json(path: Path, doc: dict) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "w") as fh:
+            json.dump(doc, fh, indent=1)
+            fh.flush()
+            os.fsync(fh.fileno())
+        tmp.replace(path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+
+
+def load_plan(out_dir: Path) -> dict | None:
+    path = Path(out_dir) / PLAN
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise InputError(f"{path}: cannot read the run plan ({exc}); delete the folder "
+                         "or use another --out-dir") from exc
+
+
+def save_plan(out_dir: Path, plan: dict) -> None:
+    doc = {k: v for k, v in plan.items() if k != "resumed"}
+    _atomic_json(Path(out_dir) / PLAN, doc)
+
+
+def open_run(out_dir: Path, spec, n: int, resume: bool | None) -> dict:
+    """The plan of the run to execute in ``out_dir``: the incomplete one found there (when
+    ``resume`` is not False), else a new one (old shards and journal removed)."""
+    out_dir = Path(out_dir)
+    fp = fingerprint(spec, n)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        plan = load_plan(out_dir)
+        incomplete = plan is not None and not plan.get("complete", False)
+        if resume and not incomplete:
+            raise InputError(f"--resume {out_dir}: no incomplete run there "
+                             f"({'it is complete' if plan else 'no ' + PLAN})")
+        if incomplete and resume is not False:
+            if plan.get("fingerprint") != fp:
+                raise InputError(f"{out_dir} holds an incomplete run of a different spec (or "
+                                 "data); resume it with its own spec, or use another "
+                                 "--out-dir")
+            plan["resumed"] = True
+            _load_entries(out_dir)
+            return plan
+        for name in (SHARDS, JOURNAL, "run.json"):
+            path = out_dir / name
+            if path.is_dir():
+                shutil.rmtree(path)
+            elif path.exists():
+                path.unlink()
+        plan = {"robustscope_plan": 1, "uid": uuid.uuid4().hex, "fingerprint": fp, "n": n,
+                "shard_size": spec.execution.shard_size, "seed": spec.seed,
+                "threats": [t.name for t in spec.threats], "created": time.time(),
+                "complete": False}
+        save_plan(out_dir, plan)
+    except OSError as exc:
+        raise InputError(f"cannot prepare the run folder {out_dir} ({exc})") from exc
+    _entries[str(out_dir)] = {}
+    return plan
+
+
+def mark_complete(out_dir: Path, plan: dict) -> None:
+    plan["complete"] = True
+    save_plan(out_dir, plan)
+
+
+def _load_entries(out_dir: Path) -> None:
+    entries: dict[str, dict] = {}
+    path = Path(out_dir) / JOURNAL
+    if path.is_file():
+        for line in path.read_text().splitlines():
+            try:
+                doc = json.loads(line)
+            except json.JSONDecodeError:  # a line cut by a crash
+                continue
+            entries[doc["shard"]] = doc
+    _entries[str(out_dir)] = entries
+
+
+def shard_done(out_dir: Path, shard) -> bool:
+    """The shard's file exists and has no failed rows (those are retried)."""
+    from robustscope.shards import read_shard, shard_path
+
+    path = shard_path(out_dir, shard)
+    if not path.is_file():
+        return False
+    entry = _entries.get(str(out_dir), {}).get(shard.key)
+    if entry is not None and entry.get("status") == "done":
+        return entry.get("failed_rows", 0) == 0
+    _, failed, _ = read_shard(path, light=True)
+    return not failed
+
+
+def record(out_dir: Path, shard, status: str, **extra: object) -> None:
+    """Append one line to the journal and fsync it."""
+    doc = {"shard": shard.key, "threat": shard.threat, "index": shard.index,
+           "rows": [shard.start, shard.stop], "status": status, "time": time.time(), **extra}
+    with open(Path(out_dir) / JOURNAL, "a") as fh:
+        fh.write(json.dumps(doc) + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+    _entries.setdefault(str(out_dir), {})[shard.key] = doc
+
+
+def after_commit_hook() -> None:
+    """Honour :data:`KILL_AFTER_ENV` (fault drills)."""
+    limit = os.environ.get(KILL_AFTER_ENV)
+    if not limit:
+        return
+    _commits[0] += 1
+    if _commits[0] >= int(limit):
+        os.kill(os.getpid(), signal.SIGKILL)

@@ -1,0 +1,35 @@
+"""The Ray backend on a local 2-CPU cluster: the same tables as the local backend, and a
+worker that dies once is retried by Ray."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from scale_helpers import SRC, TESTS, gbm_spec
+from test_sharded_runs import assert_same_tables
+
+from robustscope.runner import run_spec_file
+from robustscope.shards import EXIT_ONCE_ENV
+
+ray = pytest.importorskip("ray")
+
+
+@pytest.mark.slow
+def test_ray_matches_local_and_retries_a_dead_worker(tmp_path, monkeypatch):
+    run_spec_file(gbm_spec(tmp_path, "local", "local", workers=1), quiet=True)
+    marker = tmp_path / "worker-died"
+    # Ray workers inherit the environment of the cluster started here
+    monkeypatch.setenv(EXIT_ONCE_ENV, str(marker))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([SRC, TESTS,
+                                                   os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        outcome = run_spec_file(gbm_spec(tmp_path, "ray", "ray"), quiet=True, backend="ray",
+                                workers=2)
+    finally:
+        ray.shutdown()
+    assert marker.exists()                      # one worker did die (os._exit), and Ray re-ran it
+    assert outcome.manifest["provenance"]["execution"]["backend"] == "ray"
+    assert_same_tables(tmp_path / "local", tmp_path / "ray")
