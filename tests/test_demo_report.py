@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 from report_helpers import external_references, report_images
 
 from robustscope.demo import demo_space, train_models
@@ -13,14 +11,12 @@ from robustscope.space import FeatureSpace
 
 
 def test_demo_report_end_to_end(tmp_path):
-    t0 = time.perf_counter()
     data, X_train, X_test, _, y_test, models = train_models()
     space = demo_space(data, X_train, X_test)
     results = {name: radius(m, X_test, y_test, threat="linf", space=space, seed=0)
                for name, m in models.items()}
     path = build_demo_report(results, X_test, y_test, space, tmp_path / "demo",
                              X_train=X_train)
-    elapsed = time.perf_counter() - t0
     assert path == tmp_path / "demo" / "report.html" and path.is_file()
     html = path.read_text()
     assert external_references(html) == []
@@ -34,7 +30,6 @@ def test_demo_report_end_to_end(tmp_path):
     for name in models:
         assert f">{name} <small" in html
     assert "Proxy-A distance" in html
-    assert elapsed < 120, f"demo report took {elapsed:.0f} s (budget: 2 minutes)"
 
 
 def test_demo_report_without_reference_data_says_so(tmp_path):

@@ -87,6 +87,7 @@ class _BatchState:
     lower: torch.Tensor
     exact: torch.Tensor
     attack_lo: torch.Tensor  # largest strength at which an attack failed (not a certificate)
+    probes: torch.Tensor  # bracketing PGD runs made per input
 
 
 def radius(
@@ -273,6 +274,7 @@ def _search_batch(model, X, labels, idx, space, threat, solver, kind, max_radius
         lower=torch.zeros(len(idx), dtype=torch.float64),
         exact=torch.zeros(len(idx), dtype=torch.bool),
         attack_lo=torch.zeros(len(idx), dtype=torch.float64),
+        probes=torch.zeros(len(idx), dtype=torch.int64),
     )
     active = ~wrong
     if active.any():
@@ -495,9 +497,13 @@ def _bisect_with_pgd(model, space, threat, max_radius, rtol, statement, ledger, 
         if len(todo) == 0:
             return
         hi, lo = state.best_r[todo], state.attack_lo[todo]
-        first = torch.isfinite(hi) & (lo == 0)
+        # the first probe checks the warm start's radius is nearly tight (0.9 r); if the
+        # attack still succeeds there, the warm start was far off: halve from then on
+        first = torch.isfinite(hi) & (lo == 0) & (state.probes[todo] == 0)
         eps = torch.where(first, hi * config.first_probe, (lo + hi) / 2)
         eps = torch.where(torch.isfinite(hi), eps, doubling_eps[todo])
+        # restart 0 starts from the best counterexample shrunk into the ball (warm start);
+        # the others from random points, aimed at the runner-up classes
         init_u = space.scaled_delta(state.best_x[todo], state.x[todo])
         init_u = torch.where(torch.isfinite(hi)[:, None],
                              init_u * (eps / hi.clamp_min(1e-300)).clamp(max=1.0)[:, None],
@@ -509,6 +515,7 @@ def _bisect_with_pgd(model, space, threat, max_radius, rtol, statement, ledger, 
                        generator, steps=config.pgd_steps, restarts=config.pgd_restarts,
                        towards=towards, init=init_u)
         ok = _verify(model, space, threat, statement, ledger, state, todo, cand)
+        state.probes[todo] += torch.isfinite(hi).to(state.probes.dtype)
         state.attack_lo[todo] = torch.where(ok, state.attack_lo[todo], eps)
         doubling_eps[todo] = torch.where(~ok & ~torch.isfinite(state.best_r[todo]),
                                          doubling_eps[todo] * 2, doubling_eps[todo])

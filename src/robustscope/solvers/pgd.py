@@ -31,8 +31,9 @@ def pgd(
 
     Minimises the statement's margin with steepest-descent steps in the threat's norm, of
     size ``step · eps`` annealed (cosine) from ``step_start`` to ``step_end``. Restart ``r``
-    starts from ``init`` (restart 0, if given), else 0 (restart 0) or a uniform point of the
-    ball, and pushes towards class ``towards[r]`` when given (``None`` = any other class).
+    starts from ``init`` (restart 0, if given; scaled perturbations ``(n, d)``), else 0
+    (restart 0) or a uniform point of the ball, and pushes towards class ``towards[r]`` when
+    given (``None`` = any other class).
 
     Returns candidates ``(n, *shape)``: per input the smallest-norm iterate that satisfied the
     statement, else the iterate of lowest margin. Costs ``steps · restarts`` gradient calls.
