@@ -54,7 +54,7 @@ def main() -> None:
         ratio = attack.radius[ok][closed] / res.lower_bound[closed]
         print(f"| {threat} | {closed.sum()}/{ok.sum()} | {np.median(res.seconds):.2f}, "
               f"{np.percentile(res.seconds, 90):.2f} | {np.median(ratio):.5f} | "
-              f"{np.percentile(ratio, 90):.4f} | {ratio.max():.4f} |")
+              f"{np.percentile(ratio, 90):.5f} | {ratio.max():.5f} |")
 
 if __name__ == "__main__":
     main()
