@@ -158,6 +158,8 @@ def radius(
                          f"ReLU network (Linf or L1); {model.name} under {threat.name} is none "
                          "of these (use solver='auto')")
 
+    # networks get their MILP only when asked for; linear models and trees by default
+    used_exact = kind if solver == "exact" or (solver == "auto" and kind != "relu") else None
     n = len(X)
     ledger = QueryLedger(n, budget)
     generator = torch.Generator(device="cpu").manual_seed(seed)
@@ -178,9 +180,7 @@ def radius(
         seconds=out.seconds, threat=threat.name, solver=solver, max_radius=float(max_radius),
         classes=getattr(model, "classes", None),
         meta={"seed": seed, "budget": budget, "rtol": rtol, "statement": statement.name,
-              "model": model.name,
-              "exact_solver": kind if solver in ("exact", "auto") and kind != "relu" or
-              solver == "exact" else None},
+              "model": model.name, "exact_solver": used_exact},
     )
 
 
