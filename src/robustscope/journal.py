@@ -15,7 +15,6 @@ the same tables as one that never stopped.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
@@ -26,6 +25,7 @@ import uuid
 from pathlib import Path
 
 from robustscope.errors import InputError
+from robustscope.fileio import atomic_write
 
 PLAN = "plan.json"
 JOURNAL = "journal.jsonl"
@@ -49,16 +49,7 @@ def fingerprint(spec, n: int) -> str:
 
 
 def _atomic_json(path: Path, doc: dict) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "w") as fh:
-            json.dump(doc, fh, indent=1)
-            fh.flush()
-            os.fsync(fh.fileno())
-        tmp.replace(path)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
+    atomic_write(path, lambda p: p.write_text(json.dumps(doc, indent=1)), durable=True)
 
 
 def load_plan(out_dir: Path) -> dict | None:

@@ -9,6 +9,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from robustscope.fileio import atomic_write
+
 #: The input's radius is certified exact (lower bound = radius).
 EXACT = "exact"
 #: A verified counterexample gives an upper bound; the lower bound may be loose.
@@ -116,16 +118,16 @@ class RadiusResult:
 
     # -- export -----------------------------------------------------------------------------
     def to_csv(self, path: str | Path) -> None:
-        _atomic_write(path, lambda p: self.to_dataframe().to_csv(p, index=False))
+        atomic_write(path, lambda p: self.to_dataframe().to_csv(p, index=False))
 
     def to_parquet(self, path: str | Path) -> None:
-        _atomic_write(path, lambda p: self.to_dataframe().to_parquet(p, index=False))
+        atomic_write(path, lambda p: self.to_dataframe().to_parquet(p, index=False))
 
     def to_json(self, path: str | Path) -> None:
         records = json.loads(self.to_dataframe().to_json(orient="records"))
         doc = {"threat": self.threat, "solver": self.solver, "max_radius": self.max_radius,
                "meta": self.meta, "inputs": records}
-        _atomic_write(path, lambda p: Path(p).write_text(json.dumps(doc, indent=1)))
+        atomic_write(path, lambda p: Path(p).write_text(json.dumps(doc, indent=1)))
 
     def save(self, path: str | Path) -> None:
         """Write by extension: ``.csv``, ``.parquet`` or ``.json``."""
@@ -145,16 +147,4 @@ class RadiusResult:
             with open(p, "wb") as fh:
                 np.savez_compressed(fh, X_adv=self.x_adv, radius=self.radius,
                                     status=self.status.astype(str))
-        _atomic_write(path, write)
-
-
-def _atomic_write(path: str | Path, write) -> None:
-    """Write through a temporary file and rename, so a failure leaves nothing half-written."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        write(tmp)
-        tmp.replace(path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+        atomic_write(path, write)

@@ -29,9 +29,10 @@ import pandas as pd
 from robustscope import journal
 from robustscope.errors import InputError
 from robustscope.evaluation import Evaluation, ReadingOptions, build_evaluation, optional_module
+from robustscope.fileio import atomic_write
 from robustscope.progress import RunProgress, run_progress
 from robustscope.report.html import render_report
-from robustscope.result import RadiusResult, _atomic_write
+from robustscope.result import RadiusResult
 from robustscope.shards import (
     _ROW_FIELDS,
     FAILED,
@@ -550,7 +551,7 @@ def _write_table(res: RadiusResult, y: np.ndarray | None, path: Path) -> None:
                 frame = _table_chunk(res, y, slice(start, start + TABLE_CHUNK))
                 frame.to_csv(fh, index=False, header=start == 0)
 
-    _atomic_write(path, write)
+    atomic_write(path, write)
 
 
 def _save_adversarial(res: RadiusResult, path: Path) -> None:
@@ -574,7 +575,7 @@ def _save_adversarial(res: RadiusResult, path: Path) -> None:
                 with zf.open(f"{name}.npy", "w", force_zip64=True) as fh:
                     np.lib.format.write_array(fh, arr, allow_pickle=False)
 
-    _atomic_write(path, write)
+    atomic_write(path, write)
 
 
 def _write_run_dir(spec: EvaluationSpec, ev: Evaluation, out_dir: Path, uid: str,
@@ -616,5 +617,5 @@ def _write_run_dir(spec: EvaluationSpec, ev: Evaluation, out_dir: Path, uid: str
     }
     manifest = _finite(manifest)
     text = json.dumps(manifest, indent=1, default=str)
-    _atomic_write(out_dir / "run.json", lambda p: Path(p).write_text(text))
+    atomic_write(out_dir / "run.json", lambda p: Path(p).write_text(text))
     return manifest

@@ -18,7 +18,6 @@ their radii (searched within the smaller pieces, so with a smaller pool).
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
 import time
@@ -30,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from robustscope.errors import ModelError
+from robustscope.fileio import atomic_write
 from robustscope.result import RadiusResult
 
 #: Status of an input whose model call raised (bisected down to that input).
@@ -247,7 +247,6 @@ def write_shard(root: Path, out: ShardOutput, writer: Callable | None = None) ->
     file is either whole or absent."""
     path = shard_path(root, out.shard)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     res = out.result
     import json
 
@@ -261,15 +260,11 @@ def write_shard(root: Path, out: ShardOutput, writer: Callable | None = None) ->
     if res.classes is not None:
         arrays["classes"] = np.asarray(res.classes)
     arrays["info"] = np.array(meta)
-    try:
+    def write(tmp: Path) -> None:
         with open(tmp, "wb") as fh:
             (writer or np.savez)(fh, **arrays)
-            fh.flush()
-            os.fsync(fh.fileno())
-        tmp.replace(path)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
+
+    atomic_write(path, write, durable=True)
     return path
 
 

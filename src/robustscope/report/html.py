@@ -18,6 +18,7 @@ import jinja2
 import numpy as np
 
 from robustscope.evaluation import Evaluation, Section, optional_module
+from robustscope.fileio import atomic_write
 from robustscope.report.figures import (
     Curve,
     accuracy_vs_strength_figure,
@@ -27,7 +28,7 @@ from robustscope.report.figures import (
     fragile_indices,
     radius_distribution_figure,
 )
-from robustscope.result import CENSORED, MISCLASSIFIED, _atomic_write
+from robustscope.result import CENSORED, MISCLASSIFIED
 
 _ENV = jinja2.Environment(
     loader=jinja2.PackageLoader("robustscope.report", "templates"),
@@ -221,7 +222,7 @@ def render_report(ev: Evaluation, path: str | Path, spec_text: str | None = None
     """Write the report of ``ev`` to ``path`` (atomically) and return the path."""
     path = Path(path)
     html = render_html(ev, spec_text)
-    _atomic_write(path, lambda p: Path(p).write_text(html, encoding="utf-8"))
+    atomic_write(path, lambda p: Path(p).write_text(html, encoding="utf-8"))
     return path
 
 
@@ -261,5 +262,5 @@ def render_compare(comparison, path: str | Path) -> Path:
         a=cmp.a, b=cmp.b, threats=threats, only_a=cmp.only_a, only_b=cmp.only_b,
         generated=datetime.now(timezone.utc).isoformat(timespec="seconds"))
     path = Path(path)
-    _atomic_write(path, lambda p: Path(p).write_text(html, encoding="utf-8"))
+    atomic_write(path, lambda p: Path(p).write_text(html, encoding="utf-8"))
     return path
