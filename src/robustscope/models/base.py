@@ -186,6 +186,27 @@ class Classifier:
         return _finite_difference(self, x, objective, fd_step)
 
 
+def evaluate_offsets(model: Classifier, x: torch.Tensor, offsets: torch.Tensor,
+                     objective: Callable[[torch.Tensor], torch.Tensor]
+                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Query ``x`` and ``x + offsets`` in one batched call, for gradient estimates.
+
+    ``offsets`` has shape ``(n, m, d)`` in original units. The ``n·(m + 1)`` rows are grouped
+    per input, so a charge gives each input ``m + 1`` passes. Returns logits at ``x``
+    ``(n, K)``, objective at ``x`` ``(n,)`` and objective at every offset ``(n, m)``.
+    """
+    n = x.shape[0]
+    flat = x.reshape(n, 1, -1)
+    m = offsets.shape[1]
+    rows = torch.cat([flat, flat + offsets], dim=1)  # (n, m + 1, d)
+    with torch.no_grad():
+        logits_all = model.logits(rows.reshape(n * (m + 1), *x.shape[1:]))
+        per_offset = logits_all.reshape(n, m + 1, -1).transpose(0, 1)  # (m + 1, n, K)
+        # the objective sees n rows at a time, in input order, as it expects
+        values = torch.stack([objective(chunk) for chunk in per_offset], dim=1)  # (n, m + 1)
+    return per_offset[0], values[:, 0], values[:, 1:]
+
+
 def _finite_difference(
     model: Classifier,
     x: torch.Tensor,
@@ -194,8 +215,7 @@ def _finite_difference(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Central finite differences, one batched call of ``n·(2d + 1)`` rows."""
     n = x.shape[0]
-    flat = x.reshape(n, -1)
-    d = flat.shape[1]
+    d = int(np.prod(x.shape[1:]))
     if fd_step is None:
         step = torch.full((n, d), 1e-3, dtype=x.dtype, device=x.device)
     else:
@@ -203,15 +223,7 @@ def _finite_difference(
         step = step.expand(n, d)
     eye = torch.eye(d, dtype=x.dtype, device=x.device)
     offsets = eye.unsqueeze(0) * step.unsqueeze(1)  # (n, d, d)
-    rows = torch.cat(
-        [flat.unsqueeze(1), flat.unsqueeze(1) + offsets, flat.unsqueeze(1) - offsets], dim=1
-    )  # (n, 2d+1, d), grouped per input so the charge is 2d+1 per input
-    with torch.no_grad():
-        logits_all = model.logits(rows.reshape(n * (2 * d + 1), *x.shape[1:]))
-        per_offset = logits_all.reshape(n, 2 * d + 1, -1).transpose(0, 1)
-        # objective sees n rows at a time, in input order, as it expects
-        values_all = torch.stack([objective(chunk) for chunk in per_offset], dim=1)
-    logits = per_offset[0]
-    values = values_all[:, 0]
-    grad = (values_all[:, 1 : d + 1] - values_all[:, d + 1 :]) / (2 * step)
+    logits, values, probes = evaluate_offsets(model, x, torch.cat([offsets, -offsets], 1),
+                                              objective)
+    grad = (probes[:, :d] - probes[:, d:]) / (2 * step)
     return logits, values, grad.reshape(x.shape)

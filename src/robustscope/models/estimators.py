@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from robustscope.errors import BudgetExhausted, InputError
-from robustscope.models.base import Classifier, QueryLedger
+from robustscope.models.base import Classifier, QueryLedger, evaluate_offsets
 from robustscope.space import FeatureSpace
 
 Objective = Callable[[torch.Tensor], torch.Tensor]
@@ -71,26 +71,6 @@ def _check_budget(ledger: QueryLedger, owners: np.ndarray, rows_per_input: int) 
             f"gradient estimate needs {rows_per_input} queries per input but input {worst} "
             f"has {int(left.min())} left of a budget of {ledger.budget}"
         )
-
-
-def _evaluate(model: Classifier, x: torch.Tensor, offsets: torch.Tensor,
-              objective: Objective) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Query ``x`` and ``x + offsets``.
-
-    ``offsets`` has shape ``(n, m, d)`` in original units. One batched call of ``n·(m + 1)``
-    rows, grouped per input. Returns logits at ``x`` ``(n, K)``, objective at ``x`` ``(n,)``
-    and objective at every offset ``(n, m)``.
-    """
-    n = x.shape[0]
-    flat = x.reshape(n, 1, -1)
-    m = offsets.shape[1]
-    rows = torch.cat([flat, flat + offsets], dim=1)  # (n, m + 1, d)
-    with torch.no_grad():
-        logits_all = model.logits(rows.reshape(n * (m + 1), *x.shape[1:]))
-        per_offset = logits_all.reshape(n, m + 1, -1).transpose(0, 1)  # (m + 1, n, K)
-        # the objective sees n rows at a time, in input order, as it expects
-        values = torch.stack([objective(chunk) for chunk in per_offset], dim=1)  # (n, m + 1)
-    return per_offset[0], values[:, 0], values[:, 1:]
 
 
 @dataclass
@@ -147,7 +127,8 @@ class FiniteDifference:
         plus[:, rows, idx] = up
         minus[:, rows, idx] = -down
         with _charged(model, ledger, owners, 2 * m + 1):
-            logits, values, probes = _evaluate(model, x, torch.cat([plus, minus], 1), objective)
+            logits, values, probes = evaluate_offsets(model, x, torch.cat([plus, minus], 1),
+                                                      objective)
         width = up + down
         safe = torch.where(width > 0, width, torch.ones_like(width))
         diff = torch.where(width > 0, (probes[:, :m] - probes[:, m:]) / safe,
@@ -209,7 +190,7 @@ class RandomDirections:
         v = (v.to(x.device) * mutable.to(x.dtype))
         offsets = self.sigma * v * scale  # original units
         with _charged(model, ledger, owners, 2 * s + 1):
-            logits, values, probes = _evaluate(model, x, torch.cat([offsets, -offsets], 1),
+            logits, values, probes = evaluate_offsets(model, x, torch.cat([offsets, -offsets], 1),
                                                objective)
         slope = (probes[:, :s] - probes[:, s:]) / (2 * self.sigma)  # (n, S)
         g_scaled = (slope.unsqueeze(2) * v).mean(dim=1)  # (n, d)
