@@ -61,6 +61,11 @@ def binomial_interval(k: np.ndarray, n: int, confidence: float = 0.95,
     return np.clip(centre - half, 0, 1), np.clip(centre + half, 0, 1)
 
 
+def _plain_dict(obj: object) -> dict:
+    """A dataclass's fields, arrays as lists (JSON-ready)."""
+    return {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in vars(obj).items()}
+
+
 @dataclass
 class FlipEstimate:
     """Monte-Carlo flip probabilities, arrays of shape ``(n,)``."""
@@ -76,8 +81,7 @@ class FlipEstimate:
     threat: str
 
     def to_dict(self) -> dict:
-        return {k: (v.tolist() if isinstance(v, np.ndarray) else v)
-                for k, v in self.__dict__.items()}
+        return _plain_dict(self)
 
 
 @dataclass
@@ -98,8 +102,7 @@ class TradeoffEps:
     threat: str
 
     def to_dict(self) -> dict:
-        return {k: (v.tolist() if isinstance(v, np.ndarray) else v)
-                for k, v in self.__dict__.items()}
+        return _plain_dict(self)
 
 
 def _prepare(model: Classifier, X, space: FeatureSpace | None):
