@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from robustscope.ecdf import share_above
 from robustscope.errors import InputError
 from robustscope.models.base import Classifier
 from robustscope.models.wrap import wrap_model
@@ -79,7 +80,7 @@ class GridResult:
     def accuracy(self) -> np.ndarray:
         """Robust accuracy at each grid level, shape ``(K,)``, as a share in [0, 1]."""
         k = np.arange(len(self.grid))
-        return (self.level[:, None] > k[None, :]).mean(axis=0)
+        return share_above(self.level, k)
 
     @property
     def radius(self) -> np.ndarray:

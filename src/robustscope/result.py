@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from robustscope.ecdf import share_above
 from robustscope.fileio import atomic_write
 
 #: The input's radius is certified exact (lower bound = radius).
@@ -78,7 +79,7 @@ class RadiusResult:
         since threat sets are nested). Censored inputs count as robust up to ``max_radius``;
         strengths above it are reported as NaN."""
         eps = np.atleast_1d(np.asarray(eps, dtype=np.float64))
-        acc = (self.radius[None, :] > eps[:, None]).mean(axis=1)
+        acc = share_above(self.radius, eps)
         return np.where(eps <= self.max_radius, acc, np.nan)
 
     def _label_values(self, idx: np.ndarray) -> np.ndarray:

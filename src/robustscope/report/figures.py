@@ -15,6 +15,7 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from robustscope.ecdf import share_above
 from robustscope.result import CENSORED, MISCLASSIFIED, RadiusResult
 
 #: Colours of the curves of run A / run B (and further sections), colour-blind safe.
@@ -57,7 +58,7 @@ class Curve:
         up to ``max_radius``; NaN above it). Misclassified inputs have radius 0."""
         eps = np.atleast_1d(np.asarray(eps, dtype=np.float64))
         r = np.where(self.status == CENSORED, np.inf, self.radius)
-        acc = (r[None, :] > eps[:, None]).mean(axis=1) if len(r) else np.full(len(eps), np.nan)
+        acc = share_above(r, eps)
         return np.where(eps <= self.max_radius * (1 + 1e-12), acc, np.nan)
 
 

@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from robustscope.ecdf import share_at_most
 from robustscope.errors import InputError
 from robustscope.result import CENSORED, MISCLASSIFIED, RadiusResult
 
@@ -89,8 +90,7 @@ def flip_rate(
     rows = []
     for name, mask in groups:
         m = int(mask.sum())
-        share = ((flipped_at[mask][None, :] <= eps[:, None]).mean(axis=1) if m
-                 else np.full(len(eps), np.nan))
+        share = share_at_most(flipped_at[mask], eps)
         rows.append(pd.DataFrame({"group": [name] * len(eps), "eps": eps, "flip_rate": share,
                                   "n": m}))
     return pd.concat(rows, ignore_index=True)
