@@ -99,3 +99,19 @@ def test_figures_render_to_png(tmp_path):
     for i, f in enumerate((fig, fig2, ood_figure(report))):
         path = save_figure(f, tmp_path / f"f{i}.png")
         assert path.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_score_scatter_draws_a_seeded_subset_of_many_points(monkeypatch):
+    import robustscope.report.figures as figures
+
+    monkeypatch.setattr(figures, "MAX_SCATTER_POINTS", 50)
+    rng = np.random.default_rng(3)
+    p = rng.uniform(0.5, 1, 400)
+    proba = np.c_[1 - p, p]
+    radius = rng.uniform(0, 1, 400)
+    ax = score_scatter_figure(proba, proba[:, ::-1], radius).axes[0]
+    offsets = ax.collections[0].get_offsets()
+    assert len(offsets) == 50
+    assert "50 of 400 drawn at random" in ax.get_title()
+    # the drawn points are inputs' own (before, after) pairs, not resampled values
+    assert set(np.round(offsets[:, 0], 12)) <= set(np.round(p, 12))

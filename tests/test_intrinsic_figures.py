@@ -39,3 +39,18 @@ def test_subset_bars(tmp_path):
     np.testing.assert_allclose(heights, [cmp.easy.R_m, cmp.easy.R_nu, cmp.hard.R_m,
                                          cmp.hard.R_nu])
     assert save_figure(fig, tmp_path / "b.png").exists()
+
+
+def test_radius_vs_g_draws_a_seeded_subset_of_many_points(monkeypatch):
+    import robustscope.report.figures as figures
+
+    monkeypatch.setattr(figures, "MAX_SCATTER_POINTS", 25)
+    r, loss, status = _data()
+    s = intrinsic_scores(r, loss, status, n_bootstrap=0)
+    ax = plot_radius_vs_g(s).axes[0]
+    drawn = sum(len(c.get_offsets()) for c in ax.collections)
+    assert drawn <= 25
+    assert "25 of 60 drawn at random" in ax.get_title()
+    again = plot_radius_vs_g(s).axes[0]
+    np.testing.assert_array_equal(ax.collections[0].get_offsets(),
+                                  again.collections[0].get_offsets())

@@ -19,7 +19,7 @@ from scale_helpers import FlakyModel, adversarial, gbm_spec, run_subprocess, tab
 from robustscope import journal
 from robustscope.errors import InputError
 from robustscope.runner import RunIncomplete, run_spec_file
-from robustscope.shards import plan_shards, shard_seed
+from robustscope.shards import plan_shards, read_shard, shard_seed
 from robustscope.store import open_store
 
 THREATS = ("linf", "l2")
@@ -71,6 +71,23 @@ def test_reference_run_is_complete_and_stored(reference):
         csv = table(out, t)
         assert len(rows[t]) == 24 and rows[t]["sample"].is_unique
         np.testing.assert_allclose(rows[t]["radius"].to_numpy(), csv["radius"].to_numpy())
+
+
+def test_assembled_columns_are_memory_maps_equal_to_the_shards(reference):
+    """Bounded memory: the assembled per-input arrays are pages of files in
+    shards/<threat>/columns, and hold exactly the shard files' rows."""
+    tmp, outcome = reference
+    out = tmp / "out"
+    for sec in outcome.evaluation.sections:
+        res = sec.result
+        for name in ("radius", "status", "proba", "x_adv", "sample"):
+            assert isinstance(getattr(res, name), np.memmap), name
+            assert (out / "shards" / sec.name / "columns" / f"{name}.npy").exists()
+        parts = [read_shard(p)[0] for p in sorted((out / "shards" / sec.name).glob("0*.npz"))]
+        np.testing.assert_array_equal(res.sample, np.arange(24))
+        np.testing.assert_array_equal(res.radius, np.concatenate([p.radius for p in parts]))
+        np.testing.assert_array_equal(res.x_adv, np.concatenate([p.x_adv for p in parts]))
+        assert res.status.tolist() == sum((p.status.tolist() for p in parts), [])
 
 
 def test_two_local_workers_give_the_same_numbers(reference, tmp_path):

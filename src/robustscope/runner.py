@@ -34,13 +34,15 @@ from robustscope.progress import RunProgress, run_progress
 from robustscope.report.html import render_report
 from robustscope.result import RadiusResult
 from robustscope.shards import (
+    _JOINED_META,
     _ROW_FIELDS,
+    _SUMMED_META,
     FAILED,
     Shard,
     ThreatJob,
-    concat_results,
     plan_shards,
     read_shard,
+    read_shard_arrays,
     shard_path,
     write_shard,
 )
@@ -316,36 +318,80 @@ def assemble(out_dir: Path, spec: EvaluationSpec, shards: list[Shard],
     """The per-threat results from the shard files (every shard must be done): results,
     seconds (sum of shard times) and the failed rows with their errors.
 
-    Per-input numbers are joined in memory (a few dozen bytes per input); the
-    counterexamples are copied shard by shard into a memory-mapped ``x_adv.npy`` beside the
-    shards, so they never sit in memory all at once."""
+    Every per-input column, counterexamples included, is copied shard by shard into a
+    memory-mapped ``.npy`` file in ``shards/<threat>/columns/``: one shard is in memory at a
+    time, and the assembled result's arrays are pages of those files, which the kernel can
+    drop, so memory stays bounded however many inputs the run has."""
     results, seconds, failed = {}, {}, {}
     for t in spec.threats:
         mine = [s for s in shards if s.threat == t.name]
-        parts, secs, fails = [], 0.0, {}
-        for shard in mine:
-            res, f, sec = read_shard(shard_path(out_dir, shard), light=True)
-            parts.append(res)
-            secs += sec
-            fails.update(f)
-        result = concat_results(parts)
-        n = mine[-1].stop if mine else 0
-        shape = input_shape
-        if shape is None:
-            with np.load(shard_path(out_dir, mine[0])) as z:
-                shape = z["x_adv"].shape[1:]
-        adv_path = shard_path(out_dir, mine[0]).parent / "x_adv.npy"
-        adv = np.lib.format.open_memmap(adv_path, mode="w+", dtype=np.float64,
-                                        shape=(n, *shape))
-        for shard in mine:
-            with np.load(shard_path(out_dir, shard)) as z:
-                adv[shard.start:shard.stop] = z["x_adv"].reshape(len(shard), *shape)
-        adv.flush()
-        result.x_adv = adv
+        result, secs, fails = _assemble_threat(out_dir, mine, input_shape)
         results[t.name] = result
         seconds[t.name] = secs
         failed[t.name] = fails
     return results, seconds, failed
+
+
+#: Width of the status column's memory map (every status name is shorter).
+_STATUS_WIDTH = 16
+
+
+def _assemble_threat(out_dir: Path, mine: list[Shard], input_shape: tuple[int, ...] | None
+                     ) -> tuple[RadiusResult, float, dict[int, str]]:
+    """One threat's shards joined into memory-mapped columns (see :func:`assemble`)."""
+    n = mine[-1].stop if mine else 0
+    folder = shard_path(out_dir, mine[0]).parent / "columns"
+    folder.mkdir(parents=True, exist_ok=True)
+    columns: dict[str, np.ndarray] = {}
+    first: RadiusResult | None = None
+    joined: dict[str, list] = {}
+    summed: dict[str, int] = {}
+    secs, fails = 0.0, {}
+    for shard in mine:
+        with np.load(shard_path(out_dir, shard), allow_pickle=False) as z:
+            res, f, sec = read_shard_arrays(z, light=False)
+            rows = slice(shard.start, shard.stop)
+            if len(res) != len(shard) or not np.array_equal(
+                    np.asarray(res.sample), np.arange(shard.start, shard.stop)):
+                raise RunIncomplete(f"shard file {shard_path(out_dir, shard)} does not hold "
+                                    f"rows {shard.start}..{shard.stop - 1}; delete it and "
+                                    "resume the run")
+            for name in _ROW_FIELDS:
+                value = np.asarray(getattr(res, name))
+                if name == "x_adv":
+                    shape = input_shape if input_shape is not None else value.shape[1:]
+                    value = value.reshape(len(shard), *shape)
+                if name not in columns:
+                    dtype = (f"<U{_STATUS_WIDTH}" if name == "status"
+                             else np.float64 if name == "x_adv" else value.dtype)
+                    columns[name] = np.lib.format.open_memmap(
+                        folder / f"{name}.npy", mode="w+", dtype=dtype,
+                        shape=(n, *value.shape[1:]))
+                if name == "status" and len(value) and max(map(len, set(value))) > _STATUS_WIDTH:
+                    raise ValueError(f"a status in shard {shard.key} is longer than "
+                                     f"{_STATUS_WIDTH} characters")
+                columns[name][rows] = value
+        if first is None or ((first.status == FAILED).all() and (res.status != FAILED).any()):
+            first = res
+        for key in _SUMMED_META:
+            if key in res.meta:
+                summed[key] = summed.get(key, 0) + int(res.meta[key])
+        for key in _JOINED_META:
+            joined.setdefault(key, []).extend(
+                np.asarray(res.meta.get(key, [0] * len(res))).tolist())
+        secs += sec
+        fails.update(f)
+    for col in columns.values():
+        col.flush()
+    assert first is not None
+    meta = dict(first.meta)
+    meta.update({k: v for k, v in summed.items() if k in meta})
+    meta.update({k: v for k, v in joined.items() if k in meta})
+    # the string statuses as one shared Python object per distinct value would cost 8 bytes
+    # per row in memory; the memory-mapped fixed-width column costs none until read
+    result = RadiusResult(**columns, threat=first.threat, solver=first.solver,
+                          max_radius=first.max_radius, classes=first.classes, meta=meta)
+    return result, secs, fails
 
 
 class _StoreWriter:
@@ -570,8 +616,11 @@ def _save_adversarial(res: RadiusResult, path: Path) -> None:
                 for start in range(0, len(x), TABLE_CHUNK):
                     chunk = np.ascontiguousarray(x[start:start + TABLE_CHUNK], np.float64)
                     fh.write(chunk.tobytes())
+            status = np.asarray(res.status)
+            # a fixed-width column (a memory map) is written as it is, buffered by numpy
+            status = status if status.dtype.kind == "U" else status.astype(str)
             for name, arr in (("radius", np.asarray(res.radius, np.float64)),
-                              ("status", np.asarray(res.status).astype(str))):
+                              ("status", status)):
                 with zf.open(f"{name}.npy", "w", force_zip64=True) as fh:
                     np.lib.format.write_array(fh, arr, allow_pickle=False)
 

@@ -22,6 +22,27 @@ from robustscope.result import CENSORED, MISCLASSIFIED, RadiusResult
 PALETTE = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000")
 
 
+#: Most points a scatter plot draws; above it, a seeded random subset is drawn (the figure
+#: says so). Drawing 10⁶ markers costs hundreds of MB and shows nothing more.
+MAX_SCATTER_POINTS = 5000
+
+
+def points_to_draw(n: int, limit: int | None = None, seed: int = 0) -> np.ndarray:
+    """Sorted indices of at most ``limit`` (default :data:`MAX_SCATTER_POINTS`) of ``n``
+    points: all of them, or a random subset drawn without replacement with ``seed`` (the
+    same subset on every call)."""
+    limit = MAX_SCATTER_POINTS if limit is None else limit
+    if n <= limit:
+        return np.arange(n)
+    return np.sort(np.random.default_rng(seed).choice(n, size=limit, replace=False))
+
+
+def drawn_note(n: int, limit: int | None = None) -> str:
+    """``""`` when every point is drawn, else a note to append to the title."""
+    limit = MAX_SCATTER_POINTS if limit is None else limit
+    return "" if n <= limit else f" ({limit:,} of {n:,} drawn at random)"
+
+
 def figure_to_data_uri(fig: Figure, dpi: int = 96) -> str:
     """PNG of ``fig`` as a ``data:image/png;base64,...`` URI (the figure is then closed)."""
     FigureCanvasAgg(fig)

@@ -15,6 +15,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
+from robustscope.report.figures import drawn_note, points_to_draw  # noqa: E402
 from robustscope.result import CENSORED, MISCLASSIFIED  # noqa: E402
 from robustscope.scores.intrinsic import IntrinsicScores, SubsetComparison  # noqa: E402
 
@@ -22,15 +23,21 @@ from robustscope.scores.intrinsic import IntrinsicScores, SubsetComparison  # no
 def plot_radius_vs_g(scores: IntrinsicScores, title: str | None = None,
                      radius_label: str = "radius r") -> Figure:
     """Scatter of r against g(loss) for the well-classified, uncensored inputs (misclassified
-    ones at r = 0 in grey), with the least-squares line and its R^2."""
+    ones at r = 0 in grey), with the least-squares line (fitted on every input) and its R^2.
+    Above :data:`~robustscope.report.figures.MAX_SCATTER_POINTS` inputs, a seeded random
+    subset of the points is drawn and the title says so."""
     fig, ax = plt.subplots(figsize=(5.5, 4.2))
     s = scores.status
     ok = (s != MISCLASSIFIED) & (s != CENSORED) & np.isfinite(scores.g)
     wrong = (s == MISCLASSIFIED) & np.isfinite(scores.g)
-    ax.scatter(scores.g[ok], scores.r[ok], s=14, color="tab:blue", label="well-classified")
-    if wrong.any():
-        ax.scatter(scores.g[wrong], scores.r[wrong], s=14, color="0.6", marker="x",
-                   label="misclassified (r = 0)")
+    drawn = np.zeros(len(s), dtype=bool)
+    drawn[points_to_draw(len(s))] = True
+    shown_ok, shown_wrong = ok & drawn, wrong & drawn
+    ax.scatter(scores.g[shown_ok], scores.r[shown_ok], s=14, color="tab:blue",
+               label="well-classified")
+    if shown_wrong.any():
+        ax.scatter(scores.g[shown_wrong], scores.r[shown_wrong], s=14, color="0.6",
+                   marker="x", label="misclassified (r = 0)")
     if np.isfinite(scores.slope) and ok.any():
         gx = np.linspace(min(0.0, scores.g[ok].min()), scores.g[ok].max(), 50)
         ax.plot(gx, scores.intercept + scores.slope * gx, color="tab:red",
@@ -39,7 +46,8 @@ def plot_radius_vs_g(scores: IntrinsicScores, title: str | None = None,
     ax.axvline(0, color="0.8", lw=0.8)
     ax.set_xlabel("g(loss) = -log(exp(loss) - 1)")
     ax.set_ylabel(radius_label)
-    ax.set_title(title or f"Radius against g(loss)  (R_ν = {scores.R_nu:.3g})")
+    ax.set_title((title or f"Radius against g(loss)  (R_ν = {scores.R_nu:.3g})")
+                 + drawn_note(len(s)))
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
+from robustscope.report.figures import drawn_note, points_to_draw
 from robustscope.result import RadiusResult
 from robustscope.scores.distribution import OODReport, flip_rate, score_shift
 
@@ -60,9 +61,16 @@ def score_scatter_figure(proba: np.ndarray, proba_adv: np.ndarray, radius: np.nd
                          title: str = "Initial vs perturbed score") -> Figure:
     """Probability of the predicted class before (x) and after (y) the perturbation, one
     point per input, coloured by radius. Pass only inputs with a counterexample.
-    ``threshold`` draws the decision line (0.5 for a binary model)."""
+    ``threshold`` draws the decision line (0.5 for a binary model). Above
+    :data:`~robustscope.report.figures.MAX_SCATTER_POINTS` inputs, a seeded random subset is
+    drawn and the title says so."""
+    n = len(proba)
+    rows = points_to_draw(n)
+    proba, proba_adv = np.asarray(proba)[rows], np.asarray(proba_adv)[rows]
+    prediction = None if prediction is None else np.asarray(prediction)[rows]
     before, after = score_shift(proba, proba_adv, prediction)
-    radius = np.asarray(radius, dtype=np.float64).reshape(-1)
+    radius = np.asarray(radius, dtype=np.float64).reshape(-1)[rows]
+    title += drawn_note(n)
     fig = Figure(figsize=(6, 5))
     ax = fig.add_subplot()
     points = ax.scatter(before, after, c=radius, cmap="viridis", alpha=0.75, s=22)

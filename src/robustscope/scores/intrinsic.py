@@ -313,7 +313,7 @@ def _bootstrap(r, g, s, keep, n_bootstrap: int, confidence: float,
     if n_bootstrap == 0:
         return {}, {}
     n = len(r)
-    chunk = max(1, min(256, 2_000_000 // n))  # bounds the (chunk, n) work arrays
+    chunk = max(1, min(256, 1_000_000 // n))  # bounds the (chunk, n) work arrays
     rng = np.random.default_rng(seed)
     draws: dict[str, list[np.ndarray]] = {}
     for start in range(0, n_bootstrap, chunk):
