@@ -56,12 +56,13 @@ def main() -> None:
     radius = np.where(correct, run.radius, 0.0)
 
     flips = flip_rate(radius, [0.01, 0.02, 0.05, 0.1, 0.2], labels=yte, status=status)
-    print("## Readings: breast-cancer XGBoost, Linf range-scaled, cascade 5,000 queries/input")
-    print(f"inputs {len(yte)}, clean accuracy {correct.mean():.3f}, counterexample found for "
+    print(f"Breast-cancer XGBoost, Linf range-scaled, the cascade with {args.budget:,} queries "
+          f"per input, seed {args.seed}.\n")
+    print(f"Inputs {len(yte)}, clean accuracy {correct.mean():.3f}, counterexample found for "
           f"{run.found[correct].mean():.3f} of the correct ones; median radius "
           f"{np.median(radius[correct]):.4f}, mean {radius[correct].mean():.4f}\n")
     table = flips.pivot(index="eps", columns="group", values="flip_rate")
-    print("flip rate (share of correctly classified inputs flipped within eps):")
+    print("Flip rate (share of correctly classified inputs flipped within eps):\n")
     cols = list(table.columns)
     print("| eps | " + " | ".join(f"class {c}" if c != "all" else "all" for c in cols) + " |")
     print("|---" * (len(cols) + 1) + "|")
@@ -69,17 +70,17 @@ def main() -> None:
         print(f"| {e:g} | " + " | ".join(f"{row[c]:.3f}" for c in cols) + " |")
     broken = correct & run.found
     ood = ood_check(Xtr, Xte[correct], x_adv[broken], seed=args.seed)
-    print(f"\nIsolationForest fitted on training data (predict == 1 is an inlier): "
+    print(f"\n- IsolationForest fitted on training data (predict == 1 is an inlier): "
           f"clean test inputs {ood.clean_outliers}/{len(ood.clean_inlier)} outliers "
           f"({ood.clean_outlier_rate:.1%}); counterexamples {ood.adv_outliers}/"
           f"{len(ood.adv_inlier)} outliers ({ood.adv_outlier_rate:.1%})")
     pad = proxy_a_distance(Xte[broken], x_adv[broken], seed=args.seed, paired=True)
-    print(f"Proxy-A distance (counterexamples vs their inputs, paired split, "
+    print(f"- Proxy-A distance (counterexamples vs their inputs, paired split, "
           f"{pad.n_test} held-out rows): {pad.pad:.3f}, Wilson 95% [{pad.interval[0]:.3f}, "
           f"{pad.interval[1]:.3f}], bootstrap 95% [{pad.bootstrap[0]:.3f}, "
           f"{pad.bootstrap[1]:.3f}]")
     pad_all = proxy_a_distance(Xtr, x_adv[broken], seed=args.seed)
-    print(f"Proxy-A distance (counterexamples vs training inputs): {pad_all.pad:.3f}, Wilson 95% "
+    print(f"- Proxy-A distance (counterexamples vs training inputs): {pad_all.pad:.3f}, Wilson 95% "
           f"[{pad_all.interval[0]:.3f}, {pad_all.interval[1]:.3f}]")
     if args.figures:
         out = Path(args.figures)

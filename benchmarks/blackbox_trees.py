@@ -111,6 +111,25 @@ def run_solver(fn, model, x, y, space, Xtr, ytr, seed, **kw):
     return run.radius, run.x_adv, run.queries, time.perf_counter() - t
 
 
+def verdict(summary: dict, budget: int) -> str:
+    """The target: the cascade within 10% of the reference at the median (worst seed) with at
+    most ``budget`` queries, and at least 10x fewer queries than the tutorial's recipe at equal
+    or better tightness."""
+    cascade = [v for k, v in summary.items() if k.startswith("cube+hsj/")]
+    worst = max(v["ratio_median"] for v in cascade)
+    queries = max(v["queries_median"] for v in cascade)
+    recipe = summary.get("recipe")
+    line = (f"\nTarget: the cascade's median ratio {worst:.4f} (worst seed) at a median of "
+            f"{queries:,.0f} queries per input")
+    ok = worst <= 1.1 and queries <= budget
+    if recipe is not None:
+        fewer = recipe["queries_median"] / max(queries, 1)
+        ok = ok and fewer >= 10 and worst <= recipe["ratio_median"]
+        line += (f"; the tutorial's recipe {recipe['ratio_median']:.4f} at "
+                 f"{recipe['queries_median']:,.0f} ({fewer:.1f}x the queries)")
+    return line + f": {'met' if ok else 'MISSED'}."
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--n", type=int, default=100)
@@ -177,7 +196,8 @@ def main() -> None:
             ref_kind = f"exact MILP ({exact_seconds / len(x):.2f} s per input)"
             # the model compares float32 features: allow float32 rounding (1e-4 relative)
             below = {k: int((r < reference * (1 - 1e-4)).sum()) for k, r in radii.items()}
-            print(f"\nradii below the exact radius beyond float32 rounding (must be 0): {below}")
+            print(f"\nRadii below the exact radius beyond float32 rounding (must be 0): "
+                  f"{sum(below.values())}.")
         else:
             reference = np.nanmin(np.vstack(list(radii.values())), axis=0)
             ref_kind = "best found by any run"
@@ -195,7 +215,7 @@ def main() -> None:
                         "runs": summary,
                         "radii": {k: [float(v) for v in r] for k, r in radii.items()},
                         "reference_radii": [float(v) for v in reference]}
-        print(f"\n## {name} (reference: {ref_kind}; clean accuracy {correct.mean():.3f}; "
+        print(f"\n### {name} (reference: {ref_kind}; clean accuracy {correct.mean():.3f}; "
               f"median reference radius {np.median(reference[ok]):.4f})")
         print("| run | inputs | radius / reference, median | p90 | share within 10% | "
               "found | queries / input, median | seconds |")
@@ -204,6 +224,7 @@ def main() -> None:
             print(f"| {key} | {s['n']} | {s['ratio_median']:.4f} | {s['ratio_p90']:.4f} | "
                   f"{s['within_10pct']:.2f} | {s['found']:.2f} | {s['queries_median']:.0f} | "
                   f"{s['seconds']:.1f} |", flush=True)
+        print(verdict(summary, args.budget))
     Path(args.out).write_text(json.dumps(report, indent=1))
 
 

@@ -23,6 +23,7 @@ import argparse
 import json
 import platform
 import statistics
+import sys
 import time
 
 import numpy as np
@@ -67,7 +68,7 @@ def run(n: int, steps: int, repeats: int, threats: list[str]) -> list[dict]:
         med = {k: statistics.median(p[k] for p in per) for k in per[0]}
         med.update(threat=name, attack=bis.attack_name, clean=100 * bis.clean_accuracy)
         rows.append(med)
-        print(f"{name}: done", flush=True)
+        print(f"{name}: done", file=sys.stderr, flush=True)
     return rows
 
 
@@ -88,7 +89,15 @@ def table(rows: list[dict], n: int, steps: int, repeats: int) -> str:
             f"{100 * r['saved']:.0f}% | {100 * r['agree']:.0f}% | "
             f"{100 * r['lower']:.0f}% / {100 * r['higher']:.0f}% | {r['gap']:.1f} | "
             f"{r['acc_max']:.1f} / {r['acc_max_full']:.1f} |")
-    return head + "\n".join(lines)
+    speed = [r["s_full"] / r["s_bis"] for r in rows]
+    runs = [r["runs_bis"] for r in rows]
+    higher = [r["threat"] for r in rows if r["higher"] > 0]
+    tail = (f"\n\nBisection costs {min(runs):.1f}–{max(runs):.1f} attack runs per input instead "
+            f"of 20 ({min(speed):.1f}–{max(speed):.1f}x faster). Where the levels differ, a "
+            "*lower* level by bisection means its warm start broke an input that a fresh run "
+            "at that level did not; a *higher* level (an attack that is not monotone in the "
+            "strength) occurred for " + (", ".join(higher) if higher else "no threat") + ".")
+    return head + "\n".join(lines) + tail
 
 
 def main() -> None:

@@ -68,14 +68,16 @@ def main() -> None:
         for k, v in got.items():
             worst_dev = max(worst_dev, abs(v - float(rows[rep.model][k])))
             n_values += 1
-    print(f"models: {len(models)}, points per model: {reports[1].table.n_points}")
-    print(f"parse defences.json     : {1e3 * t_parse:8.2f} ms (median of {args.repeats})")
-    print(f"score all models        : {1e3 * t_score:8.2f} ms")
-    print(f"store import (SQLite)   : {1e3 * t_imp:8.2f} ms")
-    print(f"store export (JSON)     : {1e3 * t_exp:8.2f} ms")
-    print(f"max |ours - published|  : {worst_dev:.4f} over {n_values} values "
-          "(published values are rounded to 0.01)")
-
+    n = len(models)
+    print(f"| step | time (median of {args.repeats}) |\n| --- | --- |")
+    print(f"| parse `defences.json` ({n} models) | {1e3 * t_parse:.1f} ms |")
+    print(f"| score all {n} models ({reports[1].table.n_points} points each, every metric) | "
+          f"{1e3 * t_score:.1f} ms |")
+    print(f"| SQLite import on disk | {1e3 * t_imp:.1f} ms |")
+    print(f"| JSON export | {1e3 * t_exp:.1f} ms |")
+    print(f"\nLargest deviation from the published `leaderboard.csv` over {n_values} values: "
+          f"{worst_dev:.4f} (the table rounds to 0.01): "
+          f"{'matches to its rounding' if worst_dev <= 0.005 + 1e-9 else 'DIFFERS'}.")
 
 if __name__ == "__main__":
     main()

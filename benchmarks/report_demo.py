@@ -10,7 +10,9 @@ distance, 11 figures, HTML), and the two together.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -37,17 +39,18 @@ def main() -> None:
     args = parser.parse_args()
     demo, report, size = [], [], 0
     for _ in range(args.repeats):
-        with tempfile.TemporaryDirectory() as tmp:
+        # the demo's own messages go to stderr: stdout carries the markdown result only
+        with tempfile.TemporaryDirectory() as tmp, contextlib.redirect_stdout(sys.stderr):
             d, r, size = once(Path(tmp))
         demo.append(d)
         report.append(r)
     total = [a + b for a, b in zip(demo, report, strict=True)]
-    for name, values in (("demo (train + radii)", demo), ("report", report),
+    print("| step | median | runs |\n| --- | --- | --- |")
+    for name, values in (("demo (training + radii)", demo), ("report", report),
                          ("demo + report", total)):
-        print(f"{name:>22}: median {statistics.median(values):6.1f} s  "
-              f"runs {', '.join(f'{v:.1f}' for v in values)}")
-    print(f"{'report size':>22}: {size / 1e3:.0f} kB")
-
+        print(f"| {name} | {statistics.median(values):.1f} s | "
+              f"{', '.join(f'{v:.1f}' for v in values)} |")
+    print(f"\nThe report file is {size / 1e3:.0f} kB.")
 
 if __name__ == "__main__":
     main()

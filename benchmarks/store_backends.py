@@ -89,7 +89,7 @@ def main() -> None:
 
             url = stack.enter_context(ThrowawayCluster(durable=True)).url
         rows.append(("PostgreSQL (TCP, localhost)", time_backend(url, result, args.repeats)))
-    print(f"inputs per run: {args.n}, medians of {args.repeats} runs")
+    print(f"{args.n:,} inputs per run, medians of {args.repeats} runs.\n")
     print("| backend | record_radii (ms) | inputs/s written | radii() read (ms) "
           "| inputs/s read | start_run + finish_run (ms) |")
     print("|---|---|---|---|---|---|")
