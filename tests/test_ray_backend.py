@@ -15,7 +15,6 @@ from robustscope.shards import EXIT_ONCE_ENV
 ray = pytest.importorskip("ray")
 
 
-@pytest.mark.slow
 def test_ray_matches_local_and_retries_a_dead_worker(tmp_path, monkeypatch):
     run_spec_file(gbm_spec(tmp_path, "local", "local", workers=1), quiet=True)
     marker = tmp_path / "worker-died"
@@ -24,6 +23,7 @@ def test_ray_matches_local_and_retries_a_dead_worker(tmp_path, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([SRC, TESTS,
                                                    os.environ.get("PYTHONPATH", "")]))
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setenv("RAY_USAGE_STATS_ENABLED", "0")  # no network from tests
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         outcome = run_spec_file(gbm_spec(tmp_path, "ray", "ray"), quiet=True, backend="ray",
