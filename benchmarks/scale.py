@@ -5,9 +5,10 @@
    (exact radii) and a gradient-boosted black box (gradient-free cascade). The shard phase
    is timed from the run plan's creation to the last shard's journal line, so model loading
    and the report are left out; the whole run's wall time is given too.
-2. Memory against the number of inputs, for an exact linear model on an uncompressed,
-   memory-mapped NPZ (1 worker, in-process), with and without the intrinsic scores (200
-   bootstrap resamples): the run process's peak RSS (ru_maxrss: it counts file-backed pages
+2. Memory against the number of inputs, for an exact linear model (1 worker, in-process) on
+   an uncompressed, memory-mapped NPZ, with and without the intrinsic scores (200 bootstrap
+   resamples), and on a Parquet file (streamed in batches into the run's memory-mapped
+   cache): the run process's peak RSS (ru_maxrss: it counts file-backed pages
    of memory maps, which the kernel can drop), its peak *anonymous* memory (RssAnon, sampled
    every 5 ms) and whether it completes inside a memory cgroup capped at
    ``--memory-budget`` MiB, which charges page cache too and kills the process if it needs
@@ -19,7 +20,8 @@
 Every run is a child process (``run_spec_file``) so that its peak memory is its own.
 
     OMP_NUM_THREADS=1 PYTHONPATH=src python benchmarks/scale.py [--repeats 3]
-        [--memory-sizes 100000 1000000] [--memory-budget 512] [--skip-memory]
+        [--memory-sizes 100000 1000000] [--memory-budget 512]
+        [--memory-formats npz,parquet] [--skip-memory]
         [--skip-throughput]
 """
 
@@ -46,7 +48,7 @@ if SRC not in sys.path:  # run from a checkout without installing robustscope
 SPEC = """\
 seed: 0
 model: {{path: {model}, trust_pickle: true}}
-data: {{path: {data}}}
+data: {{path: {data}, label_column: label}}
 features: {{default: {{lower: -6.0, upper: 6.0}}}}
 threats: [{{name: linf}}]
 solver: {{budget: {budget}}}
@@ -271,50 +273,73 @@ def throughput(tmp: Path, repeats: int) -> None:
         "model), which dominates runs of a few seconds like these.")
 
 
-def memory(tmp: Path, sizes: list[int], budget_mib: int) -> None:
+def write_data(path: Path, X: np.ndarray, y: np.ndarray) -> None:
+    """An uncompressed NPZ (memory-mapped by the run) or a Parquet file (streamed in batches
+    into the run's memory-mapped cache), with the labels in column ``label``."""
+    if path.suffix == ".npz":
+        np.savez(path, X=X, y=y)
+        return
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    columns = {f"f{j}": X[:, j] for j in range(X.shape[1])}
+    pq.write_table(pa.table({**columns, "label": y}), path, row_group_size=65536)
+
+
+def memory(tmp: Path, sizes: list[int], budget_mib: int, formats: list[str]) -> None:
     model = tmp / "logreg.pkl"
     write_model(model, "logreg")
     floor = child(FLOOR, str(model))
     print(f"\nimport floor (robustscope + model loaded): peak RSS {floor['maxrss_mb']:.0f} MiB, "
           f"anonymous {floor['anon_mb']:.0f} MiB\n")
-    print(f"| inputs | scores | data file MiB | peak RSS MiB | peak anonymous MiB | anonymous "
-          f"above floor MiB | under a {budget_mib} MiB cgroup cap | shard phase s | whole run s |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    done: dict[tuple[int, bool], bool] = {}
+    print(f"| inputs | data | scores | data file MiB | peak RSS MiB | peak anonymous MiB | "
+          f"anonymous above floor MiB | under a {budget_mib} MiB cgroup cap | shard phase s | "
+          f"whole run s |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    done: dict[tuple[int, str, bool], bool] = {}
+    cases = [("npz", False), ("npz", True), ("parquet", False)]
     for n in sizes:
         X, y = make_data(n, seed=3)
-        data = tmp / f"mem-{n}.npz"
-        np.savez(data, X=X, y=y)
+        files = {}
+        for fmt in formats:
+            files[fmt] = tmp / f"mem-{n}.{fmt}"
+            write_data(files[fmt], X, y)
         del X, y
-        for intrinsic in (False, True):
+        for fmt, intrinsic in cases:
+            if fmt not in files:
+                continue
+            data = files[fmt]
+            scores = "R_nu, 200 bootstrap" if intrinsic else "curves"
             cap = MemoryCap.create(budget_mib)
             try:
-                r = run(tmp, f"mem-{n}-{intrinsic}", model, data, 1, 8192, 1000,
+                r = run(tmp, f"mem-{n}-{fmt}-{intrinsic}", model, data, 1, 8192, 1000,
                         intrinsic=intrinsic, cap=cap, n_bootstrap=200 if intrinsic else 0)
                 verdict = ("not enforced (no writable memory cgroup)" if cap is None else
-                          f"completed ({cap.failures()} reclaims at the cap)")
+                           f"completed ({cap.failures()} reclaims at the cap)")
             except RuntimeError as exc:
-                print(f"| {n:,} | {'R_nu, 200 bootstrap' if intrinsic else 'curves'} | | | | | "
-                      f"FAILED: {str(exc).splitlines()[0][:80]} | | |", flush=True)
+                print(f"| {n:,} | {fmt} | {scores} | | | | | FAILED: "
+                      f"{str(exc).splitlines()[0][:80]} | | |", flush=True)
                 continue
             finally:
                 if cap is not None:
                     cap.remove()
-            print(f"| {n:,} | {'R_nu, 200 bootstrap' if intrinsic else 'curves'} | "
-                  f"{data.stat().st_size / 2**20:.0f} | {r['maxrss_mb']:.0f} | "
-                  f"{r['peak_anon_mb']:.0f} | {r['peak_anon_mb'] - floor['anon_mb']:.0f} | "
-                  f"{verdict} | {r['shard_phase']:.1f} | {r['wall']:.1f} |", flush=True)
+            print(f"| {n:,} | {fmt} | {scores} | {data.stat().st_size / 2**20:.0f} | "
+                  f"{r['maxrss_mb']:.0f} | {r['peak_anon_mb']:.0f} | "
+                  f"{r['peak_anon_mb'] - floor['anon_mb']:.0f} | {verdict} | "
+                  f"{r['shard_phase']:.1f} | {r['wall']:.1f} |", flush=True)
             import shutil
 
             shutil.rmtree(r["out"], ignore_errors=True)
-            done[(n, intrinsic)] = cap is not None
-        data.unlink()
+            done[(n, fmt, intrinsic)] = cap is not None
+        for f in files.values():
+            f.unlink()
     top = max(sizes)
-    enforced = [done.get((top, i)) for i in (False, True)]
+    wanted = [(top, fmt, i) for fmt, i in cases if fmt in formats]
     print(f"\nBudget: {top:,} inputs within {budget_mib} MiB (cgroup cap, page cache "
-          f"included): " + ("met, with and without the intrinsic scores" if all(enforced)
-                            else "not verified here (no writable memory cgroup, or a run "
-                                 "failed; see the table)") + ".")
+          f"included), for " + ", ".join(f"{f}{' + scores' if i else ''}" for _, f, i in wanted)
+          + ": " + ("met" if all(done.get(k) for k in wanted)
+                    else "not verified here (no writable memory cgroup, or a run failed; see "
+                         "the table)") + ".")
 
 
 def main() -> None:
@@ -323,6 +348,9 @@ def main() -> None:
     ap.add_argument("--memory-sizes", type=int, nargs="+", default=[100_000, 1_000_000])
     ap.add_argument("--memory-budget", type=int, default=512,
                     help="MiB: the cgroup cap the memory runs must complete under")
+    ap.add_argument("--memory-formats", default="npz,parquet",
+                    help="data files for the memory runs: npz (memory-mapped), parquet "
+                         "(streamed into the run's cache)")
     ap.add_argument("--skip-memory", action="store_true")
     ap.add_argument("--skip-throughput", action="store_true")
     args = ap.parse_args()
@@ -332,7 +360,8 @@ def main() -> None:
         if not args.skip_throughput:
             throughput(Path(d), args.repeats)
         if not args.skip_memory:
-            memory(Path(d), args.memory_sizes, args.memory_budget)
+            memory(Path(d), args.memory_sizes, args.memory_budget,
+                   args.memory_formats.split(","))
 
 
 if __name__ == "__main__":
