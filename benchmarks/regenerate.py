@@ -8,10 +8,11 @@
 Each benchmark prints its results as markdown on stdout (tables, and verdict lines computed
 from its own measurements) and its progress on stderr. This script runs each one as a child
 process (``OMP_NUM_THREADS=1``, ``PYTHONPATH=src``) with the arguments listed below, and
-writes ``benchmarks/results/<section>.md``: a title, the command, a description of what is
-measured (fixed text, no numbers), the machine and the time it ran, then the benchmark's own
-output. RESULTS.md is the header plus every section file in order, so rerunning some
-sections keeps the others' last measurement (each says when it was taken). A failing
+writes ``benchmarks/results/<section>.md``: the machine and the time it ran, then the
+benchmark's own output. RESULTS.md is the header plus, for every section in order, its title,
+command and a description of what is measured (fixed text below, no numbers), then its
+file; rerunning some sections keeps the others' last measurement (each says when it was
+taken). A failing
 benchmark stops with its stderr and leaves its previous section file as it was.
 
 The peer benchmark needs its own requirements first: ``pip install -r
@@ -143,7 +144,8 @@ SECTIONS: tuple[Section, ...] = (
         "finished after the first shard over the time after it, so that starting the worker "
         "processes is left out; the whole shard phase includes it), the cost of one shard, "
         "and memory against the number of inputs for an exact linear model on a memory-mapped "
-        "NPZ: peak RSS (counts file-backed pages of memory maps, which the kernel can drop), "
+        "NPZ and on a Parquet file streamed in batches into the run's cache: peak RSS "
+        "(counts file-backed pages of memory maps, which the kernel can drop), "
         "peak anonymous memory, and whether the run completes inside a memory cgroup capped "
         "at the budget (charging page cache too; a process over it is killed). The multi-node "
         "plan built on these costs is in `docs/scaling.md`.", 6),
@@ -180,7 +182,8 @@ def command_line(section: Section) -> str:
 
 
 def run_section(section: Section, python: str = sys.executable, echo: bool = True) -> str:
-    """Run one benchmark and return its section's markdown; raises RuntimeError on failure."""
+    """Run one benchmark and return what it measured (a stamp line, then its stdout);
+    raises RuntimeError on failure."""
     env = {**os.environ, "OMP_NUM_THREADS": "1",
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "src"), str(HERE),
                                                        os.environ.get("PYTHONPATH")]))}
@@ -209,13 +212,20 @@ def run_section(section: Section, python: str = sys.executable, echo: bool = Tru
         raise RuntimeError(f"{section.key}: `{command_line(section)}` exited with "
                            f"{proc.returncode}:\n{''.join(tail)}")
     stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started))
+    return f"*Measured {stamp} in {minutes:.1f} min on {where}.*\n\n{stdout.strip()}\n"
+
+
+def section_text(section: Section, measured: str | None) -> str:
+    """A section of RESULTS.md: title, command, description, then the measured part (the
+    stamp and the benchmark's output, as :func:`run_section` returned it)."""
+    body = measured.strip() if measured else (
+        "Not measured yet: run `python benchmarks/regenerate.py --only "
+        f"{section.key}`.")
     return "\n".join([
         f"## {section.title}", "",
         f"Regenerate: `python benchmarks/regenerate.py --only {section.key}` (runs "
         f"`{command_line(section)}`).", "",
-        section.about, "",
-        f"*Measured {stamp} in {minutes:.1f} min on {where}.*", "",
-        stdout.strip(), ""])
+        section.about, "", body, ""])
 
 
 def assemble(path: Path = RESULTS, sections_dir: Path = SECTIONS_DIR) -> Path:
@@ -223,11 +233,7 @@ def assemble(path: Path = RESULTS, sections_dir: Path = SECTIONS_DIR) -> Path:
     parts = [HEADER]
     for section in SECTIONS:
         file = sections_dir / f"{section.key}.md"
-        if file.exists():
-            parts.append(file.read_text().strip() + "\n")
-        else:
-            parts.append(f"## {section.title}\n\nNot measured yet: run `python "
-                         f"benchmarks/regenerate.py --only {section.key}`.\n")
+        parts.append(section_text(section, file.read_text() if file.exists() else None))
     path.write_text("\n".join(parts))
     return path
 

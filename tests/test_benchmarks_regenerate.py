@@ -55,7 +55,8 @@ def test_one_section_is_run_and_assembled(regenerate, tmp_path):
     assert text.startswith("# Benchmark results")
     part = (sections / "leaderboard.md").read_text()
     assert part in text
-    assert "Regenerate: `python benchmarks/regenerate.py --only leaderboard`" in part
+    assert part.startswith("*Measured ")
+    assert "Regenerate: `python benchmarks/regenerate.py --only leaderboard`" in text
     assert "| parse `defences.json` (21 models) |" in part
     assert "matches to its rounding" in part  # computed from the run, not written by hand
     # sections never run say so instead of showing stale or invented numbers
