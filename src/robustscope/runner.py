@@ -42,7 +42,6 @@ from robustscope.shards import (
     ThreatJob,
     plan_shards,
     read_shard,
-    read_shard_arrays,
     shard_path,
     write_shard,
 )
@@ -348,29 +347,27 @@ def _assemble_threat(out_dir: Path, mine: list[Shard], input_shape: tuple[int, .
     summed: dict[str, int] = {}
     secs, fails = 0.0, {}
     for shard in mine:
-        with np.load(shard_path(out_dir, shard), allow_pickle=False) as z:
-            res, f, sec = read_shard_arrays(z, light=False)
-            rows = slice(shard.start, shard.stop)
-            if len(res) != len(shard) or not np.array_equal(
-                    np.asarray(res.sample), np.arange(shard.start, shard.stop)):
-                raise RunIncomplete(f"shard file {shard_path(out_dir, shard)} does not hold "
-                                    f"rows {shard.start}..{shard.stop - 1}; delete it and "
-                                    "resume the run")
-            for name in _ROW_FIELDS:
-                value = np.asarray(getattr(res, name))
-                if name == "x_adv":
-                    shape = input_shape if input_shape is not None else value.shape[1:]
-                    value = value.reshape(len(shard), *shape)
-                if name not in columns:
-                    dtype = (f"<U{_STATUS_WIDTH}" if name == "status"
-                             else np.float64 if name == "x_adv" else value.dtype)
-                    columns[name] = np.lib.format.open_memmap(
-                        folder / f"{name}.npy", mode="w+", dtype=dtype,
-                        shape=(n, *value.shape[1:]))
-                if name == "status" and len(value) and max(map(len, set(value))) > _STATUS_WIDTH:
-                    raise ValueError(f"a status in shard {shard.key} is longer than "
-                                     f"{_STATUS_WIDTH} characters")
-                columns[name][rows] = value
+        res, f, sec = read_shard(shard_path(out_dir, shard))
+        rows = slice(shard.start, shard.stop)
+        if len(res) != len(shard) or not np.array_equal(
+                np.asarray(res.sample), np.arange(shard.start, shard.stop)):
+            raise RunIncomplete(f"shard file {shard_path(out_dir, shard)} does not hold rows "
+                                f"{shard.start}..{shard.stop - 1}; delete it and resume the run")
+        for name in _ROW_FIELDS:
+            value = np.asarray(getattr(res, name))
+            if name == "x_adv":
+                shape = input_shape if input_shape is not None else value.shape[1:]
+                value = value.reshape(len(shard), *shape)
+            if name not in columns:
+                # statuses as a fixed-width text column: no Python object per row
+                dtype = (f"<U{_STATUS_WIDTH}" if name == "status"
+                         else np.float64 if name == "x_adv" else value.dtype)
+                columns[name] = np.lib.format.open_memmap(
+                    folder / f"{name}.npy", mode="w+", dtype=dtype, shape=(n, *value.shape[1:]))
+            if name == "status" and len(value) and max(map(len, set(value))) > _STATUS_WIDTH:
+                raise ValueError(f"a status in shard {shard.key} is longer than "
+                                 f"{_STATUS_WIDTH} characters")
+            columns[name][rows] = value
         if first is None or ((first.status == FAILED).all() and (res.status != FAILED).any()):
             first = res
         for key in _SUMMED_META:
@@ -387,8 +384,6 @@ def _assemble_threat(out_dir: Path, mine: list[Shard], input_shape: tuple[int, .
     meta = dict(first.meta)
     meta.update({k: v for k, v in summed.items() if k in meta})
     meta.update({k: v for k, v in joined.items() if k in meta})
-    # the string statuses as one shared Python object per distinct value would cost 8 bytes
-    # per row in memory; the memory-mapped fixed-width column costs none until read
     result = RadiusResult(**columns, threat=first.threat, solver=first.solver,
                           max_radius=first.max_radius, classes=first.classes, meta=meta)
     return result, secs, fails

@@ -279,22 +279,17 @@ def _jsonable(x: object) -> object:
 def read_shard(path: Path, light: bool = False) -> tuple[RadiusResult, dict[int, str], float]:
     """A shard file back as ``(result, failed rows, seconds)``; ``light`` skips ``x_adv``
     (an empty ``(n, 0)`` array instead) to keep memory small."""
-    with np.load(path, allow_pickle=False) as z:
-        return read_shard_arrays(z, light)
-
-
-def read_shard_arrays(z, light: bool = False) -> tuple[RadiusResult, dict[int, str], float]:
-    """Like :func:`read_shard`, from an open ``np.load`` archive ``z``."""
     import json
 
-    info = json.loads(str(z["info"]))
-    arrays = {}
-    for name in _ROW_FIELDS:
-        if light and name == "x_adv":
-            arrays[name] = np.zeros((len(z["radius"]), 0))
-            continue
-        arrays[name] = z[name]
-    classes = z["classes"] if "classes" in z.files else None
+    with np.load(path, allow_pickle=False) as z:
+        info = json.loads(str(z["info"]))
+        arrays = {}
+        for name in _ROW_FIELDS:
+            if light and name == "x_adv":
+                arrays[name] = np.zeros((len(z["radius"]), 0))
+                continue
+            arrays[name] = z[name]
+        classes = z["classes"] if "classes" in z.files else None
     # one Python string per distinct status, shared by every row (not one per row)
     kinds, inverse = np.unique(arrays["status"], return_inverse=True)
     arrays["status"] = kinds.astype(object)[inverse.reshape(-1)]
