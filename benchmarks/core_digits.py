@@ -32,6 +32,14 @@ BUDGET = 1000
 BIG = SearchConfig(minnorm_steps=1000, pgd_steps=100, pgd_restarts=9, max_probes=20)
 
 
+def digits_split() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """scikit-learn's digits with pixels in [0, 1]: the first 1,297 for training
+    ``(Xtr, ytr)``, the last 500 for testing ``(Xte, yte)``."""
+    X, y = load_digits(return_X_y=True)
+    X = X / 16.0
+    return X[:1297], y[:1297], X[1297:], y[1297:]
+
+
 def train_mlp(X: np.ndarray, y: np.ndarray, seed: int = 0) -> torch.nn.Module:
     torch.manual_seed(seed)
     net = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
@@ -60,9 +68,7 @@ def main() -> None:
     parser.add_argument("--mlp-inputs", type=int, default=200)
     args = parser.parse_args()
     torch.set_num_threads(1)
-    X, y = load_digits(return_X_y=True)
-    X = X / 16.0
-    Xtr, ytr, Xte, yte = X[:1297], y[:1297], X[1297:], y[1297:]
+    Xtr, ytr, Xte, yte = digits_split()
     space = FeatureSpace.box(64)
     lr = LogisticRegression(max_iter=3000).fit(Xtr, ytr)
     module = torch.nn.Linear(64, 10).double()

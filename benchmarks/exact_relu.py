@@ -17,8 +17,7 @@ import argparse
 
 import numpy as np
 import torch
-from core_digits import BUDGET, train_mlp
-from sklearn.datasets import load_digits
+from core_digits import BUDGET, digits_split, train_mlp
 
 from robustscope import FeatureSpace
 from robustscope.search import EXACT_RTOL, radius
@@ -32,10 +31,9 @@ def main() -> None:
     parser.add_argument("--time-limit", type=float, default=20.0)
     args = parser.parse_args()
     torch.set_num_threads(1)
-    X, y = load_digits(return_X_y=True)
-    X = X / 16.0
-    net = train_mlp(X[:1297], y[:1297])
-    Xs, ys = X[1297:1297 + args.n], y[1297:1297 + args.n]
+    Xtr, ytr, Xte, yte = digits_split()
+    net = train_mlp(Xtr, ytr)
+    Xs, ys = Xte[:args.n], yte[:args.n]
     space = FeatureSpace.box(64)
     print(f"### ReLU MLP 64-128-10 on digits: MILP exact radii ({args.n} test inputs, "
           f"time limit {args.time_limit:g} s per input)\n")
