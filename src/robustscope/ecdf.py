@@ -11,6 +11,16 @@ from __future__ import annotations
 import numpy as np
 
 
+def _sorted_valid(values: np.ndarray) -> np.ndarray:
+    """``values`` as float64, NaN removed, sorted: ``(n_valid,)``."""
+    v = np.asarray(values, dtype=np.float64).reshape(-1)
+    return np.sort(v[~np.isnan(v)])
+
+
+def _thresholds(eps: np.ndarray | float) -> np.ndarray:
+    return np.atleast_1d(np.asarray(eps, dtype=np.float64))
+
+
 def count_at_most(values: np.ndarray, eps: np.ndarray | float) -> np.ndarray:
     """Number of ``values`` that are ``<= e`` for each ``e`` in ``eps``.
 
@@ -18,10 +28,8 @@ def count_at_most(values: np.ndarray, eps: np.ndarray | float) -> np.ndarray:
     eps : ``(m,)`` thresholds (or a scalar).
     Returns ``(m,)`` int64 counts.
     """
-    v = np.asarray(values, dtype=np.float64).reshape(-1)
-    v = np.sort(v[~np.isnan(v)])
-    e = np.atleast_1d(np.asarray(eps, dtype=np.float64))
-    return np.searchsorted(v, e, side="right").astype(np.int64)
+    s = _sorted_valid(values)
+    return np.searchsorted(s, _thresholds(eps), side="right").astype(np.int64)
 
 
 def count_above(values: np.ndarray, eps: np.ndarray | float) -> np.ndarray:
@@ -29,9 +37,8 @@ def count_above(values: np.ndarray, eps: np.ndarray | float) -> np.ndarray:
 
     values : ``(n,)``; eps : ``(m,)`` or a scalar. Returns ``(m,)`` int64 counts.
     """
-    v = np.asarray(values, dtype=np.float64).reshape(-1)
-    n_valid = int((~np.isnan(v)).sum())
-    return n_valid - count_at_most(v, eps)
+    s = _sorted_valid(values)
+    return (len(s) - np.searchsorted(s, _thresholds(eps), side="right")).astype(np.int64)
 
 
 def share_above(values: np.ndarray, eps: np.ndarray | float) -> np.ndarray:
