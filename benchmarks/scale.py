@@ -32,6 +32,7 @@ import contextlib
 import json
 import os
 import pickle
+import shutil
 import statistics
 import subprocess
 import sys
@@ -327,8 +328,6 @@ def memory(tmp: Path, sizes: list[int], budget_mib: int, formats: list[str]) -> 
                   f"{r['maxrss_mb']:.0f} | {r['peak_anon_mb']:.0f} | "
                   f"{r['peak_anon_mb'] - floor['anon_mb']:.0f} | {verdict} | "
                   f"{r['shard_phase']:.1f} | {r['wall']:.1f} |", flush=True)
-            import shutil
-
             shutil.rmtree(r["out"], ignore_errors=True)
             done[(n, fmt, intrinsic)] = cap is not None
         for f in files.values():
