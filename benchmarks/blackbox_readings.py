@@ -29,6 +29,7 @@ def main() -> None:
     ap.add_argument("--figures", default=None, help="folder for the PNG figures")
     args = ap.parse_args()
 
+    from robustscope.core.result import ATTACKED, MISCLASSIFIED
     from robustscope.models import wrap_model
     from robustscope.report.tabular_figures import (
         flip_rate_figure,
@@ -36,7 +37,6 @@ def main() -> None:
         save_figure,
         score_scatter_figure,
     )
-    from robustscope.result import ATTACKED, MISCLASSIFIED
     from robustscope.scores.distribution import flip_rate, ood_check, proxy_a_distance
     from robustscope.solvers.gradient_free import gradient_free_run
 

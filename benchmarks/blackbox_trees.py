@@ -34,13 +34,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from robustscope.core.space import FeatureSpace
 from robustscope.models import wrap_model
 from robustscope.models.base import QueryLedger
 from robustscope.models.estimators import FiniteDifference
 from robustscope.solvers.boundary import hop_skip_jump_run
 from robustscope.solvers.gradient_free import gradient_free_run
 from robustscope.solvers.random_search import cube_search_run
-from robustscope.space import FeatureSpace
 
 
 def make_models(seed: int = 0):

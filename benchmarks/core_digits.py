@@ -26,7 +26,7 @@ from sklearn.datasets import load_digits
 from sklearn.linear_model import LogisticRegression
 
 from robustscope import FeatureSpace
-from robustscope.search import SearchConfig, radius
+from robustscope.search.engine import SearchConfig, radius
 
 BUDGET = 1000
 BIG = SearchConfig(minnorm_steps=1000, pgd_steps=100, pgd_restarts=9, max_probes=20)

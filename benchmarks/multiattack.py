@@ -1,6 +1,6 @@
 """Cost of a 20-point robust-accuracy curve per image threat: bisection against the full grid.
 
-A tiny undefended CNN on synthetic 32 x 32 colour images (``robustscope.toydata``), every
+A tiny undefended CNN on synthetic 32 x 32 colour images (``robustscope.models.toy``), every
 image threat on its default 20-level benchmark grid, solver PGD with ``--steps`` steps and one
 restart. For each threat, each of ``--repeats`` runs measures
 
@@ -29,9 +29,9 @@ import time
 import numpy as np
 import torch
 
-from robustscope.grid_search import grid_robustness
+from robustscope.models.toy import RandomTrunk, stripes_dataset, train_tiny_cnn
+from robustscope.search.grid import grid_robustness
 from robustscope.threats.image import get_image_threat
-from robustscope.toydata import RandomTrunk, stripes_dataset, train_tiny_cnn
 
 THREATS = ["linf", "l2", "l1", "elastic", "stadv", "recolor", "jpeg-linf", "jpeg-l1", "lpips",
            "hue", "saturation", "brightness", "contrast", "affine", "perspective"]

@@ -120,7 +120,7 @@ SECTIONS: tuple[Section, ...] = (
     Section(
         "multiattack", "Image threats: 20-point curves by bisection (issue 5)",
         ("benchmarks/multiattack.py", "--n", "32", "--steps", "10", "--repeats", "3"),
-        "A tiny CNN on synthetic 32x32 colour images (`robustscope.toydata`), image attacks "
+        "A tiny CNN on synthetic 32x32 colour images (`robustscope.models.toy`), image attacks "
         "with 10 steps on each threat's 20-level grid. *runs/input* counts attack runs per "
         "input (attacking every level costs 20); *same level* compares each input's breaking "
         "level found by bisection with the one found by attacking every level. LPIPS uses a "

@@ -17,8 +17,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from robustscope.demo import demo_space, run_demo, train_models
 from robustscope.report.demo_report import build_demo_report
+from robustscope.runs.demo import demo_space, run_demo, train_models
 
 
 def once(out: Path) -> tuple[float, float, int]:

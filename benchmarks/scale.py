@@ -75,7 +75,7 @@ def sample():
         time.sleep(0.005)
 threading.Thread(target=sample, daemon=True).start()
 t0 = time.time()
-from robustscope.runner import run_spec_file
+from robustscope.runs.runner import run_spec_file
 out = run_spec_file(sys.argv[1], quiet=True)
 peak[0] = max(peak[0], anon_mib())
 print(json.dumps({"wall": time.time() - t0, "peak_anon_mb": peak[0],
@@ -84,7 +84,7 @@ print(json.dumps({"wall": time.time() - t0, "peak_anon_mb": peak[0],
 
 FLOOR = """
 import json, pickle, resource, sys
-import robustscope.runner, robustscope.search
+import robustscope.runs.runner, robustscope.search.engine
 from robustscope.models.loaders import load_model
 load_model(sys.argv[1], trust_pickle=True)
 with open("/proc/self/status") as fh:
@@ -196,8 +196,8 @@ def run(tmp: Path, name: str, model: Path, data: Path, workers: int, shard: int,
 def shard_costs(out: Path) -> dict:
     """Median search seconds per shard, and the median times to write one shard file again
     and to append one journal line (what the driver does per finished shard)."""
-    from robustscope import journal
-    from robustscope.shards import Shard, ShardOutput, read_shard, write_shard
+    from robustscope.runs import journal
+    from robustscope.runs.shards import Shard, ShardOutput, read_shard, write_shard
 
     files = sorted((out / "shards").rglob("0*.npz"))
     secs, writes, sizes, lines = [], [], [], []

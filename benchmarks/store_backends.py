@@ -26,8 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
-from robustscope.result import RadiusResult
-from robustscope.store import open_store
+from robustscope.core.result import RadiusResult
+from robustscope.runs.store import open_store
 
 
 def make_result(n: int, seed: int = 0) -> RadiusResult:

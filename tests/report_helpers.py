@@ -13,9 +13,9 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
-from robustscope.evaluation import ReadingOptions, build_evaluation
-from robustscope.search import radius
-from robustscope.space import FeatureSpace
+from robustscope.core.space import FeatureSpace
+from robustscope.scores.evaluation import ReadingOptions, build_evaluation
+from robustscope.search.engine import radius
 
 
 def tabular_evaluation(n: int = 40, n_bootstrap: int = 100):

@@ -79,7 +79,7 @@ def run_subprocess(spec: Path, env: dict | None = None, wait: float | None = Non
                    ) -> subprocess.Popen | int:
     """``run_spec_file(spec)`` in a child process; returns its exit code, or the process
     itself when ``wait`` is None (the caller kills it)."""
-    code = ("import sys; from robustscope.runner import run_spec_file; "
+    code = ("import sys; from robustscope.runs.runner import run_spec_file; "
             "run_spec_file(sys.argv[1], quiet=True)")
     full = {**os.environ, "PYTHONPATH": os.pathsep.join([SRC, TESTS]), "OMP_NUM_THREADS": "1",
             **(env or {})}

@@ -8,8 +8,8 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from robustscope.cli import app
-from robustscope.result import CSV_COLUMNS, STATUSES
+from robustscope.cli.app import app
+from robustscope.core.result import CSV_COLUMNS, STATUSES
 
 runner = CliRunner()
 N_ROWS = 30

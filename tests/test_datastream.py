@@ -6,9 +6,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from robustscope import datastream
-from robustscope.data import load_data
-from robustscope.errors import InputError
+from robustscope.core.errors import InputError
+from robustscope.runs import datastream
+from robustscope.runs.data import load_data
 
 SPEC = """\
 seed: 0
@@ -63,7 +63,7 @@ def test_streamed_errors_name_the_problem(tmp_path, frame, small_chunks):
 
 
 def test_a_run_on_parquet_equals_a_run_on_csv(tmp_path, frame, small_chunks):
-    from robustscope.runner import run_spec_file
+    from robustscope.runs.runner import run_spec_file
 
     frame.to_csv(tmp_path / "d.csv", index=False)
     frame.to_parquet(tmp_path / "d.parquet")

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from report_helpers import external_references, report_images
 
-from robustscope.demo import demo_space, train_models
+from robustscope.core.space import FeatureSpace
 from robustscope.report.demo_report import build_demo_report
-from robustscope.search import radius
-from robustscope.space import FeatureSpace
+from robustscope.runs.demo import demo_space, train_models
+from robustscope.search.engine import radius
 
 
 def test_demo_report_end_to_end(tmp_path):

@@ -6,16 +6,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from robustscope.errors import InputError
+from robustscope.core.errors import InputError
+from robustscope.core.result import ATTACKED, CENSORED, MISCLASSIFIED
+from robustscope.core.space import FeatureSpace
 from robustscope.report.tabular_figures import (
     flip_rate_figure,
     ood_figure,
     save_figure,
     score_scatter_figure,
 )
-from robustscope.result import ATTACKED, CENSORED, MISCLASSIFIED
 from robustscope.scores.distribution import flip_rate, ood_check, proxy_a_distance, score_shift
-from robustscope.space import FeatureSpace
 
 
 def test_feature_ranges_are_per_column_not_per_row():

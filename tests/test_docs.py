@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from robustscope.spec import parse_spec
+from robustscope.runs.spec import parse_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"

@@ -5,7 +5,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from robustscope.ecdf import count_above, count_at_most, share_above, share_at_most
+from robustscope.core.ecdf import count_above, count_at_most, share_above, share_at_most
 
 values = arrays(np.float64, st.integers(0, 60),
                 elements=st.one_of(st.floats(-5, 5), st.sampled_from([np.inf, np.nan, 0.0])))

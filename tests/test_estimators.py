@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 import torch
 
-from robustscope.errors import BudgetExhausted
+from robustscope.core.errors import BudgetExhausted
+from robustscope.core.space import FeatureSpace
+from robustscope.core.statement import DECISION_CHANGE
 from robustscope.models.base import QueryLedger
 from robustscope.models.blackbox import ProbaClassifier
 from robustscope.models.estimators import FiniteDifference, finite_difference, nes, spsa
 from robustscope.models.torch_model import TorchClassifier
-from robustscope.space import FeatureSpace
-from robustscope.statement import DECISION_CHANGE
 
 
 def _cos(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

@@ -7,7 +7,7 @@ import pytest
 from scipy.optimize import brentq, linprog
 
 from robustscope import FeatureSpace
-from robustscope.search import radius
+from robustscope.search.engine import radius
 from robustscope.solvers.exact_linear import exact_linear_radius
 from robustscope.threats import L1, L2, LINF
 

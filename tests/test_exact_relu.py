@@ -8,7 +8,7 @@ import torch
 from conftest import train_mlp
 
 from robustscope import FeatureSpace, InputError
-from robustscope.search import radius
+from robustscope.search.engine import radius
 from robustscope.solvers.exact_relu import exact_relu_radius, relu_layers
 from robustscope.threats import L1, LINF
 

@@ -19,16 +19,16 @@ from sklearn.ensemble import (
 from sklearn.linear_model import LogisticRegression
 from sklearn.tree import DecisionTreeClassifier
 
-from robustscope.errors import InputError, ModelError
+from robustscope.core.errors import InputError, ModelError
+from robustscope.core.result import ATTACKED, CENSORED, EXACT, MISCLASSIFIED
+from robustscope.core.space import FeatureSpace
 from robustscope.models.trees import (
     check_parsed,
     is_tree_ensemble,
     parse_tree_model,
     wrap_tree_model,
 )
-from robustscope.result import ATTACKED, CENSORED, EXACT, MISCLASSIFIED
 from robustscope.solvers.exact_trees import _right_start, exact_tree_radius
-from robustscope.space import FeatureSpace
 from robustscope.threats.lp import get_threat
 
 xgb = pytest.importorskip("xgboost")

@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 import torch
 
+from robustscope.core.space import FeatureSpace
 from robustscope.models.base import QueryLedger
 from robustscope.models.blackbox import ProbaClassifier
 from robustscope.solvers.boundary import hop_skip_jump, hop_skip_jump_run
 from robustscope.solvers.gradient_free import gradient_free, gradient_free_run
 from robustscope.solvers.random_search import cube_search, cube_search_run
-from robustscope.space import FeatureSpace
 
 SOLVERS = {"hsj": hop_skip_jump_run, "cube": cube_search_run, "cascade": gradient_free_run}
 

@@ -7,15 +7,15 @@ import numpy as np
 import pytest
 import torch
 
-from robustscope.errors import InputError
-from robustscope.grid_search import (
+from robustscope.core.errors import InputError
+from robustscope.models.toy import RandomTrunk, stripes_dataset, train_tiny_cnn
+from robustscope.search.grid import (
     CLEAN_WRONG,
     benchmark_accuracies,
     evaluate_threats,
     grid_robustness,
 )
 from robustscope.threats.image import get_image_threat
-from robustscope.toydata import RandomTrunk, stripes_dataset, train_tiny_cnn
 
 # Strength at which each attack must break most correctly classified inputs. For the first
 # eight it is the largest level of the benchmark grid. At the benchmark's largest strengths the
@@ -139,7 +139,7 @@ def test_grid_search_errors(setup):
 def test_evaluate_threats_and_json_file(setup, tmp_path):
     import json
 
-    from robustscope.grid_search import write_benchmark_json
+    from robustscope.search.grid import write_benchmark_json
 
     model, x, y = setup
     results, acc = evaluate_threats(model, x[:4], y[:4], threats=["linf", "LPIPSAttack"],

@@ -10,8 +10,8 @@ import torch
 import typer
 from typer.testing import CliRunner
 
-from robustscope.commands.image_grid import register
-from robustscope.toydata import RandomTrunk, stripes_dataset, train_tiny_cnn
+from robustscope.cli.image_grid import register
+from robustscope.models.toy import RandomTrunk, stripes_dataset, train_tiny_cnn
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from robustscope.errors import InputError
+from robustscope.core.errors import InputError
+from robustscope.models.toy import RandomTrunk, stripes_dataset
 from robustscope.threats.color import luv_to_rgb, normalize_luv, rgb_to_luv
 from robustscope.threats.image import get_image_threat, image_threat_names
 from robustscope.threats.jpeg import (
@@ -22,7 +23,6 @@ from robustscope.threats.jpeg import (
     blocks_idct,
     dct_matrix,
 )
-from robustscope.toydata import RandomTrunk, stripes_dataset
 
 ALL = ["linf", "l2", "l1", "elastic", "stadv", "affine", "perspective", "recolor", "hue",
        "saturation", "brightness", "contrast", "jpeg-linf", "jpeg-l1", "lpips"]

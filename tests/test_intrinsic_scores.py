@@ -10,9 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sklearn.linear_model import LogisticRegression
 
-from robustscope.errors import InputError
+from robustscope.core.errors import InputError
+from robustscope.core.result import RadiusResult
 from robustscope.models.linear import LinearClassifier
-from robustscope.result import RadiusResult
 from robustscope.scores.intrinsic import (
     cross_entropy,
     g_of_loss,

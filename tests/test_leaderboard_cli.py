@@ -7,8 +7,8 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from robustscope.commands.leaderboard import register
-from robustscope.store import open_store
+from robustscope.cli.leaderboard import register
+from robustscope.runs.store import open_store
 
 REF = Path(__file__).resolve().parents[1].parent / "shared" / "reference" / "multirobustbench"
 needs_ref = pytest.mark.skipif(not REF.is_dir(), reason="../shared reference not present")

@@ -8,7 +8,7 @@ import torch
 
 from robustscope import InputError, ModelError, wrap_model
 from robustscope.models import LinearClassifier, ProbaClassifier, QueryLedger, TorchClassifier
-from robustscope.search import radius
+from robustscope.search.engine import radius
 
 
 def test_wrap_recognises_each_kind(breast_cancer, digits_mlp):
@@ -72,7 +72,7 @@ def test_model_that_raises_is_reported():
 
 
 def test_queries_are_counted_per_input_and_budget_raises():
-    from robustscope.errors import BudgetExhausted
+    from robustscope.core.errors import BudgetExhausted
 
     model = ProbaClassifier(lambda x: np.full((len(x), 2), 0.5), 2)
     ledger = QueryLedger(4, budget=5)

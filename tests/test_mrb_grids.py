@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from robustscope.errors import InputError
+from robustscope.core.errors import InputError
 from robustscope.threats.grids import (
     ATTACK_NAMES,
     RANKED_ATTACKS,

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from robustscope.errors import InputError
-from robustscope.result import RadiusResult
+from robustscope.core.errors import InputError
+from robustscope.core.result import RadiusResult
 from robustscope.scores.accuracy_grid import AccuracyGrid, read_accuracy_file
 from robustscope.scores.multiattack import (
     best_reference,

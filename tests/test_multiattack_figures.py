@@ -3,7 +3,7 @@
 import pytest
 from matplotlib.figure import Figure
 
-from robustscope.errors import InputError
+from robustscope.core.errors import InputError
 from robustscope.report.multiattack_figures import (
     accuracy_curves_figure,
     seen_unseen_figure,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from robustscope.data import load_data
-from robustscope.npzmap import mmap_npz
+from robustscope.runs.data import load_data
+from robustscope.runs.npzmap import mmap_npz
 
 
 def test_uncompressed_npz_is_memory_mapped(tmp_path):

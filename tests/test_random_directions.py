@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from robustscope.errors import InputError
+from robustscope.core.errors import InputError
+from robustscope.core.space import FeatureSpace
 from robustscope.models.base import QueryLedger
 from robustscope.models.linear import LinearClassifier
 from robustscope.solvers.random_directions import (
@@ -14,7 +15,6 @@ from robustscope.solvers.random_directions import (
     random_directions_radius,
     sample_directions,
 )
-from robustscope.space import FeatureSpace
 from robustscope.threats.lp import get_threat
 
 

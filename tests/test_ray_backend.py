@@ -9,8 +9,8 @@ import pytest
 from scale_helpers import SRC, TESTS, gbm_spec
 from test_sharded_runs import assert_same_tables
 
-from robustscope.runner import run_spec_file
-from robustscope.shards import EXIT_ONCE_ENV
+from robustscope.runs.runner import run_spec_file
+from robustscope.runs.shards import EXIT_ONCE_ENV
 
 ray = pytest.importorskip("ray")
 

@@ -9,12 +9,12 @@ import torch
 from report_helpers import external_references, report_images, tabular_evaluation
 
 import robustscope.report.html as html_mod
-from robustscope.evaluation import ReadingOptions, build_evaluation
+from robustscope.core.result import CENSORED, MISCLASSIFIED
+from robustscope.core.space import FeatureSpace
 from robustscope.report.figures import Curve, changed_features, fragile_indices
 from robustscope.report.html import fmt, render_html, render_report
-from robustscope.result import CENSORED, MISCLASSIFIED
-from robustscope.search import radius
-from robustscope.space import FeatureSpace
+from robustscope.scores.evaluation import ReadingOptions, build_evaluation
+from robustscope.search.engine import radius
 
 SECTION_FIGURES = ("Flip rate against strength ε",
                    "Score before and after the perturbation, coloured by radius",
@@ -93,7 +93,7 @@ def test_missing_modules_leave_a_note_not_a_number(monkeypatch, tmp_path):
     def without(name):
         return None if name.endswith(("distribution", "tabular_figures")) else real(name)
 
-    import robustscope.evaluation as ev_mod
+    import robustscope.scores.evaluation as ev_mod
 
     monkeypatch.setattr(ev_mod, "optional_module", without)
     monkeypatch.setattr(html_mod, "optional_module", without)

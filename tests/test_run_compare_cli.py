@@ -12,8 +12,8 @@ import typer
 from report_helpers import external_references, report_images
 from typer.testing import CliRunner
 
-from robustscope.commands import compare as compare_cmd
-from robustscope.commands import run as run_cmd
+from robustscope.cli import compare as compare_cmd
+from robustscope.cli import run as run_cmd
 
 runner = CliRunner()
 
@@ -90,7 +90,7 @@ def test_run_writes_folder_manifest_and_report(runs):
 
 
 def test_run_records_the_store(runs):
-    from robustscope.store import open_store
+    from robustscope.runs.store import open_store
 
     manifest = json.loads((runs / "runA" / "run.json").read_text())
     with open_store(runs / "results.sqlite") as store:

@@ -1,4 +1,4 @@
-"""``robustscope run`` with image threats searched on their grid (robustscope.grid_search):
+"""``robustscope run`` with image threats searched on their grid (robustscope.search.grid):
 radii on the grid, queries as totals, CRs against the benchmark's attack names."""
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ import pytest
 import torch
 from report_helpers import external_references, report_images
 
-from robustscope.runner import run_spec_file
-from robustscope.spec import parse_spec
+from robustscope.runs.runner import run_spec_file
+from robustscope.runs.spec import parse_spec
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("robustscope.grid_search") is None,
-                                reason="robustscope.grid_search (image threats) not installed")
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("robustscope.search.grid") is None,
+                                reason="robustscope.search.grid (image threats) not installed")
 
 
 def test_spec_accepts_image_threats_by_either_name():
@@ -96,7 +96,7 @@ def test_run_with_grid_threats(grid_run):
 
 
 def test_compare_store_runs_keeps_grid_query_means(grid_run):
-    from robustscope.compare import compare_runs, load_run
+    from robustscope.runs.compare import compare_runs, load_run
 
     tmp, _ = grid_run
     manifest = json.loads((tmp / "out" / "run.json").read_text())

@@ -10,8 +10,8 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from robustscope.commands.scores import register
-from robustscope.result import CSV_COLUMNS
+from robustscope.cli.scores import register
+from robustscope.core.result import CSV_COLUMNS
 from robustscope.scores.intrinsic import g_of_loss
 
 KEYS = ("R_m", "R_w", "R_nu", "slope", "intercept", "r2", "rel_var_R_m", "rel_var_R_nu")

@@ -8,7 +8,7 @@ import torch
 
 from robustscope import FeatureSpace, InputError, Statement
 from robustscope.models import LinearClassifier, ProbaClassifier
-from robustscope.search import radius
+from robustscope.search.engine import radius
 from robustscope.solvers.exact_linear import exact_linear_radius
 from robustscope.threats import get_threat
 

@@ -16,11 +16,11 @@ import pandas as pd
 import pytest
 from scale_helpers import FlakyModel, adversarial, gbm_spec, run_subprocess, table
 
-from robustscope import journal
-from robustscope.errors import InputError
-from robustscope.runner import RunIncomplete, run_spec_file
-from robustscope.shards import plan_shards, read_shard, shard_seed
-from robustscope.store import open_store
+from robustscope.core.errors import InputError
+from robustscope.runs import journal
+from robustscope.runs.runner import RunIncomplete, run_spec_file
+from robustscope.runs.shards import plan_shards, read_shard, shard_seed
+from robustscope.runs.store import open_store
 
 THREATS = ("linf", "l2")
 
@@ -146,7 +146,7 @@ def test_killed_at_a_random_moment_then_resumed(reference, tmp_path, seed):
 
 
 def test_full_disk_stops_with_a_clear_error_and_resumes(reference, tmp_path, monkeypatch):
-    import robustscope.runner as runner_mod
+    import robustscope.runs.runner as runner_mod
 
     ref_tmp, _ = reference
     spec = gbm_spec(tmp_path, "disk", "out")
@@ -239,7 +239,7 @@ def test_a_model_raising_on_some_rows_loses_only_those(tmp_path):
 @pytest.mark.slow
 def test_a_dead_local_worker_fails_its_shards_and_the_run_resumes(reference, tmp_path,
                                                                   monkeypatch):
-    from robustscope.shards import EXIT_ONCE_ENV
+    from robustscope.runs.shards import EXIT_ONCE_ENV
 
     ref_tmp, _ = reference
     spec = gbm_spec(tmp_path, "dead", "out", workers=2)
@@ -256,7 +256,7 @@ def test_cli_resume_and_backend_options(tmp_path, monkeypatch):
     import typer
     from typer.testing import CliRunner
 
-    from robustscope.commands import run as run_cmd
+    from robustscope.cli import run as run_cmd
 
     app = typer.Typer()
 

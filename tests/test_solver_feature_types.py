@@ -8,11 +8,11 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from robustscope.core.space import FeatureSpace
 from robustscope.models.blackbox import ProbaClassifier
 from robustscope.solvers.boundary import hop_skip_jump_run
 from robustscope.solvers.gradient_free import gradient_free_run
 from robustscope.solvers.random_search import cube_search_run
-from robustscope.space import FeatureSpace
 
 
 @st.composite

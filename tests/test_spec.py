@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from robustscope.spec import SpecError, load_spec, parse_spec
+from robustscope.runs.spec import SpecError, load_spec, parse_spec
 
 VALID = """\
 name: demo

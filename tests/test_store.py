@@ -21,11 +21,11 @@ import numpy as np
 import pytest
 import sqlalchemy as sa
 
-from robustscope.errors import InputError
-from robustscope.result import RadiusResult
+from robustscope.core.errors import InputError
+from robustscope.core.result import RadiusResult
+from robustscope.runs.store import SCHEMA_VERSION, open_store
 from robustscope.scores.accuracy_grid import AccuracyGrid, read_accuracy_file
 from robustscope.scores.multiattack import competitiveness
-from robustscope.store import SCHEMA_VERSION, open_store
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from pgcluster import ThrowawayCluster, find_bindir  # noqa: E402

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import integrate
 
-from robustscope.errors import InputError
+from robustscope.core.errors import InputError
 from robustscope.models.base import QueryLedger
 from robustscope.models.linear import LinearClassifier
 from robustscope.scores.tradeoff import (

@@ -19,9 +19,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from robustscope.errors import InputError
+from robustscope.core.errors import InputError
 from robustscope.models import wrap_model
-from robustscope.search import SearchConfig, radius
+from robustscope.search.engine import SearchConfig, radius
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/ (recipe, MILP)
 

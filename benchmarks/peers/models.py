@@ -126,7 +126,7 @@ def mnist_lenet(n: int, epochs: int = 4) -> Case:
 
 
 def toy_cnn(n: int) -> Case:
-    from robustscope.toydata import stripes_dataset, train_tiny_cnn
+    from robustscope.models.toy import stripes_dataset, train_tiny_cnn
     net = train_tiny_cnn(seed=0)
     X, y = stripes_dataset(4 * n + 64, seed=7)
     Xc, yc, acc = _correct(_torch_predict(net), X.numpy(), y.numpy(), n)

@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import models as D  # noqa: E402
 
-from robustscope.search import SearchConfig, radius  # noqa: E402
+from robustscope.search.engine import SearchConfig, radius  # noqa: E402
 
 
 def main() -> None:

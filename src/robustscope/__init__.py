@@ -1,12 +1,56 @@
-"""robustscope: the radius of robustness of any classifier, with verified counterexamples."""
+"""robustscope: the radius of robustness of any classifier, with verified counterexamples.
 
-from robustscope.errors import FeatureSpaceError, InputError, ModelError, RobustscopeError
-from robustscope.models import Classifier, wrap_model
-from robustscope.result import RadiusResult
-from robustscope.space import FeatureSpace
-from robustscope.statement import Statement
+The public API lives here; each name is imported from its layer on first use, so that
+``import robustscope`` (and the command line's start-up) stays cheap.
 
-__version__ = "0.1.0"
+Layers (each a subpackage; imports point down this list only): ``cli`` → ``runs`` →
+``report`` → ``scores`` → ``search`` → ``solvers`` → ``models``, ``threats`` → ``core``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from importlib import metadata
+from typing import TYPE_CHECKING
+
+try:
+    __version__ = metadata.version("robustscope")
+except metadata.PackageNotFoundError:  # running from a source tree that is not installed
+    __version__ = "0+unknown"
+
+#: Public name -> the module that defines it.
+_PUBLIC = {
+    # core
+    "FeatureSpace": "robustscope.core.space",
+    "Statement": "robustscope.core.statement",
+    "RadiusResult": "robustscope.core.result",
+    "RobustscopeError": "robustscope.core.errors",
+    "InputError": "robustscope.core.errors",
+    "ModelError": "robustscope.core.errors",
+    "FeatureSpaceError": "robustscope.core.errors",
+    # models
+    "Classifier": "robustscope.models.base",
+    "wrap_model": "robustscope.models.wrap",
+    "load_model": "robustscope.models.loaders",
+    # search
+    "radius": "robustscope.search.engine",
+    "SearchConfig": "robustscope.search.engine",
+    "grid_robustness": "robustscope.search.grid",
+    "evaluate_threats": "robustscope.search.grid",
+    # scores
+    "intrinsic_scores": "robustscope.scores.intrinsic",
+    "scores_from_result": "robustscope.scores.intrinsic",
+    "subset_independence": "robustscope.scores.intrinsic",
+    "subset_independence_from_result": "robustscope.scores.intrinsic",
+    "flip_rate": "robustscope.scores.distribution",
+    "ood_check": "robustscope.scores.distribution",
+    "proxy_a_distance": "robustscope.scores.distribution",
+    "competitiveness": "robustscope.scores.multiattack",
+    "flip_probability": "robustscope.scores.tradeoff",
+    "eps_for_alpha": "robustscope.scores.tradeoff",
+    # runs
+    "open_store": "robustscope.runs.store",
+}
 
 __all__ = [
     "Classifier",
@@ -16,7 +60,58 @@ __all__ = [
     "ModelError",
     "RadiusResult",
     "RobustscopeError",
+    "SearchConfig",
     "Statement",
     "__version__",
+    "competitiveness",
+    "eps_for_alpha",
+    "evaluate_threats",
+    "flip_probability",
+    "flip_rate",
+    "grid_robustness",
+    "intrinsic_scores",
+    "load_model",
+    "ood_check",
+    "open_store",
+    "proxy_a_distance",
+    "radius",
+    "scores_from_result",
+    "subset_independence",
+    "subset_independence_from_result",
     "wrap_model",
 ]
+
+
+def __getattr__(name: str) -> object:
+    module = _PUBLIC.get(name)
+    if module is None:
+        raise AttributeError(f"module 'robustscope' has no attribute '{name}'")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later look-ups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__
+
+
+if TYPE_CHECKING:  # static tools see the real names
+    from robustscope.core.errors import FeatureSpaceError, InputError, ModelError, RobustscopeError
+    from robustscope.core.result import RadiusResult
+    from robustscope.core.space import FeatureSpace
+    from robustscope.core.statement import Statement
+    from robustscope.models.base import Classifier
+    from robustscope.models.loaders import load_model
+    from robustscope.models.wrap import wrap_model
+    from robustscope.runs.store import open_store
+    from robustscope.scores.distribution import flip_rate, ood_check, proxy_a_distance
+    from robustscope.scores.intrinsic import (
+        intrinsic_scores,
+        scores_from_result,
+        subset_independence,
+        subset_independence_from_result,
+    )
+    from robustscope.scores.multiattack import competitiveness
+    from robustscope.scores.tradeoff import eps_for_alpha, flip_probability
+    from robustscope.search.engine import SearchConfig, radius
+    from robustscope.search.grid import evaluate_threats, grid_robustness

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from robustscope.errors import BudgetExhausted, ModelError
+from robustscope.core.errors import BudgetExhausted, ModelError
 
 #: Probabilities are clamped to this before a log is taken (log(0) = -inf breaks losses).
 PROBA_FLOOR = 1e-12

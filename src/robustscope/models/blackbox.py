@@ -7,7 +7,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from robustscope.errors import ModelError
+from robustscope.core.errors import ModelError
 from robustscope.models.base import PROBA_FLOOR, Classifier
 
 #: Largest tolerated deviation of a probability row's sum from 1.

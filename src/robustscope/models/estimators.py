@@ -8,7 +8,7 @@ objective with respect to ``x`` in *original* units. Steps are set in *scaled* u
 
 Queries go through ``model.logits`` and are charged like any other call: under an enclosing
 ``model.charging(ledger, owners)`` block, or to ``ledger`` when one is given. A call that would
-take an input past its budget raises :class:`~robustscope.errors.BudgetExhausted` *before*
+take an input past its budget raises :class:`~robustscope.core.errors.BudgetExhausted` *before*
 the model is queried.
 
 Probabilities are turned into logits by the model adapters as ``log(clamp(p, PROBA_FLOOR))``
@@ -25,9 +25,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from robustscope.errors import BudgetExhausted, InputError
+from robustscope.core.errors import BudgetExhausted, InputError
+from robustscope.core.space import FeatureSpace
 from robustscope.models.base import Classifier, QueryLedger, evaluate_offsets
-from robustscope.space import FeatureSpace
 
 Objective = Callable[[torch.Tensor], torch.Tensor]
 Estimate = tuple[torch.Tensor, torch.Tensor, torch.Tensor]

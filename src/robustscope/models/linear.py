@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from robustscope.errors import ModelError
+from robustscope.core.errors import ModelError
 from robustscope.models.base import Classifier
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from robustscope.errors import ModelError
+from robustscope.core.errors import ModelError
 from robustscope.models.base import Classifier
 from robustscope.models.blackbox import ProbaClassifier
 from robustscope.models.trees import wrap_tree_model

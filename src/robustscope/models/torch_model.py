@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from robustscope.errors import ModelError
+from robustscope.core.errors import ModelError
 from robustscope.models.base import Classifier
 
 

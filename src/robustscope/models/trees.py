@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from robustscope.errors import ModelError
+from robustscope.core.errors import ModelError
 from robustscope.models.base import PROBA_FLOOR, Classifier
 
 #: Links from raw scores to probabilities (the decision is the argmax of the scores for all).

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import numpy as np
 
-from robustscope.evaluation import ReadingOptions, build_evaluation
+from robustscope.core.result import RadiusResult
+from robustscope.core.space import FeatureSpace
 from robustscope.report.html import render_report
-from robustscope.result import RadiusResult
-from robustscope.space import FeatureSpace
+from robustscope.scores.evaluation import ReadingOptions, build_evaluation
 
 
 def build_demo_report(results: dict[str, RadiusResult], X_test: np.ndarray, y_test: np.ndarray,

@@ -15,8 +15,8 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from robustscope.ecdf import share_above
-from robustscope.result import CENSORED, MISCLASSIFIED, RadiusResult
+from robustscope.core.ecdf import share_above
+from robustscope.core.result import CENSORED, MISCLASSIFIED, RadiusResult
 
 #: Colours of the curves of run A / run B (and further sections), colour-blind safe.
 PALETTE = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000")

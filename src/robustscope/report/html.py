@@ -2,7 +2,7 @@
 script, no external URL) that reads top to bottom: summary, one section per threat (or
 model), out-of-distribution reading, most fragile inputs, provenance.
 
-Entry points: :func:`render_report` (an :class:`~robustscope.evaluation.Evaluation` to a
+Entry points: :func:`render_report` (an :class:`~robustscope.scores.evaluation.Evaluation` to a
 file) and :func:`render_html` (to a string).
 """
 
@@ -17,8 +17,8 @@ from pathlib import Path
 import jinja2
 import numpy as np
 
-from robustscope.evaluation import Evaluation, Section, optional_module
-from robustscope.fileio import atomic_write
+from robustscope.core.fileio import atomic_write
+from robustscope.core.result import CENSORED, MISCLASSIFIED
 from robustscope.report.figures import (
     Curve,
     accuracy_vs_strength_figure,
@@ -28,7 +28,7 @@ from robustscope.report.figures import (
     fragile_indices,
     radius_distribution_figure,
 )
-from robustscope.result import CENSORED, MISCLASSIFIED
+from robustscope.scores.evaluation import Evaluation, Section, optional_module
 
 _ENV = jinja2.Environment(
     loader=jinja2.PackageLoader("robustscope.report", "templates"),
@@ -236,8 +236,8 @@ METRIC_LABELS = {
 
 
 def render_compare(comparison, path: str | Path) -> Path:
-    """Write the HTML comparison of two runs (a :class:`robustscope.compare.Comparison`)."""
-    from robustscope.compare import METRICS
+    """Write the HTML comparison of two runs (a :class:`robustscope.runs.compare.Comparison`)."""
+    from robustscope.runs.compare import METRICS
 
     cmp = comparison
     threats = []

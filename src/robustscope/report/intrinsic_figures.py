@@ -15,8 +15,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
+from robustscope.core.result import CENSORED, MISCLASSIFIED  # noqa: E402
 from robustscope.report.figures import drawn_note, points_to_draw  # noqa: E402
-from robustscope.result import CENSORED, MISCLASSIFIED  # noqa: E402
 from robustscope.scores.intrinsic import IntrinsicScores, SubsetComparison  # noqa: E402
 
 

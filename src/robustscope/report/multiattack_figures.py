@@ -22,7 +22,7 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from robustscope.errors import InputError
+from robustscope.core.errors import InputError
 from robustscope.scores.accuracy_grid import AccuracyGrid
 from robustscope.scores.multiattack import CRReport, resolve_attacks, resolve_reference
 

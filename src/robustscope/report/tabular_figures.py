@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
+from robustscope.core.result import RadiusResult
 from robustscope.report.figures import drawn_note, points_to_draw
-from robustscope.result import RadiusResult
 from robustscope.scores.distribution import OODReport, flip_rate, score_shift
 
 

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from robustscope.errors import InputError
+from robustscope.core.errors import InputError
 from robustscope.threats.grids import CLEAN, canonical_eps, eps_key
 
 

@@ -19,9 +19,9 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from robustscope.ecdf import share_at_most
-from robustscope.errors import InputError
-from robustscope.result import CENSORED, MISCLASSIFIED, RadiusResult
+from robustscope.core.ecdf import share_at_most
+from robustscope.core.errors import InputError
+from robustscope.core.result import CENSORED, MISCLASSIFIED, RadiusResult
 
 
 def _as_2d(X, name: str) -> np.ndarray:

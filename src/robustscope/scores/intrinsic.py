@@ -2,7 +2,7 @@
 robustness for a classifier", ICASSP 2021).
 
 From per-input radii ``r`` (in the threat's norm of the scaled perturbation), cross-entropy
-losses ``loss`` (nats) and statuses (see :mod:`robustscope.result`), this module computes
+losses ``loss`` (nats) and statuses (see :mod:`robustscope.core.result`), this module computes
 
 - ``R_m``  mean-case robustness, the mean radius;
 - ``R_w``  worst-case robustness, the smallest radius over all inputs (0 as soon as one input
@@ -39,8 +39,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from robustscope.errors import InputError
-from robustscope.result import CENSORED, MISCLASSIFIED, STATUSES, RadiusResult
+from robustscope.core.errors import InputError
+from robustscope.core.result import CENSORED, MISCLASSIFIED, STATUSES, RadiusResult
 
 #: Score names, in report order.
 SCORE_NAMES = ("R_m", "R_w", "R_w_correct", "R_nu", "slope", "intercept", "r2")

@@ -42,8 +42,8 @@ from pathlib import Path
 
 import numpy as np
 
-from robustscope.errors import InputError
-from robustscope.result import RadiusResult
+from robustscope.core.errors import InputError
+from robustscope.core.result import RadiusResult
 from robustscope.scores.accuracy_grid import AccuracyGrid, read_accuracy_file
 from robustscope.threats.grids import (
     CLEAN,

@@ -27,9 +27,9 @@ import numpy as np
 import torch
 from scipy import stats
 
-from robustscope.errors import InputError
+from robustscope.core.errors import InputError
+from robustscope.core.space import FeatureSpace
 from robustscope.models.base import Classifier, QueryLedger
-from robustscope.space import FeatureSpace
 from robustscope.threats.lp import LpThreat, get_threat
 
 METHODS = ("clopper-pearson", "wilson")

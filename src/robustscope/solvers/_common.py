@@ -6,9 +6,9 @@ import math
 
 import torch
 
+from robustscope.core.space import FeatureSpace
+from robustscope.core.statement import Statement
 from robustscope.models.base import Classifier
-from robustscope.space import FeatureSpace
-from robustscope.statement import Statement
 
 
 class ScaledProblem:

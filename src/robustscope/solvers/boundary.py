@@ -28,11 +28,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from robustscope.core.space import FeatureSpace
+from robustscope.core.statement import DECISION_CHANGE, Statement
 from robustscope.models.base import Classifier, QueryLedger
 from robustscope.solvers.oracle import ScaledOracle
 from robustscope.solvers.starts import find_starts
-from robustscope.space import FeatureSpace
-from robustscope.statement import DECISION_CHANGE, Statement
 from robustscope.threats.lp import LpThreat, get_threat
 
 

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from robustscope.errors import InputError
-from robustscope.space import FeatureSpace
+from robustscope.core.errors import InputError
+from robustscope.core.space import FeatureSpace
 from robustscope.threats.lp import LpThreat
 
 #: Relative over-shoot of the margin, so that the counterexample strictly changes the argmax.

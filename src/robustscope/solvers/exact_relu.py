@@ -24,8 +24,8 @@ import scipy.sparse as sp
 import torch
 from scipy.optimize import Bounds, LinearConstraint, milp
 
-from robustscope.errors import InputError
-from robustscope.space import FeatureSpace
+from robustscope.core.errors import InputError
+from robustscope.core.space import FeatureSpace
 from robustscope.threats.lp import LpThreat
 
 #: ReLUs at most this many: beyond, big-M programs rarely close within a sensible time.

@@ -55,15 +55,15 @@ import pandas as pd
 import scipy.sparse as sp
 import torch
 
-from robustscope.errors import InputError, ModelError
+from robustscope.core.errors import InputError, ModelError
+from robustscope.core.result import ATTACKED, CENSORED, EXACT, MISCLASSIFIED
+from robustscope.core.space import FeatureSpace
 from robustscope.models.trees import (
     TreeEnsemble,
     TreeEnsembleClassifier,
     is_tree_ensemble,
     parse_tree_model,
 )
-from robustscope.result import ATTACKED, CENSORED, EXACT, MISCLASSIFIED
-from robustscope.space import FeatureSpace
 from robustscope.threats.lp import LpThreat, get_threat
 
 _INTEGRAL = ("integer", "binary", "categorical")

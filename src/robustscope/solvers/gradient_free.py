@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import torch
 
+from robustscope.core.space import FeatureSpace
+from robustscope.core.statement import DECISION_CHANGE, Statement
 from robustscope.models.base import Classifier, QueryLedger
 from robustscope.solvers.boundary import SolverRun, _finish, hop_skip_jump_run
 from robustscope.solvers.oracle import ScaledOracle
 from robustscope.solvers.random_search import cube_search_run
-from robustscope.space import FeatureSpace
-from robustscope.statement import DECISION_CHANGE, Statement
 from robustscope.threats.lp import LpThreat, get_threat
 
 

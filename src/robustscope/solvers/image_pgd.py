@@ -15,9 +15,9 @@ from dataclasses import dataclass
 
 import torch
 
-from robustscope.errors import InputError
+from robustscope.core.errors import InputError
+from robustscope.core.statement import DECISION_CHANGE, Statement
 from robustscope.models.base import Classifier
-from robustscope.statement import DECISION_CHANGE, Statement
 from robustscope.threats.image import ImageThreat
 
 

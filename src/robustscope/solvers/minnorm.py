@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import torch
 
+from robustscope.core.space import FeatureSpace
+from robustscope.core.statement import Statement
 from robustscope.models.base import Classifier
 from robustscope.solvers._common import ScaledProblem, cosine_schedule
-from robustscope.space import FeatureSpace
-from robustscope.statement import Statement
 from robustscope.threats.lp import LpThreat
 
 

@@ -21,10 +21,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from robustscope.errors import InputError
+from robustscope.core.errors import InputError
+from robustscope.core.space import FeatureSpace
+from robustscope.core.statement import DECISION_CHANGE, Statement
 from robustscope.models.base import Classifier, QueryLedger
-from robustscope.space import FeatureSpace
-from robustscope.statement import DECISION_CHANGE, Statement
 from robustscope.threats.lp import LpThreat
 
 _NO_LIMIT = np.iinfo(np.int64).max // 4

@@ -21,12 +21,12 @@ import time
 import numpy as np
 import torch
 
-from robustscope.errors import InputError
+from robustscope.core.errors import InputError
+from robustscope.core.result import ATTACKED, CENSORED, MISCLASSIFIED, RadiusResult
+from robustscope.core.space import FeatureSpace
+from robustscope.core.statement import DECISION_CHANGE, Statement
 from robustscope.models.base import Classifier, QueryLedger
-from robustscope.result import ATTACKED, CENSORED, MISCLASSIFIED, RadiusResult
 from robustscope.scores.intrinsic import cross_entropy
-from robustscope.space import FeatureSpace
-from robustscope.statement import DECISION_CHANGE, Statement
 from robustscope.threats.lp import LpThreat, get_threat
 
 #: Default largest number of candidate entries (rows x features) built at once.

@@ -29,12 +29,12 @@ import math
 import numpy as np
 import torch
 
+from robustscope.core.space import FeatureSpace
+from robustscope.core.statement import DECISION_CHANGE, Statement
 from robustscope.models.base import Classifier, QueryLedger
 from robustscope.solvers.boundary import SolverRun, _finish
 from robustscope.solvers.oracle import ScaledOracle
 from robustscope.solvers.starts import find_starts
-from robustscope.space import FeatureSpace
-from robustscope.statement import DECISION_CHANGE, Statement
 from robustscope.threats.lp import LpThreat, get_threat
 
 

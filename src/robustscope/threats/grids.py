@@ -15,7 +15,7 @@ import math
 
 import numpy as np
 
-from robustscope.errors import InputError
+from robustscope.core.errors import InputError
 
 #: Number of strength levels per threat.
 N_LEVELS = 20

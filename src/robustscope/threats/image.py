@@ -22,7 +22,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from robustscope.errors import InputError
+from robustscope.core.errors import InputError
 
 #: Relative slack allowed when a strength is checked against its bound (float32 arithmetic).
 BOUND_RTOL = 1e-4

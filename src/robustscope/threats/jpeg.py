@@ -25,7 +25,7 @@ import math
 
 import torch
 
-from robustscope.errors import InputError
+from robustscope.core.errors import InputError
 from robustscope.threats.grids import default_grid as benchmark_grid
 from robustscope.threats.image import ImageThreat, _col, check_images, register
 from robustscope.threats.lp import L1

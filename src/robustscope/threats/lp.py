@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from robustscope.errors import InputError
+from robustscope.core.errors import InputError
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from robustscope.errors import InputError, ModelError
+from robustscope.core.errors import InputError, ModelError
 from robustscope.threats.grids import default_grid as benchmark_grid
 from robustscope.threats.image import ImageThreat, _col, register
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from robustscope.errors import InputError
+from robustscope.core.errors import InputError
 from robustscope.threats.grids import default_grid as benchmark_grid
 from robustscope.threats.image import ImageThreat, register
 

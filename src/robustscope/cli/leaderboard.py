@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from robustscope.errors import RobustscopeError
+from robustscope.core.errors import RobustscopeError
 from robustscope.scores.accuracy_grid import ModelAccuracies, read_accuracy_file
 from robustscope.scores.multiattack import (
     CRReport,
@@ -33,7 +33,7 @@ def collect_models(db: str | Path | None, accuracies: list[Path] | None
     and from accuracy files; model names must be unique across all sources."""
     models: list[ModelAccuracies] = []
     if db is not None:
-        from robustscope.store import is_store_url, open_store
+        from robustscope.runs.store import is_store_url, open_store
 
         if not is_store_url(str(db)) and not Path(db).is_file():
             raise RobustscopeError(f"--db {db}: no such file")

@@ -9,8 +9,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from robustscope.commands.run import _fail, _quiet_logging
-from robustscope.errors import RobustscopeError
+from robustscope.cli.run import _fail, _quiet_logging
+from robustscope.core.errors import RobustscopeError
 
 
 def _delta_style(delta: float) -> str:
@@ -21,8 +21,8 @@ def _delta_style(delta: float) -> str:
 
 def print_comparison(cmp, console: Console) -> None:
     """Rich tables: metrics of A and B per shared threat, then accuracy on the grids."""
-    from robustscope.compare import METRICS
     from robustscope.report.html import METRIC_LABELS, fmt, pct
+    from robustscope.runs.compare import METRICS
 
     console.print(f"A: [bold]{cmp.a.name}[/] ({cmp.a.source})", highlight=False)
     console.print(f"B: [bold]{cmp.b.name}[/] ({cmp.b.source})", highlight=False)
@@ -64,8 +64,8 @@ def register(app: typer.Typer) -> None:
                                    "path (with --out)."),
     ) -> None:
         """Compare two runs: scores side by side, accuracy curves overlaid."""
-        from robustscope.compare import compare_runs, load_run
         from robustscope.report.html import render_compare
+        from robustscope.runs.compare import compare_runs, load_run
 
         _quiet_logging(quiet)
         if out is not None and not out.parent.exists():

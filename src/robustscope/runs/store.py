@@ -40,8 +40,8 @@ from sqlalchemy.dialects import sqlite as sqlite_sql
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.pool import StaticPool
 
-from robustscope.errors import InputError
-from robustscope.result import STATUSES, RadiusResult
+from robustscope.core.errors import InputError
+from robustscope.core.result import STATUSES, RadiusResult
 from robustscope.scores.accuracy_grid import (
     AccuracyGrid,
     ModelAccuracies,
@@ -151,7 +151,7 @@ _RADII_COLUMNS = ("sample", "label", "prediction", "adv_prediction", "radius", "
                   "status", "loss", "forward_queries", "backward_queries", "seconds")
 
 # Key of the PostgreSQL advisory lock that serialises creating the schema in a new database.
-_PG_INIT_LOCK = zlib.crc32(b"robustscope.store schema")
+_PG_INIT_LOCK = zlib.crc32(b"robustscope.runs.store schema")
 
 _URL_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
 

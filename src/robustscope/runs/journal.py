@@ -24,8 +24,8 @@ import time
 import uuid
 from pathlib import Path
 
-from robustscope.errors import InputError
-from robustscope.fileio import atomic_write
+from robustscope.core.errors import InputError
+from robustscope.core.fileio import atomic_write
 
 PLAN = "plan.json"
 JOURNAL = "journal.jsonl"
@@ -125,7 +125,7 @@ def _load_entries(out_dir: Path) -> None:
 
 def shard_done(out_dir: Path, shard) -> bool:
     """The shard's file exists and has no failed rows (those are retried)."""
-    from robustscope.shards import read_shard, shard_path
+    from robustscope.runs.shards import read_shard, shard_path
 
     path = shard_path(out_dir, shard)
     if not path.is_file():

@@ -15,10 +15,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from robustscope.errors import InputError
-from robustscope.evaluation import optional_module
+from robustscope.core.errors import InputError
+from robustscope.core.result import CENSORED, MISCLASSIFIED
 from robustscope.report.figures import Curve
-from robustscope.result import CENSORED, MISCLASSIFIED
+from robustscope.scores.evaluation import optional_module
 
 
 @dataclass
@@ -85,9 +85,9 @@ def load_run_dir(path: str | Path) -> RunView:
 
 def load_store_run(store_path: str | Path, run_id: int) -> RunView:
     """A run from a results store; with ``config.evaluation``, all its sibling threats."""
-    store_mod = optional_module("robustscope.store")
+    store_mod = optional_module("robustscope.runs.store")
     if store_mod is None:
-        raise InputError("reading runs from a store needs robustscope.store, which is not "
+        raise InputError("reading runs from a store needs robustscope.runs.store, which is not "
                          "installed")
     if not Path(store_path).is_file():
         raise InputError(f"--store {store_path}: file does not exist")

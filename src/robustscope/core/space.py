@@ -16,7 +16,7 @@ import numpy as np
 import torch
 import yaml
 
-from robustscope.errors import FeatureSpaceError, InputError
+from robustscope.core.errors import FeatureSpaceError, InputError
 
 FEATURE_TYPES = ("real", "integer", "binary", "categorical")
 _DEFAULT = {"lower": -np.inf, "upper": np.inf, "scale": None, "type": "real", "mutable": True}

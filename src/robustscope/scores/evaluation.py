@@ -22,9 +22,9 @@ from importlib import metadata
 
 import numpy as np
 
-from robustscope.errors import RobustscopeError
-from robustscope.result import CENSORED, MISCLASSIFIED, RadiusResult
-from robustscope.space import FeatureSpace
+from robustscope.core.errors import RobustscopeError
+from robustscope.core.result import CENSORED, MISCLASSIFIED, RadiusResult
+from robustscope.core.space import FeatureSpace
 
 log = logging.getLogger(__name__)
 
@@ -204,10 +204,7 @@ def provenance(seed: int, started: float, sections: list[Section], extra: dict |
         try:
             versions[pkg] = metadata.version(pkg)
         except metadata.PackageNotFoundError:
-            if pkg == "robustscope":
-                import robustscope
-
-                versions[pkg] = robustscope.__version__
+            continue
     versions["python"] = sys.version.split()[0]
     per = []
     for s in sections:

@@ -19,8 +19,8 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 
-from robustscope.errors import InputError
-from robustscope.shards import Shard, ThreatJob, run_shard
+from robustscope.core.errors import InputError
+from robustscope.runs.shards import Shard, ThreatJob, run_shard
 
 #: Shards in flight per worker (keeps memory bounded and every worker busy).
 IN_FLIGHT_PER_WORKER = 2
@@ -82,7 +82,7 @@ def _worker_inputs(spec):
     if _WORKER_STATE.get("key") != key:
         import torch
 
-        from robustscope.runner import load_inputs
+        from robustscope.runs.runner import load_inputs
 
         torch.set_num_threads(1)  # one core per worker: the workers provide the parallelism
         _WORKER_STATE["inputs"] = load_inputs(spec)

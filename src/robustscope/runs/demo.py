@@ -19,11 +19,11 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
+from robustscope.core.result import RadiusResult
+from robustscope.core.space import FeatureSpace
 from robustscope.models.blackbox import ProbaClassifier
 from robustscope.report.demo_report import build_demo_report
-from robustscope.result import RadiusResult
-from robustscope.search import radius
-from robustscope.space import FeatureSpace
+from robustscope.search.engine import radius
 
 SEED = 0
 HAS_XGBOOST = importlib.util.find_spec("xgboost") is not None

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from robustscope.ecdf import share_above
-from robustscope.fileio import atomic_write
+from robustscope.core.ecdf import share_above
+from robustscope.core.fileio import atomic_write
 
 #: The input's radius is certified exact (lower bound = radius).
 EXACT = "exact"
@@ -135,7 +135,7 @@ class RadiusResult:
         suffix = Path(path).suffix.lower()
         writers = {".csv": self.to_csv, ".parquet": self.to_parquet, ".json": self.to_json}
         if suffix not in writers:
-            from robustscope.errors import InputError
+            from robustscope.core.errors import InputError
 
             raise InputError(f"output {path}: unknown extension '{suffix}'; "
                              "use .csv, .parquet or .json")

@@ -23,7 +23,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-log = logging.getLogger("robustscope.progress")
+log = logging.getLogger("robustscope.runs.progress")
 
 
 class RunProgress:

@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from robustscope.errors import RobustscopeError
+from robustscope.core.errors import RobustscopeError
 
 err_console = Console(stderr=True)
 
@@ -70,7 +70,7 @@ def register(app: typer.Typer) -> None:
         on local worker processes or a Ray cluster; each finished shard is written at once,
         so a run that stops (killed, a full disk, a failing worker) continues where it
         stopped when started again."""
-        from robustscope.runner import run_spec_file
+        from robustscope.runs.runner import run_spec_file
 
         _quiet_logging(quiet)
         try:

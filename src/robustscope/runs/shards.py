@@ -5,13 +5,13 @@ shards. Shard boundaries depend only on ``shard_size`` (never on the number of w
 each shard's seed is derived from ``(run seed, threat, shard index)``, so the same spec gives
 the same numbers on any backend and with any number of workers.
 
-Why the shard, not the input, is the unit of determinism: :func:`robustscope.search.radius`
+Why the shard, not the input, is the unit of determinism: :func:`robustscope.search.engine.radius`
 seeds one generator per call and consumes it batch after batch, and the black-box cascade
 and the "start from the nearest other input" step draw candidate seeds from the *other*
 inputs of the batch (a pool). A radius therefore depends on which inputs share its shard;
 fixing the shard (its rows and its seed) fixes the result.
 
-A shard whose model raises (:class:`~robustscope.errors.ModelError`) is bisected until the
+A shard whose model raises (:class:`~robustscope.core.errors.ModelError`) is bisected until the
 failing rows are isolated: those rows get status ``failed`` (with the error), the others keep
 their radii (searched within the smaller pieces, so with a smaller pool).
 """
@@ -28,9 +28,9 @@ from pathlib import Path
 
 import numpy as np
 
-from robustscope.errors import ModelError
-from robustscope.fileio import atomic_write
-from robustscope.result import RadiusResult
+from robustscope.core.errors import ModelError
+from robustscope.core.fileio import atomic_write
+from robustscope.core.result import RadiusResult
 
 #: Status of an input whose model call raised (bisected down to that input).
 FAILED = "failed"
@@ -118,7 +118,7 @@ def _maybe_exit_once() -> None:
 
 def run_shard(inputs, job: ThreatJob, shard: Shard) -> ShardOutput:
     """Search the radius of rows ``shard.start:shard.stop`` of ``inputs`` (a
-    :class:`robustscope.runner.LoadedInputs`). A :class:`ModelError` bisects the rows until the
+    :class:`robustscope.runs.runner.LoadedInputs`). A :class:`ModelError` bisects the rows until the
     failing ones are isolated; any other error propagates (the whole shard fails)."""
     _maybe_exit_once()
     t0 = time.perf_counter()
@@ -153,14 +153,14 @@ def _search(inputs, job: ThreatJob, seed: int, rows: np.ndarray) -> RadiusResult
     X = np.array(inputs.X[rows[0]:rows[-1] + 1])
     y = np.array(inputs.y[rows[0]:rows[-1] + 1])
     if job.is_grid:
-        from robustscope.runner import LoadedInputs, grid_threat_result
+        from robustscope.runs.runner import LoadedInputs, grid_threat_result
 
         sub = LoadedInputs(inputs.model, inputs.model_name, X, y, None, inputs.space,
                            inputs.names, inputs.data_name)
         res = grid_threat_result(sub, job.threat, job.grid, seed, job.batch_size, job.device,
                                  f"threat {job.threat}")
     else:
-        from robustscope.search import radius
+        from robustscope.search.engine import radius
 
         res = radius(inputs.model, X, y, threat=job.threat, space=inputs.space,
                      solver=job.solver, max_radius=job.max_radius, budget=job.budget,

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from robustscope.errors import InputError
+from robustscope.core.errors import InputError
 
 
 @dataclass
@@ -62,7 +62,7 @@ def _mapped(path: Path) -> Dataset | None:
     used, so large data sets cost no memory up front); ``None`` otherwise."""
     import zipfile
 
-    from robustscope.npzmap import mmap_npz
+    from robustscope.runs.npzmap import mmap_npz
 
     try:
         arrays = mmap_npz(path)

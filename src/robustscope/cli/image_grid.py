@@ -12,7 +12,7 @@ import numpy as np
 import torch
 import typer
 
-from robustscope.errors import InputError, RobustscopeError
+from robustscope.core.errors import InputError, RobustscopeError
 
 DEFAULT_THREATS = "linf,l2,l1,elastic,jpeg-linf,jpeg-l1,recolor,stadv"
 
@@ -34,9 +34,9 @@ def run_image_grid(model: Path, data: Path, out: Path, threats: str = DEFAULT_TH
                    levels_out: Path | None = None, trust_pickle: bool = False) -> dict:
     """Evaluate, write ``out`` (accuracy JSON) and optionally ``levels_out`` (CSV, one row per
     input and threat); return the accuracy dict."""
-    from robustscope.data import load_data
-    from robustscope.grid_search import evaluate_threats
     from robustscope.models.loaders import load_model
+    from robustscope.runs.data import load_data
+    from robustscope.search.grid import evaluate_threats
 
     for what, path in (("--out", out), ("--levels-out", levels_out)):
         if path is not None and not path.parent.is_dir():

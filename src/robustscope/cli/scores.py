@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import typer
 
-from robustscope.errors import InputError
+from robustscope.core.errors import InputError
 from robustscope.scores.intrinsic import (
     IntrinsicScores,
     SubsetComparison,

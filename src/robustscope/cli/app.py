@@ -16,7 +16,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from robustscope.errors import RobustscopeError
+from robustscope.core.errors import RobustscopeError
 
 app = typer.Typer(
     name="robustscope",
@@ -26,7 +26,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 err_console = Console(stderr=True)
-#: Modules under robustscope.commands that add their own commands with ``register(app)``.
+#: Modules under robustscope.cli that add their own commands with ``register(app)``.
 COMMAND_MODULES: tuple[str, ...] = ("leaderboard", "scores", "image_grid", "run", "compare")
 
 
@@ -80,10 +80,10 @@ def radius_command(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar or summary."),
 ) -> None:
     """Radius of robustness of every input, one row per input."""
-    from robustscope.data import load_data
+    from robustscope.core.space import FeatureSpace
     from robustscope.models.loaders import load_model
-    from robustscope.search import radius
-    from robustscope.space import FeatureSpace
+    from robustscope.runs.data import load_data
+    from robustscope.search.engine import radius
 
     for path, what in ((out, "--out"), (adversarial_out, "--adversarial-out")):
         if path is not None and not path.parent.exists():
@@ -153,7 +153,7 @@ def demo_command(
     quiet: bool = typer.Option(False, "--quiet", "-q"),
 ) -> None:
     """Train two models on scikit-learn's breast-cancer data and report their radii."""
-    from robustscope.demo import run_demo
+    from robustscope.runs.demo import run_demo
 
     try:
         run_demo(out_dir, quiet=quiet)
@@ -162,4 +162,4 @@ def demo_command(
 
 
 for _name in COMMAND_MODULES:
-    importlib.import_module(f"robustscope.commands.{_name}").register(app)
+    importlib.import_module(f"robustscope.cli.{_name}").register(app)

@@ -29,13 +29,13 @@ import numpy as np
 import pandas as pd
 import torch
 
-from robustscope.ecdf import share_above
-from robustscope.errors import InputError
+from robustscope.core.ecdf import share_above
+from robustscope.core.errors import InputError
+from robustscope.core.result import ATTACKED, CENSORED, MISCLASSIFIED
+from robustscope.core.statement import DECISION_CHANGE, Statement
 from robustscope.models.base import Classifier
 from robustscope.models.wrap import wrap_model
-from robustscope.result import ATTACKED, CENSORED, MISCLASSIFIED
 from robustscope.solvers.image_pgd import image_pgd
-from robustscope.statement import DECISION_CHANGE, Statement
 from robustscope.threats.image import ImageThreat, get_image_threat, threat_key
 
 #: ``level`` of an input misclassified without any perturbation.

@@ -26,11 +26,13 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from robustscope.errors import InputError
+from robustscope.core.errors import InputError
+from robustscope.core.result import ATTACKED, CENSORED, EXACT, MISCLASSIFIED, RadiusResult
+from robustscope.core.space import FeatureSpace
+from robustscope.core.statement import DECISION_CHANGE, Statement
 from robustscope.models.base import Classifier, QueryLedger
 from robustscope.models.torch_model import TorchClassifier
 from robustscope.models.wrap import wrap_model
-from robustscope.result import ATTACKED, CENSORED, EXACT, MISCLASSIFIED, RadiusResult
 from robustscope.scores.intrinsic import cross_entropy
 from robustscope.solvers.exact_linear import exact_linear_radius
 from robustscope.solvers.exact_relu import exact_relu_radius, relu_layers
@@ -38,8 +40,6 @@ from robustscope.solvers.exact_trees import exact_tree_radius
 from robustscope.solvers.gradient_free import gradient_free_run
 from robustscope.solvers.minnorm import minnorm
 from robustscope.solvers.pgd import pgd
-from robustscope.space import FeatureSpace
-from robustscope.statement import DECISION_CHANGE, Statement
 from robustscope.threats.lp import LpThreat, get_threat
 
 log = logging.getLogger(__name__)

@@ -26,14 +26,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from robustscope import journal
-from robustscope.errors import InputError
-from robustscope.evaluation import Evaluation, ReadingOptions, build_evaluation, optional_module
-from robustscope.fileio import atomic_write
-from robustscope.progress import RunProgress, run_progress
+from robustscope.core.errors import InputError
+from robustscope.core.fileio import atomic_write
+from robustscope.core.result import RadiusResult
+from robustscope.core.space import FeatureSpace
 from robustscope.report.html import render_report
-from robustscope.result import RadiusResult
-from robustscope.shards import (
+from robustscope.runs import journal
+from robustscope.runs.progress import RunProgress, run_progress
+from robustscope.runs.shards import (
     _JOINED_META,
     _ROW_FIELDS,
     _SUMMED_META,
@@ -45,8 +45,13 @@ from robustscope.shards import (
     shard_path,
     write_shard,
 )
-from robustscope.space import FeatureSpace
-from robustscope.spec import EvaluationSpec, load_spec
+from robustscope.runs.spec import EvaluationSpec, load_spec
+from robustscope.scores.evaluation import (
+    Evaluation,
+    ReadingOptions,
+    build_evaluation,
+    optional_module,
+)
 
 log = logging.getLogger(__name__)
 
@@ -82,14 +87,14 @@ class RunOutcome:
 def _demo_models(seed: int):
     """The demo's data split and fitted models (trained once per process and seed; they are
     never modified afterwards)."""
-    from robustscope.demo import train_models
+    from robustscope.runs.demo import train_models
 
     return train_models(seed)
 
 
 def _builtin(spec: EvaluationSpec) -> tuple[object | None, LoadedInputs]:
     data, X_train, X_test, _, y_test, models = _demo_models(spec.seed)
-    from robustscope.demo import LOGISTIC, TREES, demo_space
+    from robustscope.runs.demo import LOGISTIC, TREES, demo_space
 
     space = demo_space(data, X_train, X_test)
 
@@ -102,8 +107,8 @@ def _builtin(spec: EvaluationSpec) -> tuple[object | None, LoadedInputs]:
 def load_inputs(spec: EvaluationSpec) -> LoadedInputs:
     """Model, evaluated inputs, reference data and feature space of ``spec`` (paths already
     resolved)."""
-    from robustscope.data import load_data
     from robustscope.models.loaders import load_model
+    from robustscope.runs.data import load_data
 
     cache: list = []
 
@@ -147,10 +152,10 @@ def load_inputs(spec: EvaluationSpec) -> LoadedInputs:
 
 def _load_data(spec: EvaluationSpec):
     """The spec's data file; a CSV or Parquet file of at least
-    :data:`robustscope.datastream.STREAM_BYTES` is read in chunks into a memory-mapped cache
+    :data:`robustscope.runs.datastream.STREAM_BYTES` is read in chunks into a memory-mapped cache
     in the run folder (``data/``)."""
-    from robustscope import datastream
-    from robustscope.data import load_data
+    from robustscope.runs import datastream
+    from robustscope.runs.data import load_data
 
     path = Path(str(spec.data.path))
     suffix = path.suffix.lower()
@@ -182,13 +187,13 @@ def run_spec(spec: EvaluationSpec, spec_text: str | None = None, quiet: bool = F
              progress: RunProgress | None = None, resume: bool | None = None) -> RunOutcome:
     """Run every threat of ``spec`` shard by shard, write the run folder and the report,
     record the store. Paths in ``spec`` must already be resolved (see
-    :func:`robustscope.spec.load_spec`).
+    :func:`robustscope.runs.spec.load_spec`).
 
     ``resume``: ``True`` continues the incomplete run in ``outputs.dir`` (an error when there
     is none); ``None`` (the default) continues it when the folder holds one and starts afresh
     otherwise; ``False`` always starts afresh. Finished shards are never run again.
     """
-    from robustscope.backends import run_shards
+    from robustscope.runs.backends import run_shards
 
     started = time.time()
     inputs = load_inputs(spec)
@@ -402,9 +407,9 @@ class _StoreWriter:
         self.stored: dict[str, np.ndarray] = {}
         if spec.outputs.store is None:
             return
-        store_mod = optional_module("robustscope.store")
+        store_mod = optional_module("robustscope.runs.store")
         if store_mod is None:
-            self.note = "robustscope.store is not installed; the run was not recorded"
+            self.note = "robustscope.runs.store is not installed; the run was not recorded"
             return
         self.store = store_mod.open_store(spec.outputs.store)
         runs = plan.setdefault("store_runs", {})
@@ -457,7 +462,7 @@ class _StoreWriter:
                ) -> str | None:
         if self.spec.outputs.store is None or self.note is not None:
             return self.note
-        store_mod = optional_module("robustscope.store")
+        store_mod = optional_module("robustscope.runs.store")
         with store_mod.open_store(self.spec.outputs.store) as store:
             for name, run_id in self.plan["store_runs"].items():
                 res = results[name]
@@ -478,7 +483,7 @@ class _StoreWriter:
 
 def grid_threat_result(inputs: LoadedInputs, threat: str, grid: list[float] | None, seed: int,
                        batch_size: int, device: str, where: str) -> RadiusResult:
-    """An image threat searched on its strength grid (:func:`robustscope.grid_search.
+    """An image threat searched on its strength grid (:func:`robustscope.search.grid.
     grid_robustness`, bisection over the levels), as a :class:`RadiusResult`.
 
     The radius of an input is the smallest grid level at which a verified counterexample was
@@ -488,10 +493,10 @@ def grid_threat_result(inputs: LoadedInputs, threat: str, grid: list[float] | No
     """
     import torch
 
-    from robustscope.grid_search import grid_robustness
     from robustscope.models.base import PROBA_FLOOR
     from robustscope.models.wrap import wrap_model
-    from robustscope.search import _label_indices
+    from robustscope.search.engine import _label_indices
+    from robustscope.search.grid import grid_robustness
 
     X = inputs.X
     if X.ndim != 4:

@@ -20,8 +20,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from robustscope.data import Dataset
-from robustscope.errors import InputError
+from robustscope.core.errors import InputError
+from robustscope.runs.data import Dataset
 
 #: Rows per chunk.
 CHUNK_ROWS = 65536

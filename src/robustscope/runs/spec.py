@@ -26,7 +26,7 @@ import numpy as np
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from robustscope.errors import InputError
+from robustscope.core.errors import InputError
 
 #: Models and data sets that ship with robustscope (trained on scikit-learn's breast-cancer).
 BUILTIN_MODELS = ("breast-cancer-gbm", "breast-cancer-logreg")
@@ -38,7 +38,7 @@ LP_THREATS = ("linf", "l2", "l1")
 def _image_threats():
     """robustscope.threats.image where it is installed (image threats searched on a grid)."""
     try:
-        import robustscope.grid_search  # noqa: F401
+        import robustscope.search.grid  # noqa: F401
         from robustscope.threats import image
     except ImportError:
         return None
@@ -52,7 +52,7 @@ def grid_threat_key(name: str) -> str | None:
 
 
 def known_threats() -> list[str]:
-    """Lp threats, then the image threats where robustscope.grid_search is installed."""
+    """Lp threats, then the image threats where robustscope.search.grid is installed."""
     image = _image_threats()
     extra = [] if image is None else [t for t in image.image_threat_names()
                                       if t not in LP_THREATS]
@@ -186,7 +186,7 @@ class ThreatSpec(_Strict):
 
     @property
     def is_grid(self) -> bool:
-        """An image threat searched on its strength grid (robustscope.grid_search), not an
+        """An image threat searched on its strength grid (robustscope.search.grid), not an
         Lp radius search."""
         return self.name not in LP_THREATS
 

@@ -1,0 +1,1 @@
+"""Evaluation runs: specs, data, shards, backends, the journal, the results store."""

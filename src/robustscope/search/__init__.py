@@ -1,0 +1,1 @@
+"""The radius search: strategy, verification, censoring, the ledger; grid search."""
