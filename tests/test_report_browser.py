@@ -45,7 +45,7 @@ def test_report_opens_cleanly_with_every_figure(tmp_path: Path):
 
 def test_comparison_opens_cleanly(tmp_path: Path):
     from robustscope.report.html import render_compare
-    from robustscope.runs.compare import RunView, ThreatView, compare_runs
+    from robustscope.scores.comparison import RunView, ThreatView, compare_runs
 
     def view(name: str, n: int) -> RunView:
         ev, _ = tabular_evaluation(n=n, n_bootstrap=0)

@@ -96,7 +96,8 @@ def test_run_with_grid_threats(grid_run):
 
 
 def test_compare_store_runs_keeps_grid_query_means(grid_run):
-    from robustscope.runs.compare import compare_runs, load_run
+    from robustscope.runs.compare import load_run
+    from robustscope.scores.comparison import compare_runs
 
     tmp, _ = grid_run
     manifest = json.loads((tmp / "out" / "run.json").read_text())

@@ -22,7 +22,7 @@ def _delta_style(delta: float) -> str:
 def print_comparison(cmp, console: Console) -> None:
     """Rich tables: metrics of A and B per shared threat, then accuracy on the grids."""
     from robustscope.report.html import METRIC_LABELS, fmt, pct
-    from robustscope.runs.compare import METRICS
+    from robustscope.scores.comparison import METRICS
 
     console.print(f"A: [bold]{cmp.a.name}[/] ({cmp.a.source})", highlight=False)
     console.print(f"B: [bold]{cmp.b.name}[/] ({cmp.b.source})", highlight=False)
@@ -65,7 +65,8 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Compare two runs: scores side by side, accuracy curves overlaid."""
         from robustscope.report.html import render_compare
-        from robustscope.runs.compare import compare_runs, load_run
+        from robustscope.runs.compare import load_run
+        from robustscope.scores.comparison import compare_runs
 
         _quiet_logging(quiet)
         if out is not None and not out.parent.exists():

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from robustscope.core.statuses import CENSORED
+
 
 def _sorted_valid(values: np.ndarray) -> np.ndarray:
     """``values`` as float64, NaN removed, sorted: ``(n_valid,)``."""
@@ -55,3 +57,16 @@ def share_at_most(values: np.ndarray, eps: np.ndarray | float) -> np.ndarray:
     n = np.asarray(values).size
     counts = count_at_most(values, eps)
     return counts / n if n else np.full(counts.shape, np.nan)
+
+
+def robust_accuracy(radius: np.ndarray, status: np.ndarray, max_radius: float,
+                    eps: np.ndarray | float) -> np.ndarray:
+    """Robust accuracy at each strength: the share of inputs whose radius exceeds ``e``.
+
+    radius, status : ``(n,)`` per input; censored inputs count as robust up to
+    ``max_radius``, and the accuracy at strengths above it is unknown (NaN).
+    eps : ``(m,)`` strengths (or a scalar). Returns ``(m,)`` floats.
+    """
+    eps = _thresholds(eps)
+    r = np.where(np.asarray(status) == CENSORED, np.inf, radius)
+    return np.where(eps <= max_radius * (1 + 1e-12), share_above(r, eps), np.nan)

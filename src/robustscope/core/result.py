@@ -9,18 +9,16 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from robustscope.core.ecdf import share_above
+from robustscope.core.ecdf import robust_accuracy
 from robustscope.core.fileio import atomic_write
-
-#: The input's radius is certified exact (lower bound = radius).
-EXACT = "exact"
-#: A verified counterexample gives an upper bound; the lower bound may be loose.
-ATTACKED = "attacked"
-#: No counterexample up to the largest strength tried; ``radius`` is ``inf``.
-CENSORED = "censored"
-#: The clean input is already misclassified: radius 0, the input itself is the counterexample.
-MISCLASSIFIED = "misclassified"
-STATUSES = (EXACT, ATTACKED, CENSORED, MISCLASSIFIED)
+from robustscope.core.statuses import (  # noqa: F401 - re-exported
+    ATTACKED,
+    CENSORED,
+    EXACT,
+    FAILED,
+    MISCLASSIFIED,
+    STATUSES,
+)
 
 #: Columns of the radius CSV, in order (more may follow).
 CSV_COLUMNS = ["sample", "label", "prediction", "radius", "lower_bound", "status", "loss",
@@ -78,9 +76,7 @@ class RadiusResult:
         """Share of inputs whose radius exceeds each ``eps`` (exact for the solver used,
         since threat sets are nested). Censored inputs count as robust up to ``max_radius``;
         strengths above it are reported as NaN."""
-        eps = np.atleast_1d(np.asarray(eps, dtype=np.float64))
-        acc = share_above(self.radius, eps)
-        return np.where(eps <= self.max_radius, acc, np.nan)
+        return robust_accuracy(self.radius, self.status, self.max_radius, eps)
 
     def _label_values(self, idx: np.ndarray) -> np.ndarray:
         return idx if self.classes is None else self.classes[idx]

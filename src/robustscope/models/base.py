@@ -16,9 +16,7 @@ import numpy as np
 import torch
 
 from robustscope.core.errors import BudgetExhausted, ModelError
-
-#: Probabilities are clamped to this before a log is taken (log(0) = -inf breaks losses).
-PROBA_FLOOR = 1e-12
+from robustscope.core.numerics import PROBA_FLOOR  # noqa: F401 - re-exported
 
 
 class QueryLedger:

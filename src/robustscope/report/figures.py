@@ -15,7 +15,7 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from robustscope.core.ecdf import share_above
+from robustscope.core.ecdf import robust_accuracy
 from robustscope.core.result import CENSORED, MISCLASSIFIED, RadiusResult
 
 #: Colours of the curves of run A / run B (and further sections), colour-blind safe.
@@ -77,10 +77,7 @@ class Curve:
     def accuracy(self, eps: np.ndarray) -> np.ndarray:
         """Robust accuracy: share of inputs with radius > eps (censored inputs count as robust
         up to ``max_radius``; NaN above it). Misclassified inputs have radius 0."""
-        eps = np.atleast_1d(np.asarray(eps, dtype=np.float64))
-        r = np.where(self.status == CENSORED, np.inf, self.radius)
-        acc = share_above(r, eps)
-        return np.where(eps <= self.max_radius * (1 + 1e-12), acc, np.nan)
+        return robust_accuracy(self.radius, self.status, self.max_radius, eps)
 
 
 def accuracy_vs_strength_figure(curves: Sequence[Curve], title: str = "Accuracy vs strength",

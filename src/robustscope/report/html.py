@@ -237,7 +237,7 @@ METRIC_LABELS = {
 
 def render_compare(comparison, path: str | Path) -> Path:
     """Write the HTML comparison of two runs (a :class:`robustscope.runs.compare.Comparison`)."""
-    from robustscope.runs.compare import METRICS
+    from robustscope.scores.comparison import METRICS
 
     cmp = comparison
     threats = []
@@ -248,8 +248,8 @@ def render_compare(comparison, path: str | Path) -> Path:
                  "share": k in ("clean_accuracy", "censored_share")} for k in METRICS]
         figures: list[dict] = []
         notes: list[str] = []
-        ca = cmp.a.threats[t].curve(f"A: {cmp.a.name}")
-        cb = cmp.b.threats[t].curve(f"B: {cmp.b.name}")
+        ca = _curve(f"A: {cmp.a.name}", cmp.a.threats[t])
+        cb = _curve(f"B: {cmp.b.name}", cmp.b.threats[t])
         _figure(figures, notes, "Robust accuracy against strength, both runs",
                 lambda ca=ca, cb=cb, t=t: accuracy_vs_strength_figure(
                     [ca, cb], title=f"Accuracy vs strength — {t}"))
@@ -264,3 +264,9 @@ def render_compare(comparison, path: str | Path) -> Path:
     path = Path(path)
     atomic_write(path, lambda p: Path(p).write_text(html, encoding="utf-8"))
     return path
+
+
+def _curve(label: str, view) -> Curve:
+    """The accuracy curve of one threat of a run (a :class:`~robustscope.scores.comparison.
+    ThreatView`)."""
+    return Curve(label, view.radius, view.status, view.max_radius, view.strengths)

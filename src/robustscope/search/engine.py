@@ -27,13 +27,13 @@ import numpy as np
 import torch
 
 from robustscope.core.errors import InputError
+from robustscope.core.numerics import cross_entropy
 from robustscope.core.result import ATTACKED, CENSORED, EXACT, MISCLASSIFIED, RadiusResult
 from robustscope.core.space import FeatureSpace
 from robustscope.core.statement import DECISION_CHANGE, Statement
 from robustscope.models.base import Classifier, QueryLedger
 from robustscope.models.torch_model import TorchClassifier
 from robustscope.models.wrap import wrap_model
-from robustscope.scores.intrinsic import cross_entropy
 from robustscope.solvers.exact_linear import exact_linear_radius
 from robustscope.solvers.exact_relu import exact_relu_radius, relu_layers
 from robustscope.solvers.exact_trees import exact_tree_radius

@@ -22,11 +22,11 @@ import numpy as np
 import torch
 
 from robustscope.core.errors import InputError
+from robustscope.core.numerics import cross_entropy
 from robustscope.core.result import ATTACKED, CENSORED, MISCLASSIFIED, RadiusResult
 from robustscope.core.space import FeatureSpace
 from robustscope.core.statement import DECISION_CHANGE, Statement
 from robustscope.models.base import Classifier, QueryLedger
-from robustscope.scores.intrinsic import cross_entropy
 from robustscope.threats.lp import LpThreat, get_threat
 
 #: Default largest number of candidate entries (rows x features) built at once.
