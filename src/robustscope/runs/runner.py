@@ -493,9 +493,9 @@ def grid_threat_result(inputs: LoadedInputs, threat: str, grid: list[float] | No
     """
     import torch
 
+    from robustscope.core.checks import check_labels
     from robustscope.models.base import PROBA_FLOOR
     from robustscope.models.wrap import wrap_model
-    from robustscope.search.engine import _label_indices
     from robustscope.search.grid import grid_robustness
 
     X = inputs.X
@@ -503,7 +503,7 @@ def grid_threat_result(inputs: LoadedInputs, threat: str, grid: list[float] | No
         raise InputError(f"{where}: image threat '{threat}' needs images (N, C, H, W); the "
                          f"data has shape {X.shape}")
     clf = wrap_model(inputs.model, input_shape=X.shape[1:], device=device, example=X[:2])
-    labels = _label_indices(clf, inputs.y, len(X))
+    labels = check_labels(inputs.y, len(X), clf.n_classes, getattr(clf, "classes", None))
     x = torch.as_tensor(X, dtype=torch.float32)
     gr = grid_robustness(clf, x, labels, threat, grid, seed=seed, batch_size=batch_size,
                          device=device)

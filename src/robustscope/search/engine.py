@@ -26,6 +26,13 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from robustscope.core.checks import (
+    check_array,
+    check_labels,
+    check_positive,
+    check_seed,
+    make_generator,
+)
 from robustscope.core.errors import InputError
 from robustscope.core.numerics import cross_entropy
 from robustscope.core.result import ATTACKED, CENSORED, EXACT, MISCLASSIFIED, RadiusResult
@@ -130,15 +137,9 @@ def radius(
         raise InputError(f"solver '{solver}' is not known; choose one of {', '.join(SOLVERS)}")
     if not (0 < rtol < 1):
         raise InputError(f"rtol must be in (0, 1), got {rtol}")
-    if budget is not None and budget < 1:
-        raise InputError(f"budget must be a positive number of passes per input, got {budget}")
-    X = np.asarray(X)
-    if X.ndim < 2 or X.shape[0] == 0:
-        raise InputError(f"X must have shape (n, d) or (n, C, H, W) with n > 0, got {X.shape}")
-    if not np.issubdtype(X.dtype, np.number):
-        raise InputError(f"X must be numeric, got dtype {X.dtype}")
-    X = X.astype(np.float64, copy=False)
-    _check_finite(X)
+    budget = check_positive(budget, "budget (passes per input)", integer=True, allow_none=True)
+    seed = check_seed(seed)
+    X = check_array(X, "X")
     threat = get_threat(threat)
     statement = statement or DECISION_CHANGE
     model = wrap_model(model, input_shape=X.shape[1:], device=device, example=X)
@@ -146,7 +147,7 @@ def radius(
     if space is None:
         space = FeatureSpace.box(X.shape[1:]) if X.ndim > 2 else FeatureSpace.from_data(X)
     space.check_data(X, what="X")
-    labels = _label_indices(model, y, len(X))
+    labels = check_labels(y, len(X), model.n_classes, getattr(model, "classes", None))
     if max_radius is None:
         max_radius = {math.inf: 1.0, 2.0: math.sqrt(space.n_features),
                       1.0: float(space.n_features)}[threat.p]
@@ -162,7 +163,7 @@ def radius(
     used_exact = kind if solver == "exact" or (solver == "auto" and kind != "relu") else None
     n = len(X)
     ledger = QueryLedger(n, budget)
-    generator = torch.Generator(device="cpu").manual_seed(seed)
+    generator = make_generator(seed)
     out = _Outputs(n, X.shape[1:], model.n_classes)
     for start in range(0, n, batch_size):
         idx = np.arange(start, min(n, start + batch_size))
@@ -196,47 +197,6 @@ class _Outputs:
         self.proba_adv = np.zeros((n, k))
         self.loss = np.zeros(n)
         self.seconds = np.zeros(n)
-
-
-def _plain(value: object) -> object:
-    """A numpy scalar as the Python value it holds (for readable messages)."""
-    return value.item() if hasattr(value, "item") else value
-
-
-def _check_finite(X: np.ndarray) -> None:
-    bad = ~np.isfinite(X.reshape(len(X), -1))
-    if bad.any():
-        row, col = np.argwhere(bad)[0]
-        raise InputError(f"X: row {row}, feature {col} is {X.reshape(len(X), -1)[row, col]}; "
-                         "NaN and inf are not valid inputs")
-
-
-def _label_indices(model: Classifier, y: np.ndarray, n: int) -> np.ndarray:
-    y = np.asarray(y)
-    if y.shape != (n,):
-        raise InputError(f"y must have shape ({n},) to match X, got {y.shape}")
-    classes = getattr(model, "classes", None)
-    if classes is not None:
-        lookup = {_plain(c): i for i, c in enumerate(classes)}
-        out = np.empty(n, dtype=np.int64)
-        for row, value in enumerate(y):
-            key = _plain(value)
-            if key not in lookup:
-                raise InputError(f"y: row {row} has label {key!r}, which is not one of the "
-                                 f"model's classes {[_plain(c) for c in classes]}")
-            out[row] = lookup[key]
-        return out
-    if not np.issubdtype(y.dtype, np.integer):
-        if np.issubdtype(y.dtype, np.floating) and np.all(np.mod(y, 1) == 0):
-            y = y.astype(np.int64)
-        else:
-            raise InputError(f"y: labels must be class indices 0..{model.n_classes - 1}")
-    bad = (y < 0) | (y >= model.n_classes)
-    if bad.any():
-        row = int(np.flatnonzero(bad)[0])
-        raise InputError(f"y: row {row} has label {y[row]}, outside the model's classes "
-                         f"0..{model.n_classes - 1}")
-    return y.astype(np.int64)
 
 
 def exact_kind(model: Classifier, threat: LpThreat, statement: Statement) -> str | None:

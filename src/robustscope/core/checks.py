@@ -1,0 +1,114 @@
+"""Input checks at robustscope's boundaries, in the manner of scikit-learn's ``check_*``.
+
+Every public entry point validates its arguments once, with these helpers, and every error
+names the argument, the row and the feature at fault. Internals trust what passed.
+
+One label convention: the search works on class *indices* ``0..K-1``. A model that knows its
+classes (``classes_``) is given labels as those class values, which :func:`check_labels` maps
+to indices; a model that does not is given indices.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from robustscope.core.errors import InputError
+
+
+def plain(value: object) -> object:
+    """A numpy scalar as the Python value it holds (for readable messages and lookups)."""
+    return value.item() if hasattr(value, "item") else value
+
+
+def check_array(X: object, name: str = "X", min_rows: int = 1) -> np.ndarray:
+    """``X`` as a float64 array of shape ``(n, d)`` or ``(n, C, H, W)``, every entry finite.
+
+    Raises :class:`InputError` naming the first row and feature that is NaN or infinite.
+    """
+    X = X.detach().cpu().numpy() if torch.is_tensor(X) else np.asarray(X)
+    if X.ndim < 2 or X.shape[0] < min_rows:
+        raise InputError(f"{name} must have shape (n, d) or (n, C, H, W) with n >= {min_rows}, "
+                         f"got {X.shape}")
+    if not (np.issubdtype(X.dtype, np.number) or X.dtype == bool):
+        raise InputError(f"{name} must be numeric, got dtype {X.dtype}")
+    X = X.astype(np.float64, copy=False)
+    check_finite(X, name)
+    return X
+
+
+def check_finite(X: np.ndarray, name: str = "X") -> None:
+    """Raise :class:`InputError` naming the first row and feature of ``X`` ``(n, ...)`` that
+    is NaN or infinite."""
+    flat = np.asarray(X).reshape(len(X), -1)
+    bad = ~np.isfinite(flat)
+    if bad.any():
+        row, col = np.argwhere(bad)[0]
+        raise InputError(f"{name}: row {row}, feature {col} is {flat[row, col]}; "
+                         "NaN and inf are not valid inputs")
+
+
+def check_labels(y: object, n: int, n_classes: int, classes: Sequence | np.ndarray | None = None,
+                 name: str = "y") -> np.ndarray:
+    """Labels ``y`` ``(n,)`` as int64 class indices ``0..n_classes-1``.
+
+    With ``classes`` (the model's class values, index order), each label must be one of them
+    and is mapped to its index; without, labels must already be integer indices (integral
+    floats are accepted). Errors name the row and the offending label.
+    """
+    y = y.detach().cpu().numpy() if torch.is_tensor(y) else np.asarray(y)
+    if y.shape != (n,):
+        raise InputError(f"{name} must have shape ({n},) to match the inputs, got {y.shape}")
+    if classes is not None:
+        lookup = {plain(c): i for i, c in enumerate(classes)}
+        out = np.empty(n, dtype=np.int64)
+        for row, value in enumerate(y):
+            key = plain(value)
+            if key not in lookup:
+                raise InputError(f"{name}: row {row} has label {key!r}, which is not one of the "
+                                 f"model's classes {[plain(c) for c in classes]}")
+            out[row] = lookup[key]
+        return out
+    if not np.issubdtype(y.dtype, np.integer):
+        if np.issubdtype(y.dtype, np.floating) and np.all(np.isfinite(y)) \
+                and np.all(np.mod(y, 1) == 0):
+            y = y.astype(np.int64)
+        else:
+            raise InputError(f"{name}: labels must be class indices 0..{n_classes - 1}")
+    bad = (y < 0) | (y >= n_classes)
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        raise InputError(f"{name}: row {row} has label {y[row]}, outside the model's classes "
+                         f"0..{n_classes - 1}")
+    return y.astype(np.int64)
+
+
+def check_seed(seed: object, name: str = "seed") -> int:
+    """``seed`` as a non-negative int (``None`` is refused: results must be reproducible)."""
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+        raise InputError(f"{name} must be a non-negative integer (the same seed gives the "
+                         f"same numbers), got {seed!r}")
+    if seed < 0:
+        raise InputError(f"{name} must be a non-negative integer, got {seed}")
+    return int(seed)
+
+
+def make_generator(seed: int, device: str | torch.device = "cpu") -> torch.Generator:
+    """The one way robustscope seeds torch randomness: a generator on ``device``."""
+    return torch.Generator(device=torch.device(device)).manual_seed(check_seed(seed))
+
+
+def check_positive(value: object, name: str, integer: bool = False,
+                   allow_none: bool = False) -> float | int | None:
+    """``value`` as a finite number > 0 (an int when ``integer``), or ``None`` if allowed."""
+    if value is None and allow_none:
+        return None
+    ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+    if ok and integer:
+        ok = float(value) == int(value)
+    if not ok or not np.isfinite(float(value)) or value <= 0:
+        kind = "a positive integer" if integer else "a finite number > 0"
+        raise InputError(f"{name} must be {kind}, got {value!r}")
+    return int(value) if integer else float(value)
