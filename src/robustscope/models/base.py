@@ -111,24 +111,43 @@ class Classifier:
         finally:
             self._charge = previous
 
+    @contextlib.contextmanager
+    def narrowed(self, rows: np.ndarray | torch.Tensor) -> Iterator[None]:
+        """Inside a :meth:`charging` block over ``m`` inputs, charge the calls of the block
+        to the subset ``rows`` (positions ``0..m-1`` of the current owners): for solvers
+        that continue on some of their inputs only. Without a charge, does nothing."""
+        charge = self._charge
+        if charge is None:
+            yield
+            return
+        rows = rows.cpu().numpy() if torch.is_tensor(rows) else np.asarray(rows)
+        with self.charging(charge.ledger, charge.owners[rows.astype(np.int64)]):
+            yield
+
     def _count(self, rows: int, backward: bool) -> None:
+        """Charge ``rows`` passes before they are made: a call that would take an input past
+        its budget is refused (:class:`BudgetExhausted`) and charges nothing."""
+        charge = self._charge
+        if charge is not None and len(charge.owners):
+            m = len(charge.owners)
+            if rows % m:
+                raise RuntimeError(f"batch of {rows} rows cannot be charged to {m} inputs")
+            ledger = charge.ledger
+            if ledger.budget is not None:
+                after = ledger.used(charge.owners) + rows // m
+                # owners may repeat: count each input's share once per occurrence
+                if len(np.unique(charge.owners)) != m:
+                    after = ledger.used(charge.owners) + np.bincount(
+                        charge.owners, minlength=len(ledger.forward))[charge.owners] * (rows // m)
+                if after.max() > ledger.budget:
+                    raise BudgetExhausted(
+                        f"query budget of {ledger.budget} passes per input exceeded")
+            counts = ledger.backward if backward else ledger.forward
+            np.add.at(counts, charge.owners, rows // m)
         if backward:
             self.total_backward += rows
         else:
             self.total_forward += rows
-        charge = self._charge
-        if charge is None or len(charge.owners) == 0:
-            return
-        m = len(charge.owners)
-        if rows % m:
-            raise RuntimeError(f"batch of {rows} rows cannot be charged to {m} inputs")
-        ledger = charge.ledger
-        counts = ledger.backward if backward else ledger.forward
-        np.add.at(counts, charge.owners, rows // m)
-        if ledger.budget is not None and ledger.used(charge.owners).max() > ledger.budget:
-            raise BudgetExhausted(
-                f"query budget of {ledger.budget} passes per input exceeded"
-            )
 
     # -- public calls -----------------------------------------------------------------------
     def as_tensor(self, x: np.ndarray | torch.Tensor) -> torch.Tensor:

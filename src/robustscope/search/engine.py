@@ -41,6 +41,7 @@ from robustscope.core.statement import DECISION_CHANGE, Statement
 from robustscope.models.base import Classifier, QueryLedger
 from robustscope.models.torch_model import TorchClassifier
 from robustscope.models.wrap import wrap_model
+from robustscope.search.verify import Verifier
 from robustscope.solvers.exact_linear import exact_linear_radius
 from robustscope.solvers.exact_relu import exact_relu_radius, relu_layers
 from robustscope.solvers.exact_trees import exact_tree_radius
@@ -80,21 +81,18 @@ BLACKBOX_CONFIG = SearchConfig(pgd_steps=10, pgd_restarts=1, max_probes=6)
 BLACKBOX_BUDGET = 5000
 
 
-@dataclass
-class _BatchState:
-    """Per-input bookkeeping of one batch (arrays of the batch's length)."""
+class _BatchState(Verifier):
+    """The verifier of one batch plus the search's bookkeeping (arrays of the batch's
+    length): certified lower bounds, closed brackets, the largest strength at which an
+    attack failed (not a certificate) and the bracketing PGD runs made per input."""
 
-    x: torch.Tensor
-    y: torch.Tensor
-    owners: np.ndarray
-    best_x: torch.Tensor
-    best_r: torch.Tensor
-    best_logits: torch.Tensor
-    clean_logits: torch.Tensor
-    lower: torch.Tensor
-    exact: torch.Tensor
-    attack_lo: torch.Tensor  # largest strength at which an attack failed (not a certificate)
-    probes: torch.Tensor  # bracketing PGD runs made per input
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        n = len(self.x)
+        self.lower = torch.zeros(n, dtype=torch.float64, device=self.x.device)
+        self.exact = torch.zeros(n, dtype=torch.bool, device=self.x.device)
+        self.attack_lo = torch.zeros(n, dtype=torch.float64, device=self.x.device)
+        self.probes = torch.zeros(n, dtype=torch.int64, device=self.x.device)
 
 
 def radius(
@@ -227,15 +225,7 @@ def _search_batch(model, X, labels, idx, space, threat, solver, kind, max_radius
     # accurate also for confident inputs, where -log(p_y) rounds to 0 (the scores need g(loss))
     out.loss[idx] = cross_entropy(logits.cpu().numpy(), labels)
     wrong = (pred != y) | statement.holds(pred, y)
-    state = _BatchState(
-        x=x, y=y, owners=idx, best_x=x.clone(),
-        best_r=torch.where(wrong, 0.0, math.inf).to(torch.float64),
-        best_logits=logits.clone(), clean_logits=logits,
-        lower=torch.zeros(len(idx), dtype=torch.float64),
-        exact=torch.zeros(len(idx), dtype=torch.bool),
-        attack_lo=torch.zeros(len(idx), dtype=torch.float64),
-        probes=torch.zeros(len(idx), dtype=torch.int64),
-    )
+    state = _BatchState(model, space, threat, statement, ledger, x, y, idx, logits, wrong)
     active = ~wrong
     if active.any():
         # linear models and trees: exact by default; networks: a MILP only when asked for
@@ -267,23 +257,6 @@ def _search_batch(model, X, labels, idx, space, threat, solver, kind, max_radius
     out.adv_prediction[idx] = state.best_logits.argmax(dim=1).cpu().numpy()
 
 
-def _verify(model, space, threat, statement, ledger, state, sub: torch.Tensor,
-            candidates: torch.Tensor) -> torch.Tensor:
-    """Project, call the model again, measure; keep improvements. Returns success (len(sub))."""
-    x = state.x[sub]
-    cand = space.project(candidates.to(x.dtype), x)
-    with model.charging(ledger, state.owners[sub.cpu().numpy()]), torch.no_grad():
-        logits = model.logits(cand).detach().to(torch.float64)
-    ok = statement.holds(logits.argmax(dim=1), state.y[sub])
-    norm = threat.norm(space.scaled_delta(cand, x))
-    better = ok & (norm < state.best_r[sub])
-    where = sub[better]
-    state.best_r[where] = norm[better]
-    state.best_x[where] = cand[better]
-    state.best_logits[where] = logits[better]
-    return ok
-
-
 def _run_exact(model, space, threat, statement, ledger, state, active) -> torch.Tensor:
     sub = torch.nonzero(active).reshape(-1)
     weights, bias = model.linear_parameters()
@@ -293,7 +266,7 @@ def _run_exact(model, space, threat, statement, ledger, state, active) -> torch.
     state.lower[sub] = r
     finite = torch.isfinite(r)
     cand = space.apply_delta(state.x[sub], torch.as_tensor(res.u, device=state.x.device))
-    ok = _verify(model, space, threat, statement, ledger, state, sub, cand)
+    ok = state.check(sub, cand)
     # proven unbreakable inside the feature space: nothing more to search
     state.exact[sub] = (ok & finite & (not space.has_discrete)) | ~finite
     still = active.clone()
@@ -305,17 +278,16 @@ def _run_exact_trees(model, space, threat, max_radius, statement, ledger, config
                      active) -> torch.Tensor:
     """Tree ensembles: the MILP of Kantchelian et al.; a closed bracket is exact."""
     sub = torch.nonzero(active).reshape(-1)
+    positions = sub.cpu().numpy()
+    # the solver verifies inside its loop, through this batch's one verification
     res = exact_tree_radius(model, state.x[sub].cpu().numpy(), state.y[sub].cpu().numpy(),
                             space, threat, time_limit=config.exact_time_limit,
-                            max_radius=max_radius, target=statement.target)
+                            max_radius=max_radius, target=statement.target,
+                            verify=lambda i, x_adv: state.check_one(int(positions[i]), x_adv),
+                            clean_class=state.clean_logits[sub].argmax(dim=1).cpu().numpy())
     state.lower[sub] = torch.as_tensor(res.lower_bound, dtype=torch.float64,
                                        device=state.x.device)
-    found = torch.as_tensor(np.isfinite(res.radius), device=sub.device)
-    ok = torch.zeros(len(sub), dtype=torch.bool, device=sub.device)
-    if found.any():
-        cand = torch.as_tensor(res.x_adv, device=state.x.device).reshape(state.x[sub].shape)
-        ok[found] = _verify(model, space, threat, statement, ledger, state, sub[found],
-                            cand[found])
+    ok = torch.as_tensor(res.verified, device=sub.device)
     closed = torch.as_tensor(res.status == EXACT, device=sub.device) & ok
     unbreakable = torch.as_tensor(np.isinf(res.lower_bound), device=sub.device)
     beyond = torch.as_tensor(res.lower_bound > max_radius, device=sub.device)
@@ -340,7 +312,7 @@ def _certify_relu(model, space, threat, statement, ledger, config, state, active
         u = torch.as_tensor(res.u, dtype=torch.float64, device=state.x.device)
         # the incumbent sits on the decision boundary: push it a hair outwards
         for push in (1 + 1e-7, 1 + 1e-5, 1 + 1e-3):
-            _verify(model, space, threat, statement, ledger, state, sub[has],
+            state.check(sub[has],
                     space.apply_delta(state.x[sub[has]], u[has] * push))
     lower = torch.as_tensor(np.minimum(res.lower_bound, upper), dtype=torch.float64,
                             device=state.x.device)
@@ -352,11 +324,6 @@ def _runner_up_targets(logits: torch.Tensor, y: torch.Tensor, count: int) -> lis
     masked = logits.scatter(1, y[:, None], float("-inf"))
     order = masked.argsort(dim=1, descending=True)
     return [order[:, i] for i in range(min(count, logits.shape[1] - 1))]
-
-
-def _affordable(ledger: QueryLedger, state: _BatchState, sub: torch.Tensor, cost: int):
-    ok = ledger.remaining(state.owners[sub.cpu().numpy()]) >= cost
-    return sub[torch.as_tensor(ok, device=sub.device)]
 
 
 def _run_attacks(model, space, threat, solver, max_radius, rtol, statement, ledger, generator,
@@ -374,12 +341,12 @@ def _run_attacks(model, space, threat, solver, max_radius, rtol, statement, ledg
         steps = config.minnorm_steps
         if ledger.budget is not None:  # leave most of a tight budget to the bisection
             steps = min(steps, max(5, int(MINNORM_BUDGET_SHARE * ledger.budget) // grad_cost))
-        run = _affordable(ledger, state, sub, steps * grad_cost + 1)
+        run = state.affordable(sub, steps * grad_cost + 1)
         if len(run):
             with model.charging(ledger, state.owners[run.cpu().numpy()]):
                 cand = minnorm(model, state.x[run], state.y[run], space, threat, None, statement,
                                generator, steps=steps)
-            _verify(model, space, threat, statement, ledger, state, run, cand)
+            state.check(run, cand)
     _line_search(model, space, threat, statement, ledger, state, sub, config.line_search_steps)
     if solver == "minnorm":
         return
@@ -402,7 +369,7 @@ def _run_gradient_free(model, space, threat, max_radius, statement, ledger, gene
                                 max_radius=max_radius)
     found = torch.as_tensor(run.found, device=sub.device)
     if found.any():
-        _verify(model, space, threat, statement, ledger, state, sub[found],
+        state.check(sub[found],
                 torch.as_tensor(run.x_adv, device=state.x.device)[found])
 
 
@@ -411,7 +378,7 @@ def _start_from_other_inputs(model, space, threat, statement, ledger, state, sub
     another class: a valid counterexample (once verified) for any model, gradients or not."""
     if not space.has_discrete and model.differentiable:
         return  # gradient solvers find better seeds themselves; skip the extra query
-    sub = _affordable(ledger, state, sub, 1)
+    sub = state.affordable(sub, 1)
     pred = state.clean_logits.argmax(dim=1)
     if len(sub) == 0 or len(torch.unique(pred)) < 2:
         return
@@ -422,13 +389,13 @@ def _start_from_other_inputs(model, space, threat, statement, ledger, state, sub
     nearest = dist.argmin(dim=1)
     has = torch.isfinite(dist.gather(1, nearest[:, None]).reshape(-1))
     if has.any():
-        _verify(model, space, threat, statement, ledger, state, sub[has], state.x[nearest[has]])
+        state.check(sub[has], state.x[nearest[has]])
 
 
 def _line_search(model, space, threat, statement, ledger, state, sub, steps: int) -> None:
     """Shrink each counterexample towards its input along the straight line (forward only)."""
     sub = sub[torch.isfinite(state.best_r[sub]) & (state.best_r[sub] > 0)]
-    sub = _affordable(ledger, state, sub, steps)
+    sub = state.affordable(sub, steps)
     if len(sub) == 0:
         return
     u = space.scaled_delta(state.best_x[sub], state.x[sub])
@@ -436,7 +403,7 @@ def _line_search(model, space, threat, statement, ledger, state, sub, steps: int
     hi = torch.ones_like(lo)
     for _ in range(steps):
         mid = (lo + hi) / 2
-        ok = _verify(model, space, threat, statement, ledger, state, sub,
+        ok = state.check(sub,
                      space.apply_delta(state.x[sub], u * mid[:, None]))
         hi = torch.where(ok, mid, hi)
         lo = torch.where(ok, lo, mid)
@@ -453,7 +420,7 @@ def _bisect_with_pgd(model, space, threat, max_radius, rtol, statement, ledger, 
         open_bracket = torch.isfinite(hi) & (hi - lo > rtol * hi)
         doubling = ~torch.isfinite(hi) & (doubling_eps[sub] <= max_radius)
         todo = sub[open_bracket | doubling]
-        todo = _affordable(ledger, state, todo, run_cost)
+        todo = state.affordable(todo, run_cost)
         if len(todo) == 0:
             return
         hi, lo = state.best_r[todo], state.attack_lo[todo]
@@ -474,7 +441,7 @@ def _bisect_with_pgd(model, space, threat, max_radius, rtol, statement, ledger, 
             cand = pgd(model, state.x[todo], state.y[todo], space, threat, eps, statement,
                        generator, steps=config.pgd_steps, restarts=config.pgd_restarts,
                        towards=towards, init=init_u)
-        ok = _verify(model, space, threat, statement, ledger, state, todo, cand)
+        ok = state.check(todo, cand)
         state.probes[todo] += torch.isfinite(hi).to(state.probes.dtype)
         state.attack_lo[todo] = torch.where(ok, state.attack_lo[todo], eps)
         doubling_eps[todo] = torch.where(~ok & ~torch.isfinite(state.best_r[todo]),

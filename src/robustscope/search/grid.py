@@ -33,7 +33,7 @@ from robustscope.core.ecdf import share_above
 from robustscope.core.errors import InputError
 from robustscope.core.result import ATTACKED, CENSORED, MISCLASSIFIED
 from robustscope.core.statement import DECISION_CHANGE, Statement
-from robustscope.models.base import Classifier
+from robustscope.models.base import Classifier, QueryLedger
 from robustscope.models.wrap import wrap_model
 from robustscope.solvers.image_pgd import image_pgd
 from robustscope.threats.image import ImageThreat, get_image_threat, threat_key
@@ -50,7 +50,8 @@ class GridResult:
     ``-1`` when the clean input is already misclassified; ``K`` (= ``len(grid)``) when none
     was found (censored). ``x_adv[i]`` is the counterexample at that level (the input itself
     when censored or misclassified); ``strength[i]`` its measured strength (``nan`` when
-    censored, 0 when misclassified). ``runs[i]``: attack runs spent on the input.
+    censored, 0 when misclassified). ``runs[i]``: attack runs spent on the input;
+    ``forward_queries[i]`` / ``backward_queries[i]``: the model's passes charged to it.
     """
 
     threat: str
@@ -63,9 +64,19 @@ class GridResult:
     runs: np.ndarray
     method: str
     seconds: float
-    forward_passes: int
-    backward_passes: int
+    forward_queries: np.ndarray
+    backward_queries: np.ndarray
     broken: np.ndarray | None = field(default=None, repr=False)
+
+    @property
+    def forward_passes(self) -> int:
+        """Forward passes of the model over all inputs (the sum of ``forward_queries``)."""
+        return int(self.forward_queries.sum())
+
+    @property
+    def backward_passes(self) -> int:
+        """Backward passes over all inputs (the sum of ``backward_queries``)."""
+        return int(self.backward_queries.sum())
 
     @property
     def n(self) -> int:
@@ -165,8 +176,8 @@ def _check_labels(y, n: int, n_classes: int, device) -> torch.Tensor:
 class _Attacker:
     """Runs the solver on a subset of inputs at per-input strengths and verifies results."""
 
-    def __init__(self, clf, x, y, threat, statement, steps, restarts, batch_size, seed):
-        self.clf, self.x, self.y, self.threat = clf, x, y, threat
+    def __init__(self, clf, x, y, threat, statement, steps, restarts, batch_size, seed, ledger):
+        self.clf, self.x, self.y, self.threat, self.ledger = clf, x, y, threat, ledger
         self.statement, self.steps, self.restarts = statement, steps, restarts
         self.batch_size, self.seed, self.calls = batch_size, seed, 0
 
@@ -181,10 +192,11 @@ class _Attacker:
             self.calls += 1
             xs = self.x[sub]
             start_at = None if init is None else init[start:start + self.batch_size]
-            res = image_pgd(self.clf, xs, self.y[sub], self.threat, e, self.statement,
-                            gen, steps=self.steps, restarts=self.restarts, init=start_at)
-            with torch.no_grad():
-                pred = self.clf.predict(res.x_adv)
+            with self.clf.charging(self.ledger, sub.cpu().numpy()):
+                res = image_pgd(self.clf, xs, self.y[sub], self.threat, e, self.statement,
+                                gen, steps=self.steps, restarts=self.restarts, init=start_at)
+                with torch.no_grad():
+                    pred = self.clf.predict(res.x_adv)
                 strength = self.threat.strength(xs, res.params, res.x_adv)
                 ok = self.statement.holds(pred, self.y[sub])
                 ok &= self.threat.within(xs, res.params, e, res.x_adv)
@@ -247,11 +259,11 @@ def grid_robustness(
                      example=X[:2])
     x = X.to(device=clf.device, dtype=clf.dtype)
     yt = _check_labels(y, x.shape[0], clf.n_classes, clf.device)
-    f0, b0 = clf.total_forward, clf.total_backward
     n, k_levels = x.shape[0], len(g)
+    ledger = QueryLedger(n)
     grid_t = torch.as_tensor(g, dtype=x.dtype, device=x.device)
 
-    with torch.no_grad():
+    with torch.no_grad(), clf.charging(ledger, np.arange(n)):
         clean_wrong = statement.holds(clf.predict(x), yt)
     level = torch.full((n,), k_levels, dtype=torch.long, device=x.device)
     level[clean_wrong] = CLEAN_WRONG
@@ -259,7 +271,7 @@ def grid_robustness(
     strength = torch.full((n,), float("nan"), dtype=x.dtype, device=x.device)
     strength[clean_wrong] = 0.0
     runs = torch.zeros(n, dtype=torch.long, device=x.device)
-    attack = _Attacker(clf, x, yt, threat, statement, steps, restarts, batch_size, seed)
+    attack = _Attacker(clf, x, yt, threat, statement, steps, restarts, batch_size, seed, ledger)
     broken = None
 
     if method == "full":
@@ -307,7 +319,7 @@ def grid_robustness(
         level=level.cpu().numpy(), label=yt.cpu().numpy(), x_adv=x_adv,
         strength=strength.detach().cpu().double().numpy(), runs=runs.cpu().numpy(),
         method=method, seconds=time.perf_counter() - t0,
-        forward_passes=clf.total_forward - f0, backward_passes=clf.total_backward - b0,
+        forward_queries=ledger.forward.copy(), backward_queries=ledger.backward.copy(),
         broken=None if broken is None else broken.cpu().numpy(),
     )
 

@@ -43,11 +43,13 @@ Missing values are not modelled (inputs are finite); see :mod:`robustscope.model
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import math
 import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -56,8 +58,9 @@ import scipy.sparse as sp
 import torch
 
 from robustscope.core.errors import InputError, ModelError
-from robustscope.core.result import ATTACKED, CENSORED, EXACT, MISCLASSIFIED
 from robustscope.core.space import FeatureSpace
+from robustscope.core.statuses import ATTACKED, CENSORED, EXACT, MISCLASSIFIED
+from robustscope.models.base import QueryLedger
 from robustscope.models.trees import (
     TreeEnsemble,
     TreeEnsembleClassifier,
@@ -65,6 +68,10 @@ from robustscope.models.trees import (
     parse_tree_model,
 )
 from robustscope.threats.lp import LpThreat, get_threat
+
+#: ``check(x_adv) -> class``: the model's class at a counterexample ``(d,)`` of the input
+#: being solved when the statement holds there, else -1.
+Check = Callable[[np.ndarray], int]
 
 _INTEGRAL = ("integer", "binary", "categorical")
 #: Relative gap under which a bracket counts as closed.
@@ -96,6 +103,9 @@ class ExactTreeResult:
     verified: np.ndarray
     threat: str
     meta: dict = field(default_factory=dict)
+    #: ``(n,)`` model calls made by the solver itself per input (0 when ``verify`` was given:
+    #: the caller's verification counts them)
+    forward_queries: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.radius)
@@ -578,6 +588,8 @@ def exact_tree_radius(
     linf_search: str = "bisect",
     highs_options: dict | None = None,
     target: int | None = None,
+    verify: Callable[[int, np.ndarray], int] | None = None,
+    clean_class: np.ndarray | None = None,
 ) -> ExactTreeResult:
     """Exact radius of robustness of a tree ensemble, per input.
 
@@ -605,6 +617,12 @@ def exact_tree_radius(
         targeted statement) instead of anything but ``y``. Inputs already predicted as the
         target (or not as ``y``) are reported ``misclassified`` with radius 0, as the radius
         search does.
+    verify : ``verify(i, x_adv) -> class`` checks a counterexample ``(d,)`` of input ``i``
+        with the model (the class there when the statement holds, else -1); the radius
+        search passes its one verification here. Default: call the model, charged to
+        ``forward_queries`` of the result.
+    clean_class : ``(n,)`` the model's decision at each input when already known (saves a
+        query per input).
     """
     clf = _as_classifier(model)
     ens = clf.ensemble
@@ -640,13 +658,20 @@ def exact_tree_radius(
     prog = _build_program(ens, space)
     opts = dict(HIGHS_OPTIONS if highs_options is None else highs_options)
     solver = _Backend(backend, tuple(sorted(opts.items())))
-    model_pred = _model_predict(clf, x_np)
+    ledger = QueryLedger(n)
+    if clean_class is None:
+        with clf.charging(ledger, np.arange(n)):
+            model_pred = _model_predict(clf, x_np)
+    else:
+        model_pred = np.asarray(clean_class, dtype=np.int64).reshape(n)
     parsed_pred = ens.predict(x_np)
     out = _empty(n, x_np)
     failures: list[int] = []
     for i in range(n):
         t0 = time.perf_counter()
         x0, yi = x_np[i], int(y_np[i])
+        check = functools.partial(verify, i) if verify is not None else functools.partial(
+            _model_check, clf, ledger, i, yi, target)
         if model_pred[i] != yi or (target is not None and model_pred[i] == target):
             out["radius"][i] = out["lower"][i] = 0.0
             out["status"][i] = MISCLASSIFIED
@@ -656,11 +681,11 @@ def exact_tree_radius(
             continue
         if threat.p == math.inf and linf_search == "bisect":
             best_r, best_x, best_cls, lower, failed = _linf_search(
-                prog, clf, ens, space, x0, yi, target, t0 + time_limit, max_radius, solver,
+                prog, check, ens, space, x0, yi, target, t0 + time_limit, max_radius, solver,
                 growth)
         else:
             best_r, best_x, best_cls, lower, failed = _solve_input(
-                prog, clf, ens, space, threat, x0, yi, target, t0 + time_limit, max_radius,
+                prog, check, ens, space, threat, x0, yi, target, t0 + time_limit, max_radius,
                 solver, growth)
         if failed:
             failures.append(i)
@@ -671,10 +696,11 @@ def exact_tree_radius(
             "max_radius": max_radius, "tie_tol": prog.tie_tol, "n_predicates": prog.n_pred,
             "n_leaves": prog.n_leaf, "verification_failures": failures}
     return ExactTreeResult(out["radius"], out["lower"], out["x_adv"], out["status"],
-                           out["adv_class"], out["seconds"], out["verified"], threat.name, meta)
+                           out["adv_class"], out["seconds"], out["verified"], threat.name, meta,
+                           forward_queries=ledger.forward.copy())
 
 
-def _solve_input(prog: _Program, clf: TreeEnsembleClassifier, ens: TreeEnsemble,
+def _solve_input(prog: _Program, check: Check, ens: TreeEnsemble,
                  space: FeatureSpace, threat: LpThreat, x0: np.ndarray, yi: int,
                  target: int | None, deadline: float, max_radius: float | None,
                  backend: _Backend, growth: float,
@@ -729,8 +755,8 @@ def _solve_input(prog: _Program, clf: TreeEnsembleClassifier, ens: TreeEnsemble,
                 if cost < cutoff:
                     cutoff = cost
                     red = _reduce(prog, costs, cutoff, linf)
-            res, x_adv, cls, ok = _attempt(prog, red, clf, x0, yi, target, goal, cutoff,
-                                           deadline, backend)
+            res, x_adv, cls, ok = _attempt(prog, red, check, x0, goal, cutoff, deadline,
+                                           backend)
             bounds.append(cutoff if res.status == "infeasible" else res.dual_bound)
             failed |= res.p is not None and not ok
             if ok:
@@ -770,19 +796,19 @@ def _holds(cls: int, yi: int, target: int | None) -> bool:
     return cls == target if target is not None else cls != yi
 
 
-def _attempt(prog: _Program, red: _Reduced, clf: TreeEnsembleClassifier, x0: np.ndarray,
-             yi: int, target: int | None, goal: _Goal, cutoff: float, deadline: float,
+def _attempt(prog: _Program, red: _Reduced, check: Check, x0: np.ndarray,
+             goal: _Goal, cutoff: float, deadline: float,
              backend: _Backend) -> tuple[_Solve, np.ndarray, int, bool]:
-    """Solve for ``goal``, build the counterexample and verify it with the model; when the
-    model disagrees (a score tie settled the other way), ask for a clearer margin.
-    Returns ``(solve, x_adv, adv_class, verified)``."""
+    """Solve for ``goal``, build the counterexample and verify it with ``check`` (the model,
+    called again); when the model disagrees (a score tie settled the other way), ask for a
+    clearer margin. Returns ``(solve, x_adv, adv_class, verified)``."""
     res = _solve_class(red, goal.with_margin(prog.tie_tol), cutoff,
                        deadline - time.perf_counter(), backend)
     if res.p is None or not np.isfinite(res.objective):
         return res, x0, -1, False
     x_adv = _construct(prog, x0, res.p)
-    cls = _model_class(clf, x_adv)
-    ok = _holds(cls, yi, target)
+    cls = check(x_adv)
+    ok = cls >= 0
     for tries in (1, 2):
         if ok or deadline - time.perf_counter() <= 0:
             break
@@ -791,12 +817,12 @@ def _attempt(prog: _Program, red: _Reduced, clf: TreeEnsembleClassifier, x0: np.
         if retry.p is None or not np.isfinite(retry.objective):
             break
         x_adv = _construct(prog, x0, retry.p)
-        cls = _model_class(clf, x_adv)
-        ok = _holds(cls, yi, target)
+        cls = check(x_adv)
+        ok = cls >= 0
     return res, x_adv, cls, ok
 
 
-def _linf_search(prog: _Program, clf: TreeEnsembleClassifier, ens: TreeEnsemble,
+def _linf_search(prog: _Program, check: Check, ens: TreeEnsemble,
                  space: FeatureSpace, x0: np.ndarray, yi: int, target: int | None,
                  deadline: float, max_radius: float | None, backend: _Backend, growth: float,
                  ) -> tuple[float, np.ndarray, int, float, bool]:
@@ -823,8 +849,8 @@ def _linf_search(prog: _Program, clf: TreeEnsembleClassifier, ens: TreeEnsemble,
         for goal in goals:
             if deadline - time.perf_counter() <= 0:
                 return None
-            res, x_adv, cls, ok = _attempt(prog, red, clf, x0, yi, target, goal,
-                                           float(cand[k]), deadline, backend)
+            res, x_adv, cls, ok = _attempt(prog, red, check, x0, goal, float(cand[k]),
+                                           deadline, backend)
             if ok:
                 r = _norm((x_adv - x0) / space.scale, math.inf)
                 if r < best[0]:
@@ -903,5 +929,10 @@ def _model_predict(clf: TreeEnsembleClassifier, x: np.ndarray) -> np.ndarray:
     return clf.predict(torch.as_tensor(x, dtype=torch.float64)).cpu().numpy()
 
 
-def _model_class(clf: TreeEnsembleClassifier, x_adv: np.ndarray) -> int:
-    return int(_model_predict(clf, x_adv[None])[0])
+def _model_check(clf: TreeEnsembleClassifier, ledger: QueryLedger, i: int, yi: int,
+                 target: int | None, x_adv: np.ndarray) -> int:
+    """The default check: the model's class at ``x_adv`` (charged to input ``i``) when the
+    statement holds there, else -1."""
+    with clf.charging(ledger, np.array([i])):
+        cls = int(_model_predict(clf, x_adv[None])[0])
+    return cls if _holds(cls, yi, target) else -1

@@ -102,7 +102,7 @@ def image_pgd(
             rows = todo[active]
             xa, pa, ya = xs[active], params[active], y[rows]
             last = t == steps
-            with torch.enable_grad():
+            with torch.enable_grad(), model.narrowed(rows):  # charged to these inputs only
                 pg = pa.detach().requires_grad_(not last)
                 x_adv = threat.apply(xa, pg)
                 if last:

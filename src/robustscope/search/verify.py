@@ -1,0 +1,100 @@
+"""The one verification: every candidate of every solver passes here before it can define a
+radius.
+
+A candidate is projected into the feature space (bounds, integer / binary / one-hot /
+immutable features), the model is called again on it (charged to its input in the ledger),
+the statement is checked on the model's own decision, and the scaled norm of the projected
+perturbation is measured. Only then may it improve its input's best counterexample.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from robustscope.core.space import FeatureSpace
+from robustscope.core.statement import Statement
+from robustscope.models.base import Classifier, QueryLedger
+from robustscope.threats.lp import LpThreat
+
+
+class Verifier:
+    """Best verified counterexample per input of one batch.
+
+    Parameters
+    ----------
+    model, space, threat, statement : what is searched (the model is called on every
+        candidate; calls are charged to ``owners`` in ``ledger``).
+    x : ``(n, *shape)`` inputs in original units; ``y`` ``(n,)`` class indices.
+    owners : ``(n,)`` positions of these inputs in ``ledger``.
+    clean_logits : ``(n, K)`` the model's logits at ``x`` (already charged).
+    broken : ``(n,)`` bool, inputs for which the clean input already satisfies the statement
+        (their radius is 0 and the input itself is the counterexample).
+
+    Attributes ``best_x`` ``(n, *shape)``, ``best_r`` ``(n,)`` (scaled norm; ``inf`` where
+    nothing was verified) and ``best_logits`` ``(n, K)`` only ever hold verified candidates.
+    """
+
+    def __init__(self, model: Classifier, space: FeatureSpace, threat: LpThreat,
+                 statement: Statement, ledger: QueryLedger, x: torch.Tensor, y: torch.Tensor,
+                 owners: np.ndarray, clean_logits: torch.Tensor, broken: torch.Tensor) -> None:
+        self.model, self.space, self.threat, self.statement = model, space, threat, statement
+        self.ledger = ledger
+        self.x, self.y, self.owners = x, y, np.asarray(owners, dtype=np.int64)
+        self.clean_logits = clean_logits
+        self.best_x = x.clone()
+        self.best_r = torch.where(broken, 0.0, math.inf).to(torch.float64)
+        self.best_logits = clean_logits.clone()
+
+    def affordable(self, sub: torch.Tensor, cost: int) -> torch.Tensor:
+        """The inputs of ``sub`` (batch positions) whose budget still allows ``cost`` passes."""
+        ok = self.ledger.remaining(self.owners[sub.cpu().numpy()]) >= cost
+        return sub[torch.as_tensor(ok, device=sub.device)]
+
+    def check(self, sub: torch.Tensor, candidates: torch.Tensor) -> torch.Tensor:
+        """Verify ``candidates`` ``(len(sub), *shape)`` for inputs ``sub`` (batch positions).
+
+        Returns a boolean ``(len(sub),)``: the projected candidate satisfies the statement.
+        See :meth:`classes`.
+        """
+        return self.classes(sub, candidates) >= 0
+
+    def classes(self, sub: torch.Tensor, candidates: torch.Tensor) -> torch.Tensor:
+        """Verify ``candidates`` ``(len(sub), *shape)`` for inputs ``sub`` (batch positions).
+
+        Inputs whose budget is spent are not queried and fail. Returns int64 ``(len(sub),)``:
+        the model's class at the projected candidate where the statement holds, else -1.
+        Improvements (smaller scaled norm) replace the input's best counterexample.
+        """
+        out = torch.full((len(sub),), -1, dtype=torch.int64, device=sub.device)
+        can = torch.as_tensor(self.ledger.remaining(self.owners[sub.cpu().numpy()]) >= 1,
+                              device=sub.device)
+        if not can.any():
+            return out
+        rows, cand = sub[can], candidates[can]
+        x = self.x[rows]
+        cand = self.space.project(cand.to(x.dtype).reshape(x.shape), x)
+        with self.model.charging(self.ledger, self.owners[rows.cpu().numpy()]), \
+                torch.no_grad():
+            logits = self.model.logits(cand).detach().to(torch.float64)
+        pred = logits.argmax(dim=1)
+        holds = self.statement.holds(pred, self.y[rows])
+        norm = self.threat.norm(self.space.scaled_delta(cand, x))
+        better = holds & (norm < self.best_r[rows])
+        where = rows[better]
+        self.best_r[where] = norm[better]
+        self.best_x[where] = cand[better]
+        self.best_logits[where] = logits[better]
+        out[can] = torch.where(holds, pred, -1)
+        return out
+
+    def check_one(self, i: int, candidate: np.ndarray) -> int:
+        """Verify one candidate (original units, ``d`` entries in any shape) for batch input
+        ``i``: the model's class there when the statement holds, else -1 (also when the
+        input's budget is spent). For exact solvers that verify inside their own loop."""
+        sub = torch.tensor([i], device=self.x.device)
+        cand = torch.as_tensor(np.asarray(candidate), dtype=self.x.dtype,
+                               device=self.x.device).reshape(self.x[sub].shape)
+        return int(self.classes(sub, cand)[0])
