@@ -30,7 +30,7 @@ def main() -> None:
     from robustscope.core.space import FeatureSpace
     from robustscope.models.linear import LinearClassifier
     from robustscope.scores.intrinsic import intrinsic_scores
-    from robustscope.solvers.random_directions import random_directions_radius
+    from robustscope.search.random_directions import random_directions_radius
 
     X, y = mnist_data()
     X = X / 255.0

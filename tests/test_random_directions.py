@@ -10,11 +10,8 @@ from robustscope.core.errors import InputError
 from robustscope.core.space import FeatureSpace
 from robustscope.models.base import QueryLedger
 from robustscope.models.linear import LinearClassifier
-from robustscope.solvers.random_directions import (
-    random_directions_attack,
-    random_directions_radius,
-    sample_directions,
-)
+from robustscope.search.random_directions import random_directions_radius
+from robustscope.solvers.random_directions import random_directions_attack, sample_directions
 from robustscope.threats.lp import get_threat
 
 

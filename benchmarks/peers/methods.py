@@ -155,7 +155,7 @@ def robustscope_blackbox(case, threat, X, y, cfg: Config) -> Run:
 
 
 def random_directions(case, threat, X, y, cfg: Config) -> Run:
-    from robustscope.solvers.random_directions import random_directions_radius
+    from robustscope.search.random_directions import random_directions_radius
     model = wrap_model(case.native, input_shape=X.shape[1:], example=X)
     t = time.perf_counter()
     res = random_directions_radius(model, X, y, threat=threat, space=case.space,

@@ -13,7 +13,7 @@ L2 without pixel bounds:
 - exact: ``r = min_j m_j / ||beta_y - beta_j||`` (closed form for affine logits), checked
   against robustscope's exact linear solver;
 - the paper's estimator: dichotomy over 5,000 random directions per step, precision 0.5 on the
-  0-255 scale (:func:`robustscope.solvers.random_directions.random_directions_radius`).
+  0-255 scale (:func:`robustscope.search.random_directions.random_directions_radius`).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from robustscope.models.linear import LinearClassifier  # noqa: E402
 from robustscope.report.intrinsic_figures import plot_radius_vs_g, save_figure  # noqa: E402
 from robustscope.scores.intrinsic import cross_entropy, g_of_loss, intrinsic_scores  # noqa: E402
 from robustscope.search.engine import radius as search_radius  # noqa: E402
-from robustscope.solvers.random_directions import random_directions_radius  # noqa: E402
+from robustscope.search.random_directions import random_directions_radius  # noqa: E402
 
 
 def main() -> None:

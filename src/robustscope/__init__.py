@@ -37,6 +37,7 @@ _PUBLIC = {
     "SearchConfig": "robustscope.search.engine",
     "grid_robustness": "robustscope.search.grid",
     "evaluate_threats": "robustscope.search.grid",
+    "random_directions_radius": "robustscope.search.random_directions",
     # scores
     "intrinsic_scores": "robustscope.scores.intrinsic",
     "scores_from_result": "robustscope.scores.intrinsic",
@@ -75,6 +76,7 @@ __all__ = [
     "open_store",
     "proxy_a_distance",
     "radius",
+    "random_directions_radius",
     "scores_from_result",
     "subset_independence",
     "subset_independence_from_result",
@@ -115,3 +117,4 @@ if TYPE_CHECKING:  # static tools see the real names
     from robustscope.scores.tradeoff import eps_for_alpha, flip_probability
     from robustscope.search.engine import SearchConfig, radius
     from robustscope.search.grid import evaluate_threats, grid_robustness
+    from robustscope.search.random_directions import random_directions_radius

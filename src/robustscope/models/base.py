@@ -86,6 +86,17 @@ class Classifier:
         #: Rows passed through the model since creation, all charges included.
         self.total_forward = 0
         self.total_backward = 0
+        #: Example rows (the first inputs given to :func:`wrap_model`) the model was called on
+        #: to learn its number of classes; a search charges them to those inputs once.
+        self.probed_rows = 0
+
+    def charge_probe(self, ledger: QueryLedger) -> None:
+        """Charge the wrapping probe's rows (one forward pass each) to the first inputs of
+        ``ledger``, once."""
+        rows = min(self.probed_rows, len(ledger.forward))
+        ledger.forward[:rows] += 1
+        self.total_forward += rows
+        self.probed_rows = 0
 
     # -- subclasses -------------------------------------------------------------------------
     def _logits(self, x: torch.Tensor) -> torch.Tensor:  # pragma: no cover - abstract

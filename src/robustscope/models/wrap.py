@@ -14,6 +14,9 @@ from robustscope.models.linear import LinearClassifier
 from robustscope.models.torch_model import TorchClassifier
 from robustscope.models.trees import is_tree_ensemble, wrap_tree_model
 
+#: Example inputs the model is called on when it does not say how many classes it has.
+PROBE_ROWS = 2
+
 _SKLEARN_LINEAR = {
     "LogisticRegression",
     "LogisticRegressionCV",
@@ -82,11 +85,14 @@ def wrap_model(
     if isinstance(model, Classifier):
         return model
     if isinstance(model, torch.nn.Module):
+        probed = 0
         if n_classes is None:
             clf = TorchClassifier(model, 2, input_shape, device=device)  # for its dtype
-            n_classes = _probe_classes(lambda a: model(clf.as_tensor(a)), example,
-                                       type(model).__name__)
-        return TorchClassifier(model, n_classes, input_shape, device=device)
+            with torch.no_grad():
+                n_classes = _probe_classes(lambda a: model(clf.as_tensor(a)), example,
+                                           type(model).__name__)
+            probed = min(len(example), PROBE_ROWS)
+        return _probed(TorchClassifier(model, n_classes, input_shape, device=device), probed)
     if _is_sklearn_linear(model):
         return LinearClassifier.from_sklearn(model, device=device)
     affine = _affine_pipeline(model, device)
@@ -101,14 +107,21 @@ def wrap_model(
     if callable(predict_proba):
         classes = getattr(model, "classes_", None)
         k = n_classes or (len(classes) if classes is not None else None)
+        probed = 0
         if k is None:
             k = _probe_classes(predict_proba, example, type(model).__name__)
-        return ProbaClassifier(predict_proba, k, input_shape, classes=classes,
-                               name=type(model).__name__, device=device)
+            probed = min(len(example), PROBE_ROWS)
+        return _probed(ProbaClassifier(predict_proba, k, input_shape, classes=classes,
+                                       name=type(model).__name__, device=device), probed)
     if callable(model):
-        k = n_classes or _probe_classes(model, example, getattr(model, "__name__", "callable"))
-        return ProbaClassifier(model, k, input_shape, name=getattr(model, "__name__", "callable"),
-                               device=device)
+        probed = 0
+        k = n_classes
+        if k is None:
+            k = _probe_classes(model, example, getattr(model, "__name__", "callable"))
+            probed = min(len(example), PROBE_ROWS)
+        return _probed(ProbaClassifier(model, k, input_shape,
+                                       name=getattr(model, "__name__", "callable"),
+                                       device=device), probed)
     raise ModelError(
         f"cannot wrap an object of type {type(model).__module__}.{type(model).__name__}: "
         "expected a torch.nn.Module returning logits, a fitted scikit-learn / XGBoost / "
@@ -117,13 +130,20 @@ def wrap_model(
     )
 
 
+def _probed(clf: Classifier, rows: int) -> Classifier:
+    """Record on ``clf`` that wrapping called the model on the first ``rows`` example inputs
+    (the search charges them to those inputs)."""
+    clf.probed_rows = rows
+    return clf
+
+
 def _probe_classes(fn: Callable, example: np.ndarray | None, name: str) -> int:
     if example is None:
         raise ModelError(
             f"{name}: cannot tell the number of classes; pass n_classes= or example= (a few inputs)"
         )
     try:
-        out = fn(np.asarray(example[:2]))
+        out = fn(np.asarray(example[:PROBE_ROWS]))
     except Exception as exc:
         raise ModelError(f"{name} raised {type(exc).__name__} on an example input: {exc}") from exc
     out = out.detach().cpu().numpy() if torch.is_tensor(out) else np.asarray(out)

@@ -161,6 +161,7 @@ def radius(
     used_exact = kind if solver == "exact" or (solver == "auto" and kind != "relu") else None
     n = len(X)
     ledger = QueryLedger(n, budget)
+    model.charge_probe(ledger)  # wrapping may have called the model on the first inputs
     generator = make_generator(seed)
     out = _Outputs(n, X.shape[1:], model.n_classes)
     for start in range(0, n, batch_size):

@@ -261,6 +261,7 @@ def grid_robustness(
     yt = _check_labels(y, x.shape[0], clf.n_classes, clf.device)
     n, k_levels = x.shape[0], len(g)
     ledger = QueryLedger(n)
+    clf.charge_probe(ledger)
     grid_t = torch.as_tensor(g, dtype=x.dtype, device=x.device)
 
     with torch.no_grad(), clf.charging(ledger, np.arange(n)):

@@ -16,14 +16,10 @@ surface (Linf); normalised Laplace vectors (L1).
 from __future__ import annotations
 
 import math
-import time
 
 import numpy as np
 import torch
 
-from robustscope.core.errors import InputError
-from robustscope.core.numerics import cross_entropy
-from robustscope.core.result import ATTACKED, CENSORED, MISCLASSIFIED, RadiusResult
 from robustscope.core.space import FeatureSpace
 from robustscope.core.statement import DECISION_CHANGE, Statement
 from robustscope.models.base import Classifier, QueryLedger
@@ -60,7 +56,7 @@ def _is_free(space: FeatureSpace) -> bool:
                 and space.mutable.all() and (space.types == "real").all())
 
 
-def _search_at(model: Classifier, x: torch.Tensor, y: torch.Tensor, space: FeatureSpace,
+def search_at_strength(model: Classifier, x: torch.Tensor, y: torch.Tensor, space: FeatureSpace,
                threat: LpThreat, eps: torch.Tensor, statement: Statement,
                generator: torch.Generator, n_directions: int, max_elements: int,
                ledger: QueryLedger | None, owners: np.ndarray | None
@@ -134,158 +130,6 @@ def random_directions_attack(model: Classifier, x: torch.Tensor, y: torch.Tensor
     if generator is None:
         generator = torch.Generator(device=x.device).manual_seed(0)
     eps = torch.as_tensor(eps, dtype=x.dtype, device=x.device).reshape(-1).expand(x.shape[0])
-    x_adv, _, _ = _search_at(model, x, y, space, threat, eps, statement, generator, n_directions,
-                          max_elements, ledger, owners)
+    x_adv, _, _ = search_at_strength(model, x, y, space, threat, eps, statement, generator,
+                                     n_directions, max_elements, ledger, owners)
     return x_adv
-
-
-def random_directions_radius(
-    model: Classifier,
-    X: np.ndarray | torch.Tensor,
-    y: np.ndarray | torch.Tensor,
-    threat: str | LpThreat = "l2",
-    space: FeatureSpace | None = None,
-    *,
-    n_directions: int = 5000,
-    max_radius: float = math.inf,
-    init_radius: float | None = None,
-    precision: float = 0.0,
-    rtol: float = 0.01,
-    max_steps: int = 60,
-    seed: int = 0,
-    statement: Statement = DECISION_CHANGE,
-    ledger: QueryLedger | None = None,
-    max_elements: int = MAX_ELEMENTS,
-) -> RadiusResult:
-    """Isotropic radius of each input by dichotomy over random directions (the paper's estimator).
-
-    Parameters
-    ----------
-    model : a wrapped :class:`Classifier`.
-    X : (n, *input_shape) inputs in original units; y : (n,) class indices.
-    threat : ``"l2"``, ``"linf"`` or ``"l1"``: the norm of the random directions (scaled units).
-    space : feature space (bounds, scales); default: unbounded, scale 1.
-    n_directions : directions tried per step and input (paper: 5000).
-    max_radius : largest radius tried; inputs not broken there are censored (radius inf).
-    init_radius : first radius tried (default: ``max_radius`` if finite, else 1).
-    precision, rtol : stop when ``hi - lo <= max(precision, rtol * hi)``, ``[lo, hi]`` the
-        bracket of the isotropic radius (paper: precision 0.5 on a 0-255 pixel scale).
-    max_steps : cap on dichotomy steps.
-    seed : seeds the directions. ledger : a :class:`QueryLedger` of ``n`` inputs to charge
-        (a private one is used otherwise; the counts are in the result either way). With a
-        budget, an input stops when its next chunk of directions would exceed it: it keeps
-        the best counterexample found so far (``attacked``) or is ``censored``.
-
-    Returns a :class:`RadiusResult` with status ``attacked`` (verified counterexample),
-    ``censored`` or ``misclassified``. ``radius`` is the scaled norm of the counterexample
-    (<= the bracket's upper end; equal without bounds); ``lower_bound`` is 0 (random search
-    certifies nothing); ``meta`` holds the bracket (``isotropic_low``, ``isotropic_high``).
-    ``seconds`` is the total time shared equally among inputs.
-    """
-    t0 = time.perf_counter()
-    threat = get_threat(threat)
-    x = model.as_tensor(X)
-    n = x.shape[0]
-    yt = torch.as_tensor(np.asarray(y), dtype=torch.long, device=x.device).reshape(-1)
-    if yt.shape[0] != n:
-        raise InputError(f"y: {yt.shape[0]} labels for {n} inputs")
-    if n and (yt.min() < 0 or yt.max() >= model.n_classes):
-        raise InputError(f"y: labels must be class indices in 0..{model.n_classes - 1}")
-    if n_directions < 1:
-        raise InputError(f"n_directions: {n_directions} must be >= 1")
-    if not max_radius > 0:
-        raise InputError(f"max_radius: {max_radius} must be > 0")
-    if space is None:
-        d = int(np.prod(x.shape[1:]))
-        space = FeatureSpace.from_arrays(np.full(d, -np.inf), np.full(d, np.inf), np.ones(d),
-                                         shape=tuple(x.shape[1:]))
-    space.check_data(x.detach().cpu().numpy(), what="X")
-    own = QueryLedger(n)
-    charged = ledger if ledger is not None else own
-    if ledger is not None and len(ledger.forward) != n:
-        raise InputError(f"ledger: holds {len(ledger.forward)} inputs, X has {n}")
-    generator = torch.Generator(device=x.device).manual_seed(int(seed))
-    all_idx = np.arange(n)
-
-    with model.charging(charged, all_idx), torch.no_grad():
-        logits = model.logits(x)
-    proba = torch.softmax(logits.to(torch.float64), dim=1)
-    pred = logits.argmax(dim=1)
-    loss = cross_entropy(logits.detach().cpu().numpy(), yt.cpu().numpy())
-    wrong = statement.holds(pred, yt)
-
-    first = init_radius if init_radius is not None else (
-        max_radius if math.isfinite(max_radius) else 1.0)
-    eps = torch.full((n,), float(min(first, max_radius)), dtype=torch.float64)
-    lo = torch.zeros(n, dtype=torch.float64)
-    hi = torch.full((n,), math.inf, dtype=torch.float64)
-    best = x.clone()
-    best_norm = torch.full((n,), math.inf, dtype=torch.float64)
-    running = ~wrong.cpu()
-    out_of_budget = torch.zeros(n, dtype=torch.bool)
-    steps = 0
-    while running.any() and steps < max_steps:
-        steps += 1
-        idx = torch.nonzero(running).reshape(-1)
-        idx_np = idx.numpy()
-        cand, ok, poor = _search_at(model, x[idx], yt[idx], space, threat,
-                                    eps[idx].to(x.dtype), statement, generator, n_directions,
-                                    max_elements, charged, idx_np)
-        ok, poor = ok.cpu(), poor.cpu()
-        norms = threat.norm(space.scaled_delta(cand, x[idx])).to(torch.float64).cpu()
-        better = ok & (norms < best_norm[idx])
-        best[idx[better]] = cand[better]
-        best_norm[idx[better]] = norms[better]
-        hi[idx[ok]] = eps[idx[ok]]
-        tried_all = ~ok & ~poor  # an input out of budget proves nothing at this radius
-        lo[idx[tried_all]] = eps[idx[tried_all]]
-        out_of_budget[idx[poor]] = True
-        # next radius: double until something fails (up to max_radius), then bisect
-        grow = torch.isinf(hi[idx])
-        nxt = torch.where(grow, torch.clamp(2 * eps[idx], max=max_radius), (lo[idx] + hi[idx]) / 2)
-        stuck = grow & (lo[idx] >= max_radius)  # nothing found at max_radius: censored
-        tol = torch.clamp(rtol * hi[idx], min=precision)
-        done = stuck | (~grow & (hi[idx] - lo[idx] <= tol)) | poor
-        eps[idx] = nxt
-        running[idx[done]] = False
-
-    # verification: call the model again on every counterexample
-    has = torch.isfinite(best_norm)
-    adv_pred = pred.clone()
-    proba_adv = proba.clone()
-    unverified = 0
-    if has.any():
-        hidx = torch.nonzero(has).reshape(-1)
-        with model.charging(charged, hidx.numpy()), torch.no_grad():
-            adv_logits = model.logits(best[hidx])
-        adv_pred[hidx] = adv_logits.argmax(dim=1)
-        proba_adv[hidx] = torch.softmax(adv_logits.to(torch.float64), dim=1)
-        holds = statement.holds(adv_pred[hidx], yt[hidx]).cpu()
-        unverified = int((~holds).sum())
-        bad = hidx[~holds]
-        best_norm[bad] = math.inf
-        best[bad] = x[bad]
-        adv_pred[bad] = pred[bad]
-        proba_adv[bad] = proba[bad]
-        has[bad] = False
-
-    wrong_np = wrong.cpu().numpy()
-    radius = np.where(has.numpy(), best_norm.numpy(), math.inf)
-    radius[wrong_np] = 0.0
-    status = np.where(has.numpy(), ATTACKED, CENSORED).astype(object)
-    status[wrong_np] = MISCLASSIFIED
-    elapsed = time.perf_counter() - t0
-    return RadiusResult(
-        radius=radius, lower_bound=np.zeros(n), status=status.astype(str),
-        x_adv=best.detach().cpu().numpy(), label=yt.cpu().numpy(),
-        prediction=pred.cpu().numpy(), adv_prediction=adv_pred.cpu().numpy(),
-        proba=proba.cpu().numpy(), proba_adv=proba_adv.cpu().numpy(),
-        loss=loss, forward_queries=charged.forward.copy(),
-        backward_queries=charged.backward.copy(), seconds=np.full(n, elapsed / max(n, 1)),
-        threat=threat.name, solver="random_directions", max_radius=float(max_radius),
-        meta={"isotropic_low": lo.numpy().tolist(), "isotropic_high": hi.numpy().tolist(),
-              "n_directions": n_directions, "precision": precision, "rtol": rtol,
-              "seed": seed, "steps": steps, "unverified": unverified,
-              "reached_max_steps": bool(running.any()),
-              "budget_exhausted": int(out_of_budget.sum())},
-    )
