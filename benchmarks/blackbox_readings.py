@@ -38,13 +38,13 @@ def main() -> None:
         score_scatter_figure,
     )
     from robustscope.scores.distribution import flip_rate, ood_check, proxy_a_distance
-    from robustscope.solvers.gradient_free import gradient_free_run
+    from robustscope.solvers.gradient_free import gradient_free
 
     models, space, Xtr, ytr, Xte, yte = make_models(args.seed)
     sk = models["xgboost"]
     model = wrap_model(sk)
     x, y = torch.as_tensor(Xte), torch.as_tensor(yte)
-    run = gradient_free_run(model, x, y, space, "linf", budget=args.budget,
+    run = gradient_free(model, x, y, space, "linf", budget=args.budget,
                             X_pool=torch.as_tensor(Xtr), y_pool=torch.as_tensor(ytr),
                             generator=torch.Generator().manual_seed(args.seed))
     x_adv = run.x_adv.numpy()

@@ -38,9 +38,9 @@ from robustscope.core.space import FeatureSpace
 from robustscope.models import wrap_model
 from robustscope.models.base import QueryLedger
 from robustscope.models.estimators import FiniteDifference
-from robustscope.solvers.boundary import hop_skip_jump_run
-from robustscope.solvers.gradient_free import gradient_free_run
-from robustscope.solvers.random_search import cube_search_run
+from robustscope.solvers.boundary import hop_skip_jump
+from robustscope.solvers.gradient_free import gradient_free
+from robustscope.solvers.random_search import cube_search
 
 
 def make_models(seed: int = 0):
@@ -108,7 +108,7 @@ def run_solver(fn, model, x, y, space, Xtr, ytr, seed, **kw):
     t = time.perf_counter()
     run = fn(model, x, y, space, "linf", generator=torch.Generator().manual_seed(seed),
              X_pool=Xtr, y_pool=ytr, **kw)
-    return run.radius, run.x_adv, run.queries, time.perf_counter() - t
+    return run.radius, run.x_adv, run.forward_queries, time.perf_counter() - t
 
 
 def verdict(summary: dict, budget: int) -> str:
@@ -167,16 +167,16 @@ def main() -> None:
                          "seconds": secs, "found": float(found[correct[idx]].mean())}
 
         for seed in range(args.seeds):
-            for key, fn in (("cube", cube_search_run), ("hsj", hop_skip_jump_run),
-                            ("cube+hsj", gradient_free_run)):
+            for key, fn in (("cube", cube_search), ("hsj", hop_skip_jump),
+                            ("cube+hsj", gradient_free)):
                 r, xa, q, s = run_solver(fn, model, x, y, space, Xtr_t, ytr_t, seed,
                                          budget=args.budget)
                 record(f"{key}/seed{seed}", r, xa, q, s)
         big = args.budget * args.ref_mult
-        r, xa, q, s = run_solver(cube_search_run, model, x, y, space, Xtr_t, ytr_t, 100,
+        r, xa, q, s = run_solver(cube_search, model, x, y, space, Xtr_t, ytr_t, 100,
                                  budget=big, stage_queries=1500, rtol=0.002)
         record("cube/10x", r, xa, q, s)
-        r, xa, q, s = run_solver(hop_skip_jump_run, model, x, y, space, Xtr_t, ytr_t, 100,
+        r, xa, q, s = run_solver(hop_skip_jump, model, x, y, space, Xtr_t, ytr_t, 100,
                                  budget=big)
         record("hsj/10x", r, xa, q, s)
         sub = np.arange(min(args.recipe_n, len(x)))

@@ -42,7 +42,7 @@ def test_matches_brute_force_on_a_grid(toy_net, threat):
         brute = np.linalg.norm(other - X[i], ord=order, axis=1).min()
         assert res.lower_bound[i] <= brute + 1e-6  # a certified bound below every flip found
         assert res.lower_bound[i] >= brute - 2 * spacing  # and tight up to the grid's spacing
-        milp = np.linalg.norm(res.u[i], ord=order)
+        milp = np.linalg.norm((res.x_adv[i].numpy() - X[i]) / space.scale, ord=order)
         assert milp == pytest.approx(res.lower_bound[i], rel=1e-4, abs=1e-7)
 
 

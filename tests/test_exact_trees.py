@@ -229,7 +229,7 @@ def test_targeted_radius_equals_brute_force(threat: str) -> None:
                     continue
                 assert res.status[k] == EXACT
                 assert abs(res.radius[k] - truth) <= 1e-6 * max(1.0, truth)
-                assert res.adv_class[k] == target
+                assert res.adv_prediction[k] == target
                 assert res.radius[k] >= untargeted.radius[k] * (1 - 1e-12)
 
 
@@ -293,11 +293,11 @@ def test_counterexamples_verified_and_ball_is_clean(threat: str) -> None:
         labels = np.asarray(model.predict_proba(rows)).argmax(axis=1)
         res = exact_tree_radius(clf, rows, labels, space, threat, time_limit=30)
         assert (res.status == EXACT).all(), type(model).__name__
-        adv_pred = np.asarray(model.predict_proba(res.x_adv)).argmax(axis=1)
+        adv_pred = np.asarray(model.predict_proba(res.x_adv.numpy())).argmax(axis=1)
         assert (adv_pred != labels).all()
-        np.testing.assert_array_equal(adv_pred, res.adv_class)
-        space.check_data(res.x_adv, what="x_adv")
-        u = (res.x_adv - rows) / space.scale
+        np.testing.assert_array_equal(adv_pred, res.adv_prediction)
+        space.check_data(res.x_adv.numpy(), what="x_adv")
+        u = (res.x_adv.numpy() - rows) / space.scale
         np.testing.assert_allclose(np.linalg.norm(u, ord=NORMS[threat], axis=1), res.radius,
                                    rtol=1e-12)
         # no valid point strictly inside the ball flips: random points and the scaled-back
@@ -306,7 +306,7 @@ def test_counterexamples_verified_and_ball_is_clean(threat: str) -> None:
         xs = torch.as_tensor(rows).repeat_interleave(200, dim=0)
         du = th.random_in_ball(len(xs), X.shape[1], r, gen, torch.float64, "cpu")
         inside = space.project(space.apply_delta(xs, du), xs).numpy()
-        inside = np.vstack([inside, rows + 0.999 * (res.x_adv - rows)])
+        inside = np.vstack([inside, rows + 0.999 * (res.x_adv.numpy() - rows)])
         want = np.concatenate([labels.repeat(200), labels])
         got = np.asarray(model.predict_proba(inside)).argmax(axis=1)
         assert (got == want).all(), type(model).__name__
@@ -336,10 +336,10 @@ def test_immutable_bounds_and_integer_features() -> None:
         for threat in ("linf", "l1"):
             res = exact_tree_radius(clf, rows, labels, space, threat, time_limit=30)
             found = np.isfinite(res.radius)
-            space.check_data(res.x_adv, what="x_adv")  # bounds and integrality
+            space.check_data(res.x_adv.numpy(), what="x_adv")  # bounds and integrality
             for f in fixed:
-                np.testing.assert_array_equal(res.x_adv[:, f], rows[:, f])
-            adv = np.asarray(model.predict_proba(res.x_adv[found])).argmax(axis=1)
+                np.testing.assert_array_equal(res.x_adv.numpy()[:, f], rows[:, f])
+            adv = np.asarray(model.predict_proba(res.x_adv.numpy()[found])).argmax(axis=1)
             assert (adv != labels[found]).all()
             for k in range(len(rows)):
                 truth = _brute_force(model, clf.ensemble, rows[k], int(labels[k]), space,
@@ -370,8 +370,8 @@ def test_one_hot_group_stays_one_hot() -> None:
     labels = np.asarray(model.predict_proba(rows)).argmax(axis=1)
     res = exact_tree_radius(clf, rows, labels, space, "l1", time_limit=30)
     found = np.isfinite(res.radius)
-    space.check_data(res.x_adv, what="x_adv")
-    adv = np.asarray(model.predict_proba(res.x_adv[found])).argmax(axis=1)
+    space.check_data(res.x_adv.numpy(), what="x_adv")
+    adv = np.asarray(model.predict_proba(res.x_adv.numpy()[found])).argmax(axis=1)
     assert (adv != labels[found]).all()
     # brute force: each category x the cells of the real feature
     th = clf.ensemble.thresholds_by_feature()[0]

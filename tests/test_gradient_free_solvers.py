@@ -11,11 +11,11 @@ import torch
 from robustscope.core.space import FeatureSpace
 from robustscope.models.base import QueryLedger
 from robustscope.models.blackbox import ProbaClassifier
-from robustscope.solvers.boundary import hop_skip_jump, hop_skip_jump_run
-from robustscope.solvers.gradient_free import gradient_free, gradient_free_run
-from robustscope.solvers.random_search import cube_search, cube_search_run
+from robustscope.solvers.boundary import hop_skip_jump
+from robustscope.solvers.gradient_free import gradient_free
+from robustscope.solvers.random_search import cube_search
 
-SOLVERS = {"hsj": hop_skip_jump_run, "cube": cube_search_run, "cascade": gradient_free_run}
+SOLVERS = {"hsj": hop_skip_jump, "cube": cube_search, "cascade": gradient_free}
 
 
 def _linear_problem(d: int = 8, n: int = 12, seed: int = 0):
@@ -62,13 +62,13 @@ def test_budget_is_respected_and_charged(solver):
     model, space, x, y, _ = _linear_problem(n=6)
     ledger = QueryLedger(len(x), budget=250)
     run = SOLVERS[solver](model, x, y, space, "linf", budget=10_000, ledger=ledger)
-    assert (run.queries <= 250).all()
-    assert (ledger.forward == run.queries).all()
+    assert (run.forward_queries <= 250).all()
+    assert (ledger.forward == run.forward_queries).all()
     # an enclosing charging block is charged as well, with the solver's own budget
     outer = QueryLedger(len(x))
     with model.charging(outer, np.arange(len(x))):
         run = SOLVERS[solver](model, x, y, space, "linf", budget=120)
-    assert (run.queries <= 120).all() and (outer.forward == run.queries).all()
+    assert (run.forward_queries <= 120).all() and (outer.forward == run.forward_queries).all()
 
 
 @pytest.mark.parametrize("solver", SOLVERS)
@@ -84,9 +84,9 @@ def test_misclassified_input_is_its_own_counterexample():
     model, space, x, y, _ = _linear_problem(n=4)
     wrong = y.clone()
     wrong[0] = 1 - wrong[0]
-    run = cube_search_run(model, x, wrong, space, "linf", budget=300)
+    run = cube_search(model, x, wrong, space, "linf", budget=300)
     assert run.radius[0] == 0 and torch.equal(run.x_adv[0], x[0])
-    assert run.queries[0] == 1
+    assert run.forward_queries[0] == 1
 
 
 def test_warm_start_and_pool_give_starting_points():
@@ -95,10 +95,10 @@ def test_warm_start_and_pool_give_starting_points():
     rng = np.random.default_rng(3)
     pool = torch.as_tensor(rng.normal(size=(200, 8)) * space.scale * 2)
     pool_y = model.predict(pool)
-    run = hop_skip_jump_run(model, x, y, space, "linf", budget=60, X_pool=pool, y_pool=pool_y,
+    run = hop_skip_jump(model, x, y, space, "linf", budget=60, X_pool=pool, y_pool=pool_y,
                             samples=10)
     assert run.found.all()
-    again = cube_search_run(model, x, y, space, "linf", budget=2000, x_init=run.x_adv)
+    again = cube_search(model, x, y, space, "linf", budget=2000, x_init=run.x_adv)
     assert (again.radius <= run.radius + 1e-12).all()
     assert (again.radius >= exact["linf"] * (1 - 1e-9)).all()
 
@@ -107,10 +107,10 @@ def test_solver_protocol_returns_candidates():
     model, space, x, y, _ = _linear_problem(n=4)
     eps = torch.full((4,), 10.0, dtype=torch.float64)
     for fn in (hop_skip_jump, cube_search, gradient_free):
-        cand = fn(model, x, y, space, "linf", eps, generator=torch.Generator().manual_seed(0),
-                  budget=500)
-        assert cand.shape == x.shape
-        assert (model.predict(cand) != y).all()
+        out = fn(model, x, y, space, "linf", eps, generator=torch.Generator().manual_seed(0),
+                 budget=500)
+        assert out.x_adv.shape == x.shape and out.found.all()
+        assert (model.predict(out.x_adv) != y).all()
 
 
 def test_label_only_model():
@@ -128,10 +128,10 @@ def test_label_only_model():
 def test_cascade_is_no_worse_than_its_first_stage():
     model, space, x, y, exact = _linear_problem(n=8, seed=4)
     g = lambda: torch.Generator().manual_seed(3)  # noqa: E731
-    cube = cube_search_run(model, x, y, space, "linf", budget=2000, generator=g())
-    both = gradient_free_run(model, x, y, space, "linf", budget=2000, generator=g())
+    cube = cube_search(model, x, y, space, "linf", budget=2000, generator=g())
+    both = gradient_free(model, x, y, space, "linf", budget=2000, generator=g())
     assert (both.radius <= cube.radius + 1e-12).all()
-    assert (both.queries <= 2000).all()
+    assert (both.forward_queries <= 2000).all()
     assert (both.radius >= exact["linf"] * (1 - 1e-9)).all()
 
 
@@ -143,7 +143,7 @@ def test_image_shaped_float32_inputs():
     model = TorchClassifier(net, 3, (1, 4, 4))
     x = torch.rand(4, 1, 4, 4)
     y = model.predict(x)
-    run = gradient_free_run(model, x, y, FeatureSpace.box((1, 4, 4)), "l2", budget=600)
+    run = gradient_free(model, x, y, FeatureSpace.box((1, 4, 4)), "l2", budget=600)
     assert run.x_adv.shape == x.shape and run.x_adv.dtype == torch.float32
     assert ((model.predict(run.x_adv) != y).numpy() == run.found).all()
     assert ((run.x_adv >= 0) & (run.x_adv <= 1)).all()

@@ -89,10 +89,10 @@ def test_solver_interface_returns_input_when_nothing_found():
     space = FeatureSpace.from_arrays(np.full(5, -np.inf), np.full(5, np.inf), np.ones(5))
     tiny = torch.full((8,), 1e-9, dtype=torch.float64)
     out = random_directions_attack(model, x, yt, space, "l2", tiny, n_directions=20)
-    assert torch.equal(out[1:], x[1:])
+    assert torch.equal(out.x_adv[1:], x[1:]) and not out.found[1:].any()
     big = torch.full((8,), 100.0, dtype=torch.float64)
     out = random_directions_attack(model, x, yt, space, "l2", big, n_directions=200)
-    assert (model.predict(out[1:]) != yt[1:]).all()
+    assert (model.predict(out.x_adv[1:]) != yt[1:]).all() and out.found[1:].all()
 
 
 @pytest.mark.parametrize("name", ["l2", "linf", "l1"])

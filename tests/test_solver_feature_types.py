@@ -10,9 +10,9 @@ from hypothesis import strategies as st
 
 from robustscope.core.space import FeatureSpace
 from robustscope.models.blackbox import ProbaClassifier
-from robustscope.solvers.boundary import hop_skip_jump_run
-from robustscope.solvers.gradient_free import gradient_free_run
-from robustscope.solvers.random_search import cube_search_run
+from robustscope.solvers.boundary import hop_skip_jump
+from robustscope.solvers.gradient_free import gradient_free
+from robustscope.solvers.random_search import cube_search
 
 
 @st.composite
@@ -52,7 +52,7 @@ def problems(draw):
 def test_candidates_respect_feature_types(problem, solver):
     model, space, x, threat, seed = problem
     y = model.predict(x)
-    fn = {"hsj": hop_skip_jump_run, "cube": cube_search_run, "cascade": gradient_free_run}[solver]
+    fn = {"hsj": hop_skip_jump, "cube": cube_search, "cascade": gradient_free}[solver]
     run = fn(model, x, y, space, threat, budget=150, generator=torch.Generator().manual_seed(seed))
     cand = run.x_adv.numpy()
     space.check_data(cand, "candidates")  # bounds, integers, binaries, one-hot groups
@@ -60,7 +60,7 @@ def test_candidates_respect_feature_types(problem, solver):
     assert np.array_equal(cand[:, frozen], x.numpy()[:, frozen])
     found = run.found
     assert (model.predict(run.x_adv).numpy()[found] != y.numpy()[found]).all()
-    assert (run.queries <= 150).all()
+    assert (run.forward_queries <= 150).all()
     # sizes are measured on the projected candidate the model saw
     u = space.scaled_delta(run.x_adv, x)
     norm = torch.linalg.vector_norm(u, ord=float("inf") if threat == "linf" else 2, dim=1)
@@ -80,7 +80,7 @@ def test_integer_feature_radius_is_exact_on_the_lattice():
     x = torch.tensor([[3.0, 0.5], [1.0, 0.2]], dtype=torch.float64)
     y = model.predict(x)
     exact = np.array([0.3, 0.5])
-    for fn in (hop_skip_jump_run, cube_search_run):
+    for fn in (hop_skip_jump, cube_search):
         run = fn(model, x, y, space, "linf", budget=800)
         # never below the lattice radius; above it only by the solver's tolerance (1%)
         assert (run.radius >= exact - 1e-12).all() and (run.radius <= exact * 1.01).all()

@@ -105,21 +105,21 @@ def tree_reference_runs(case, threat, X, y, mult: int = 10) -> list[tuple[str, R
     """Long runs of robustscope's two black-box solvers (cube search, HopSkipJump) with
     ``mult`` x 5,000 queries per input: the best-known radius of tree models without an
     exact solver (the auto cascade stops on its own bracket before a bigger budget helps)."""
-    from robustscope.solvers.boundary import hop_skip_jump_run
-    from robustscope.solvers.random_search import cube_search_run
+    from robustscope.solvers.boundary import hop_skip_jump
+    from robustscope.solvers.random_search import cube_search
     model = wrap_model(case.native)
     xt, yt = torch.as_tensor(X), torch.as_tensor(y)
     pool = {"X_pool": torch.as_tensor(case.meta["Xtr"]),
             "y_pool": torch.as_tensor(case.meta["ytr"])}
     out = []
-    for name, fn, kw in (("cube search", cube_search_run, {"stage_queries": 1500, "rtol": 0.002}),
-                         ("HopSkipJump", hop_skip_jump_run, {})):
+    for name, fn, kw in (("cube search", cube_search, {"stage_queries": 1500, "rtol": 0.002}),
+                         ("HopSkipJump", hop_skip_jump, {})):
         t = time.perf_counter()
         run = fn(model, xt, yt, case.space, threat, generator=torch.Generator().manual_seed(100),
                  budget=5000 * mult, **pool, **kw)
         out.append((f"robustscope {name} {mult}x budget",
                     Run(np.asarray(run.radius, dtype=float), np.asarray(run.x_adv),
-                        np.asarray(run.queries, dtype=float), time.perf_counter() - t,
+                        np.asarray(run.forward_queries, dtype=float), time.perf_counter() - t,
                         "reference run")))
     return out
 

@@ -42,17 +42,19 @@ from robustscope.models.base import Classifier, QueryLedger
 from robustscope.models.torch_model import TorchClassifier
 from robustscope.models.wrap import wrap_model
 from robustscope.search.verify import Verifier
-from robustscope.solvers.exact_linear import exact_linear_radius
-from robustscope.solvers.exact_relu import exact_relu_radius, relu_layers
-from robustscope.solvers.exact_trees import exact_tree_radius
-from robustscope.solvers.gradient_free import gradient_free_run
-from robustscope.solvers.minnorm import minnorm
-from robustscope.solvers.pgd import pgd
+from robustscope.solvers.exact_relu import relu_layers
+from robustscope.solvers.registry import check_search_solver, get_solver
 from robustscope.threats.lp import LpThreat, get_threat
 
 log = logging.getLogger(__name__)
 
-SOLVERS = ("auto", "exact", "minnorm", "pgd")
+#: Solvers the search runs, read from the one registry.
+MINNORM = get_solver("minnorm").run
+PGD = get_solver("pgd").run
+GRADIENT_FREE = get_solver("gradient-free").run
+EXACT_LINEAR = get_solver("exact-linear").run
+EXACT_TREES = get_solver("exact-trees").run
+EXACT_RELU = get_solver("exact-relu").run
 #: Doublings from max_radius / 64 reach max_radius in 7 probes.
 DOUBLINGS = 7
 #: A certified bracket narrower than this (relative) counts as exact (MILP tolerances).
@@ -131,8 +133,7 @@ def radius(
     seed : seeds every random choice; the same seed gives the same numbers.
     progress : optional callback, called with the number of inputs finished per batch.
     """
-    if solver not in SOLVERS:
-        raise InputError(f"solver '{solver}' is not known; choose one of {', '.join(SOLVERS)}")
+    check_search_solver(solver)
     if not (0 < rtol < 1):
         raise InputError(f"rtol must be in (0, 1), got {rtol}")
     budget = check_positive(budget, "budget (passes per input)", integer=True, allow_none=True)
@@ -261,15 +262,14 @@ def _search_batch(model, X, labels, idx, space, threat, solver, kind, max_radius
 def _run_exact(model, space, threat, statement, ledger, state, active) -> torch.Tensor:
     sub = torch.nonzero(active).reshape(-1)
     weights, bias = model.linear_parameters()
-    res = exact_linear_radius(weights, bias, state.x[sub].cpu().numpy(),
+    res = EXACT_LINEAR(weights, bias, state.x[sub].cpu().numpy(),
                               state.y[sub].cpu().numpy(), space, threat, statement.target)
-    r = torch.as_tensor(res.radius, device=state.x.device)
-    state.lower[sub] = r
-    finite = torch.isfinite(r)
-    cand = space.apply_delta(state.x[sub], torch.as_tensor(res.u, device=state.x.device))
-    ok = state.check(sub, cand)
+    state.lower[sub] = torch.as_tensor(res.lower_bound, device=state.x.device)
+    finite = torch.as_tensor(res.found, device=sub.device)
+    ok = state.check(sub, res.x_adv.to(state.x.device))
+    closed = torch.as_tensor(res.closed, device=sub.device)
     # proven unbreakable inside the feature space: nothing more to search
-    state.exact[sub] = (ok & finite & (not space.has_discrete)) | ~finite
+    state.exact[sub] = (ok & closed) | ~finite
     still = active.clone()
     still[sub] = ~state.exact[sub]
     return still
@@ -281,15 +281,14 @@ def _run_exact_trees(model, space, threat, max_radius, statement, ledger, config
     sub = torch.nonzero(active).reshape(-1)
     positions = sub.cpu().numpy()
     # the solver verifies inside its loop, through this batch's one verification
-    res = exact_tree_radius(model, state.x[sub].cpu().numpy(), state.y[sub].cpu().numpy(),
+    res = EXACT_TREES(model, state.x[sub].cpu().numpy(), state.y[sub].cpu().numpy(),
                             space, threat, time_limit=config.exact_time_limit,
                             max_radius=max_radius, target=statement.target,
                             verify=lambda i, x_adv: state.check_one(int(positions[i]), x_adv),
                             clean_class=state.clean_logits[sub].argmax(dim=1).cpu().numpy())
     state.lower[sub] = torch.as_tensor(res.lower_bound, dtype=torch.float64,
                                        device=state.x.device)
-    ok = torch.as_tensor(res.verified, device=sub.device)
-    closed = torch.as_tensor(res.status == EXACT, device=sub.device) & ok
+    closed = torch.as_tensor(res.closed & res.found, device=sub.device)
     unbreakable = torch.as_tensor(np.isinf(res.lower_bound), device=sub.device)
     beyond = torch.as_tensor(res.lower_bound > max_radius, device=sub.device)
     state.exact[sub] = closed | unbreakable
@@ -305,16 +304,16 @@ def _certify_relu(model, space, threat, statement, ledger, config, state, active
     if len(sub) == 0:
         return
     upper = (state.best_r[sub] * (1 + 1e-6)).cpu().numpy()
-    res = exact_relu_radius(relu_layers(model.module), state.x[sub].cpu().numpy(),
+    res = EXACT_RELU(relu_layers(model.module), state.x[sub].cpu().numpy(),
                             state.y[sub].cpu().numpy(), upper, space, threat,
                             time_limit=config.exact_time_limit)
-    has = torch.as_tensor(~np.isnan(res.u).any(axis=1), device=sub.device)
+    has = torch.as_tensor(res.found, device=sub.device)
     if has.any():
-        u = torch.as_tensor(res.u, dtype=torch.float64, device=state.x.device)
+        x_sub = state.x[sub[has]]
+        u = space.scaled_delta(res.x_adv.to(state.x.device)[has].reshape(x_sub.shape), x_sub)
         # the incumbent sits on the decision boundary: push it a hair outwards
         for push in (1 + 1e-7, 1 + 1e-5, 1 + 1e-3):
-            state.check(sub[has],
-                    space.apply_delta(state.x[sub[has]], u[has] * push))
+            state.check(sub[has], space.apply_delta(x_sub, u * push))
     lower = torch.as_tensor(np.minimum(res.lower_bound, upper), dtype=torch.float64,
                             device=state.x.device)
     state.lower[sub] = lower
@@ -345,9 +344,9 @@ def _run_attacks(model, space, threat, solver, max_radius, rtol, statement, ledg
         run = state.affordable(sub, steps * grad_cost + 1)
         if len(run):
             with model.charging(ledger, state.owners[run.cpu().numpy()]):
-                cand = minnorm(model, state.x[run], state.y[run], space, threat, None, statement,
-                               generator, steps=steps)
-            state.check(run, cand)
+                out = MINNORM(model, state.x[run], state.y[run], space, threat, None, statement,
+                              generator, steps=steps)
+            state.check(run, out.x_adv)
     _line_search(model, space, threat, statement, ledger, state, sub, config.line_search_steps)
     if solver == "minnorm":
         return
@@ -365,13 +364,11 @@ def _run_gradient_free(model, space, threat, max_radius, statement, ledger, gene
         return
     pool_y = state.clean_logits.argmax(dim=1)
     with model.charging(ledger, state.owners[sub.cpu().numpy()]):
-        run = gradient_free_run(model, state.x[sub], state.y[sub], space, threat, statement,
-                                generator, budget=budget, X_pool=state.x, y_pool=pool_y,
-                                max_radius=max_radius)
+        run = GRADIENT_FREE(model, state.x[sub], state.y[sub], space, threat, max_radius,
+                            statement, generator, budget=budget, X_pool=state.x, y_pool=pool_y)
     found = torch.as_tensor(run.found, device=sub.device)
     if found.any():
-        state.check(sub[found],
-                torch.as_tensor(run.x_adv, device=state.x.device)[found])
+        state.check(sub[found], run.x_adv.to(state.x.device)[found])
 
 
 def _start_from_other_inputs(model, space, threat, statement, ledger, state, sub) -> None:
@@ -439,10 +436,10 @@ def _bisect_with_pgd(model, space, threat, max_radius, rtol, statement, ledger, 
         towards = [None, *_runner_up_targets(state.clean_logits[todo], state.y[todo],
                                              config.pgd_restarts - 1)]
         with model.charging(ledger, state.owners[todo.cpu().numpy()]):
-            cand = pgd(model, state.x[todo], state.y[todo], space, threat, eps, statement,
-                       generator, steps=config.pgd_steps, restarts=config.pgd_restarts,
-                       towards=towards, init=init_u)
-        ok = state.check(todo, cand)
+            out = PGD(model, state.x[todo], state.y[todo], space, threat, eps, statement,
+                      generator, steps=config.pgd_steps, restarts=config.pgd_restarts,
+                      towards=towards, init=init_u)
+        ok = state.check(todo, out.x_adv)
         state.probes[todo] += torch.isfinite(hi).to(state.probes.dtype)
         state.attack_lo[todo] = torch.where(ok, state.attack_lo[todo], eps)
         doubling_eps[todo] = torch.where(~ok & ~torch.isfinite(state.best_r[todo]),

@@ -197,13 +197,14 @@ class _Attacker:
                                 gen, steps=self.steps, restarts=self.restarts, init=start_at)
                 with torch.no_grad():
                     pred = self.clf.predict(res.x_adv)
-                strength = self.threat.strength(xs, res.params, res.x_adv)
+                found = res.meta["params"]
+                strength = self.threat.strength(xs, found, res.x_adv)
                 ok = self.statement.holds(pred, self.y[sub])
-                ok &= self.threat.within(xs, res.params, e, res.x_adv)
+                ok &= self.threat.within(xs, found, e, res.x_adv)
             oks.append(ok)
             advs.append(res.x_adv)
             strengths.append(strength)
-            params.append(res.params)
+            params.append(found)
         return torch.cat(oks), torch.cat(advs), torch.cat(strengths), torch.cat(params)
 
 

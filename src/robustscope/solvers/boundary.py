@@ -23,7 +23,6 @@ projection. Everything is batched over inputs.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -32,23 +31,9 @@ from robustscope.core.space import FeatureSpace
 from robustscope.core.statement import DECISION_CHANGE, Statement
 from robustscope.models.base import Classifier, QueryLedger
 from robustscope.solvers.oracle import ScaledOracle
+from robustscope.solvers.output import SolverOutput
 from robustscope.solvers.starts import find_starts
 from robustscope.threats.lp import LpThreat, get_threat
-
-
-@dataclass
-class SolverRun:
-    """What a gradient-free solver found, per input.
-
-    ``x_adv`` ``(n, *shape)`` original units (the input itself where nothing was found);
-    ``radius`` ``(n,)`` scaled norm of ``x_adv - x`` (``inf`` where nothing was found);
-    ``found`` ``(n,)`` bool; ``queries`` ``(n,)`` model calls spent per input.
-    """
-
-    x_adv: torch.Tensor
-    radius: np.ndarray
-    found: np.ndarray
-    queries: np.ndarray
 
 
 def _path(threat: LpThreat, u: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
@@ -128,12 +113,13 @@ def _l1_direction(g: torch.Tensor) -> torch.Tensor:
     return g / g.abs().sum(dim=1, keepdim=True).clamp_min(1e-30)
 
 
-def hop_skip_jump_run(
+def hop_skip_jump(
     model: Classifier,
     x: torch.Tensor,
     y: torch.Tensor,
     space: FeatureSpace,
     threat: LpThreat | str = "linf",
+    eps: torch.Tensor | float | None = None,
     statement: Statement = DECISION_CHANGE,
     generator: torch.Generator | None = None,
     *,
@@ -141,7 +127,6 @@ def hop_skip_jump_run(
     x_init: torch.Tensor | None = None,
     X_pool: torch.Tensor | None = None,
     y_pool: torch.Tensor | None = None,
-    max_radius: float | None = None,
     samples: int = 50,
     max_samples: int = 200,
     delta: float = 0.3,
@@ -151,12 +136,14 @@ def hop_skip_jump_run(
     stall_rtol: float = 1e-3,
     ledger: QueryLedger | None = None,
     oracle: ScaledOracle | None = None,
-) -> SolverRun:
+) -> SolverOutput:
     """HopSkipJump-style minimum-norm search; see the module docstring.
 
     Parameters
     ----------
     x : inputs ``(n, *shape)`` in original units; ``y`` their labels ``(n,)`` (class indices).
+    eps : largest radius of interest (a number or per-input ``(n,)``; its maximum caps the
+        random search for a starting point); the solver minimises the norm regardless.
     budget : model calls allowed per input (starting points included).
     samples, max_samples : probes per gradient-direction estimate at the first iteration,
         growing as ``samples·sqrt(t)`` up to ``max_samples``.
@@ -166,17 +153,19 @@ def hop_skip_jump_run(
         lowered its best radius by less than ``stall_rtol`` (relative); the default
         ``patience`` spends the whole budget.
 
-    Returns a :class:`SolverRun`; every counterexample in it was verified by a query.
+    Returns a :class:`~robustscope.solvers.output.SolverOutput` (``forward_queries``: the
+    calls made per input).
     """
     threat = get_threat(threat)
     generator = generator or torch.Generator().manual_seed(0)
     if oracle is None:
         oracle = ScaledOracle(model, x, y, space, threat, statement, budget, ledger)
-    find_starts(oracle, generator, x_init, X_pool, y_pool, max_radius=max_radius)
+    largest = None if eps is None else float(torch.as_tensor(eps).max())
+    find_starts(oracle, generator, x_init, X_pool, y_pool, max_radius=largest)
     active = np.flatnonzero(torch.isfinite(oracle.best_r).cpu().numpy()
                             & (oracle.best_r > 0).cpu().numpy())
     if not len(active):
-        return _finish(oracle)
+        return oracle.output()
     current = bisect_to_boundary(oracle, active, oracle.best_u[torch.as_tensor(active)].clone(),
                                  bisect_rtol)
     stale = np.zeros(oracle.n, dtype=np.int64)
@@ -210,23 +199,4 @@ def hop_skip_jump_run(
         improved = (oracle.best_r < last * (1 - stall_rtol)).cpu().numpy()
         stale = np.where(improved, 0, stale + 1)
         last = torch.where(torch.as_tensor(improved), oracle.best_r, last)
-    return _finish(oracle)
-
-
-def _finish(oracle: ScaledOracle) -> SolverRun:
-    radius = oracle.best_r.cpu().numpy().astype(np.float64)
-    return SolverRun(oracle.candidates(), radius, np.isfinite(radius), oracle.used.copy())
-
-
-def hop_skip_jump(model: Classifier, x: torch.Tensor, y: torch.Tensor, space: FeatureSpace,
-                  threat: LpThreat | str, eps: torch.Tensor | None = None,
-                  statement: Statement = DECISION_CHANGE,
-                  generator: torch.Generator | None = None, **opts) -> torch.Tensor:
-    """Solver-protocol entry point: candidates ``(n, *shape)`` (the search verifies them).
-
-    ``eps`` (per-input strengths) caps the random starting search; the solver minimises the
-    norm regardless, so a candidate is within ``eps`` whenever one was found there.
-    """
-    if eps is not None and "max_radius" not in opts:
-        opts["max_radius"] = float(torch.as_tensor(eps).max())
-    return hop_skip_jump_run(model, x, y, space, threat, statement, generator, **opts).x_adv
+    return oracle.output()

@@ -17,29 +17,21 @@ The radius is the minimum over ``j``. Everything runs batched in float64, no LP.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+import time
 
 import numpy as np
 import torch
 
 from robustscope.core.errors import InputError
 from robustscope.core.space import FeatureSpace
+from robustscope.core.statuses import ATTACKED, CENSORED, EXACT
+from robustscope.solvers.output import SolverOutput
 from robustscope.threats.lp import LpThreat
 
 #: Relative over-shoot of the margin, so that the counterexample strictly changes the argmax.
 MARGIN_OVERSHOOT = 1e-9
 #: Largest number of (input, class, feature) entries processed at once.
 CHUNK_ELEMENTS = 4_000_000
-
-
-@dataclass
-class LinearExactResult:
-    """Per input: exact radius (``inf`` when no valid input changes the decision), the class
-    reached, and the scaled counterexample perturbation ``u`` of shape ``(n, d)``."""
-
-    radius: np.ndarray
-    target: np.ndarray
-    u: np.ndarray
 
 
 def exact_linear_radius(
@@ -50,14 +42,19 @@ def exact_linear_radius(
     space: FeatureSpace,
     threat: LpThreat,
     target: int | None = None,
-) -> LinearExactResult:
+) -> SolverOutput:
     """Exact minimal ``||u||_p`` that changes ``argmax(W x' + b)`` away from ``y`` (or to
     ``target`` for binary models).
 
     ``x``: (n, d) float64 in original units; ``y``: (n,) class indices, assumed to be the
-    current prediction. Returns radii in the threat's norm of the scaled perturbation.
-    The counterexample overshoots the boundary by a relative ``1e-9`` of the margin.
+    current prediction. Returns radii in the threat's norm of the scaled perturbation
+    (``lower_bound`` = ``radius``: the closed form is a certificate; ``inf`` where no valid
+    input changes the decision), the counterexamples (``x_adv``, overshooting the boundary by
+    a relative ``1e-9`` of the margin) and the class each reaches (``adv_prediction``).
+    With integer, binary or one-hot features the closed form relaxes them, so its radius is a
+    certified lower bound only and the status is ``attacked``.
     """
+    t0 = time.perf_counter()
     w = torch.as_tensor(weights, dtype=torch.float64)
     b = torch.as_tensor(bias, dtype=torch.float64)
     xt = torch.as_tensor(np.asarray(x, dtype=np.float64).reshape(len(x), -1))
@@ -76,7 +73,13 @@ def exact_linear_radius(
         sl = slice(start, min(n, start + chunk))
         r, j, u = _solve_chunk(w, b, xt[sl], yt[sl], space, threat)
         radius[sl], reached[sl], u_out[sl] = r, j, u
-    return LinearExactResult(radius, reached, u_out)
+    x_adv = space.apply_delta(xt, torch.as_tensor(u_out)).reshape(np.shape(x))
+    finite = np.isfinite(radius)
+    status = np.where(finite, ATTACKED if space.has_discrete else EXACT, CENSORED)
+    return SolverOutput(x_adv=x_adv, radius=radius, lower_bound=radius.copy(),
+                        status=status.astype(object), adv_prediction=reached,
+                        forward_queries=np.zeros(n, dtype=np.int64),
+                        seconds=np.full(n, (time.perf_counter() - t0) / max(n, 1)))
 
 
 def _solve_chunk(w, b, x, y, space: FeatureSpace, threat: LpThreat):

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
@@ -26,21 +25,12 @@ from scipy.optimize import Bounds, LinearConstraint, milp
 
 from robustscope.core.errors import InputError
 from robustscope.core.space import FeatureSpace
+from robustscope.core.statuses import ATTACKED, CENSORED, EXACT
+from robustscope.solvers.output import SolverOutput
 from robustscope.threats.lp import LpThreat
 
 #: ReLUs at most this many: beyond, big-M programs rarely close within a sensible time.
 MAX_RELUS = 2000
-
-
-@dataclass
-class ReluExactResult:
-    """Per input: certified lower bound, the MILP's incumbent perturbation ``u`` (scaled,
-    ``(n, d)``; NaN rows where none was found), whether the bracket closed, and seconds."""
-
-    lower_bound: np.ndarray
-    u: np.ndarray
-    closed: np.ndarray
-    seconds: np.ndarray
 
 
 def relu_layers(module: torch.nn.Module) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -81,12 +71,16 @@ def exact_relu_radius(
     space: FeatureSpace,
     threat: LpThreat,
     time_limit: float = 10.0,
-) -> ReluExactResult:
+) -> SolverOutput:
     """Certified lower bound and MILP counterexample for each input.
 
     ``x`` (n, d) original units, ``y`` (n,) predicted classes, ``upper`` (n,) a verified upper
     bound of each radius (the MILP searches the ball of that radius; ``inf`` = the whole box,
     allowed only when every feature is bounded). ``time_limit`` in seconds per input.
+
+    Returns a :class:`~robustscope.solvers.output.SolverOutput`: ``lower_bound`` certified;
+    ``x_adv`` the MILP's incumbent where it has one (the input elsewhere, radius ``inf``);
+    status ``exact`` where the MILP closed its gap.
     """
     if threat.p not in (1.0, math.inf):
         raise InputError(f"the exact network solver supports linf and l1, not {threat.name} "
@@ -113,7 +107,14 @@ def exact_relu_radius(
             if u_i is not None:
                 u_out[i] = u_i
         seconds[i] = time.perf_counter() - t0
-    return ReluExactResult(lower, u_out, closed, seconds)
+    found = ~np.isnan(u_out).any(axis=1)
+    u = np.where(found[:, None], u_out, 0.0)
+    x_adv = space.apply_delta(torch.as_tensor(x), torch.as_tensor(u))
+    radius = np.where(found, threat.norm(torch.as_tensor(u)).numpy(), np.inf)
+    status = np.where(closed & found, EXACT, np.where(found, ATTACKED, CENSORED))
+    return SolverOutput(x_adv=x_adv, radius=radius, lower_bound=lower,
+                        status=status.astype(object), adv_prediction=np.full(n, -1),
+                        forward_queries=np.zeros(n, dtype=np.int64), seconds=seconds)
 
 
 def _interval_bounds(layers, x, lo, hi, scale, l1_radius: float = math.inf):

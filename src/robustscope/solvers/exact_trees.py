@@ -50,10 +50,9 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 import scipy.sparse as sp
 import torch
 
@@ -67,6 +66,7 @@ from robustscope.models.trees import (
     is_tree_ensemble,
     parse_tree_model,
 )
+from robustscope.solvers.output import SolverOutput
 from robustscope.threats.lp import LpThreat, get_threat
 
 #: ``check(x_adv) -> class``: the model's class at a counterexample ``(d,)`` of the input
@@ -81,42 +81,6 @@ MIP_REL_GAP = 1e-9
 MIP_ABS_GAP = 1e-12
 
 
-@dataclass
-class ExactTreeResult:
-    """Per-input output of :func:`exact_tree_radius`; arrays have one entry per input.
-
-    ``radius`` is the norm of the verified counterexample (``inf`` when none), ``lower_bound``
-    a certified lower bound on the true radius (the MILP's dual bound), both in the threat's
-    norm of the scaled perturbation. ``x_adv`` has shape ``(n, d)`` in original units (the
-    input itself where no counterexample was found); ``adv_class`` is the model's decision
-    there (-1 when none). ``status`` is ``exact`` (bracket closed), ``attacked`` (bracket
-    open: time limit or failed verification), ``censored`` (no counterexample within
-    ``max_radius`` or the time limit) or ``misclassified``.
-    """
-
-    radius: np.ndarray
-    lower_bound: np.ndarray
-    x_adv: np.ndarray
-    status: np.ndarray
-    adv_class: np.ndarray
-    seconds: np.ndarray
-    verified: np.ndarray
-    threat: str
-    meta: dict = field(default_factory=dict)
-    #: ``(n,)`` model calls made by the solver itself per input (0 when ``verify`` was given:
-    #: the caller's verification counts them)
-    forward_queries: np.ndarray | None = None
-
-    def __len__(self) -> int:
-        return len(self.radius)
-
-    def to_dataframe(self) -> pd.DataFrame:
-        return pd.DataFrame({"radius": self.radius, "lower_bound": self.lower_bound,
-                             "status": self.status, "adv_class": self.adv_class,
-                             "verified": self.verified, "seconds": self.seconds})
-
-
-# -- cuts: thresholds mapped onto valid values ---------------------------------------------------
 def _right_start(t: np.ndarray, strict: bool, float32: bool) -> np.ndarray:
     """Smallest float64 value ``v`` that the library routes right of threshold ``t``."""
     t = np.asarray(t, dtype=np.float64)
@@ -590,7 +554,7 @@ def exact_tree_radius(
     target: int | None = None,
     verify: Callable[[int, np.ndarray], int] | None = None,
     clean_class: np.ndarray | None = None,
-) -> ExactTreeResult:
+) -> SolverOutput:
     """Exact radius of robustness of a tree ensemble, per input.
 
     Parameters
@@ -623,6 +587,12 @@ def exact_tree_radius(
         ``forward_queries`` of the result.
     clean_class : ``(n,)`` the model's decision at each input when already known (saves a
         query per input).
+
+    Returns a :class:`~robustscope.solvers.output.SolverOutput`: ``radius`` the norm of the
+    verified counterexample (``inf`` where none), ``lower_bound`` the MILP's certified bound,
+    ``status`` ``exact`` (bracket closed), ``attacked`` (open: time limit or failed
+    verification), ``censored`` or ``misclassified``; ``adv_prediction`` the model's class at
+    the counterexample; ``meta`` the program's size and the inputs whose verification failed.
     """
     clf = _as_classifier(model)
     ens = clf.ensemble
@@ -676,7 +646,6 @@ def exact_tree_radius(
             out["radius"][i] = out["lower"][i] = 0.0
             out["status"][i] = MISCLASSIFIED
             out["adv_class"][i] = model_pred[i]
-            out["verified"][i] = True
             out["seconds"][i] = time.perf_counter() - t0
             continue
         if threat.p == math.inf and linf_search == "bisect":
@@ -695,9 +664,10 @@ def exact_tree_radius(
     meta = {"solver": "exact-trees", "backend": backend, "time_limit": time_limit,
             "max_radius": max_radius, "tie_tol": prog.tie_tol, "n_predicates": prog.n_pred,
             "n_leaves": prog.n_leaf, "verification_failures": failures}
-    return ExactTreeResult(out["radius"], out["lower"], out["x_adv"], out["status"],
-                           out["adv_class"], out["seconds"], out["verified"], threat.name, meta,
-                           forward_queries=ledger.forward.copy())
+    return SolverOutput(x_adv=torch.as_tensor(out["x_adv"]), radius=out["radius"],
+                        lower_bound=out["lower"], status=out["status"],
+                        adv_prediction=out["adv_class"], forward_queries=ledger.forward.copy(),
+                        seconds=out["seconds"], meta=meta)
 
 
 def _solve_input(prog: _Program, check: Check, ens: TreeEnsemble,
@@ -893,7 +863,7 @@ def _linf_search(prog: _Program, check: Check, ens: TreeEnsemble,
 def _empty(n: int, x: np.ndarray) -> dict:
     return {"radius": np.full(n, np.inf), "lower": np.zeros(n), "x_adv": x.copy(),
             "status": np.full(n, CENSORED, dtype=object), "adv_class": np.full(n, -1),
-            "seconds": np.zeros(n), "verified": np.zeros(n, bool)}
+            "seconds": np.zeros(n)}
 
 
 def _finish(out: dict, i: int, r: float, x_adv: np.ndarray, cls: int, lower: float,
@@ -904,7 +874,6 @@ def _finish(out: dict, i: int, r: float, x_adv: np.ndarray, cls: int, lower: flo
         out["radius"][i] = r
         out["x_adv"][i] = x_adv
         out["adv_class"][i] = cls
-        out["verified"][i] = True
         closed = r - lower <= EXACT_RTOL * max(r, 1e-12)
         out["status"][i] = EXACT if closed else ATTACKED
         out["lower"][i] = r if closed else lower

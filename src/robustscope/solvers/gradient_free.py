@@ -14,18 +14,20 @@ import torch
 from robustscope.core.space import FeatureSpace
 from robustscope.core.statement import DECISION_CHANGE, Statement
 from robustscope.models.base import Classifier, QueryLedger
-from robustscope.solvers.boundary import SolverRun, _finish, hop_skip_jump_run
+from robustscope.solvers.boundary import hop_skip_jump
 from robustscope.solvers.oracle import ScaledOracle
-from robustscope.solvers.random_search import cube_search_run
+from robustscope.solvers.output import SolverOutput
+from robustscope.solvers.random_search import cube_search
 from robustscope.threats.lp import LpThreat, get_threat
 
 
-def gradient_free_run(
+def gradient_free(
     model: Classifier,
     x: torch.Tensor,
     y: torch.Tensor,
     space: FeatureSpace,
     threat: LpThreat | str = "linf",
+    eps: torch.Tensor | float | None = None,
     statement: Statement = DECISION_CHANGE,
     generator: torch.Generator | None = None,
     *,
@@ -33,33 +35,22 @@ def gradient_free_run(
     x_init: torch.Tensor | None = None,
     X_pool: torch.Tensor | None = None,
     y_pool: torch.Tensor | None = None,
-    max_radius: float | None = None,
     ledger: QueryLedger | None = None,
     cube_opts: dict | None = None,
     boundary_opts: dict | None = None,
-) -> SolverRun:
+) -> SolverOutput:
     """Cube random search, then HopSkipJump with the rest of the per-input ``budget``.
 
     ``x`` ``(n, *shape)`` original units, ``y`` ``(n,)`` labels. Returns a
-    :class:`SolverRun` whose counterexamples were all verified by a query.
+    :class:`~robustscope.solvers.output.SolverOutput` (its candidates were each confirmed by a
+    query; the search verifies them again).
     """
     threat = get_threat(threat)
     generator = generator or torch.Generator().manual_seed(0)
     oracle = ScaledOracle(model, x, y, space, threat, statement, budget, ledger)
-    common = dict(x_init=x_init, X_pool=X_pool, y_pool=y_pool, max_radius=max_radius,
-                  oracle=oracle)
-    cube_search_run(model, x, y, space, threat, statement, generator, **common,
-                    **(cube_opts or {}))
-    hop_skip_jump_run(model, x, y, space, threat, statement, generator, **common,
-                      **(boundary_opts or {}))
-    return _finish(oracle)
-
-
-def gradient_free(model: Classifier, x: torch.Tensor, y: torch.Tensor, space: FeatureSpace,
-                  threat: LpThreat | str, eps: torch.Tensor | None = None,
-                  statement: Statement = DECISION_CHANGE,
-                  generator: torch.Generator | None = None, **opts) -> torch.Tensor:
-    """Solver-protocol entry point: candidates ``(n, *shape)`` (the search verifies them)."""
-    if eps is not None and "max_radius" not in opts:
-        opts["max_radius"] = float(torch.as_tensor(eps).max())
-    return gradient_free_run(model, x, y, space, threat, statement, generator, **opts).x_adv
+    common = dict(x_init=x_init, X_pool=X_pool, y_pool=y_pool, oracle=oracle)
+    cube_search(model, x, y, space, threat, eps, statement, generator, **common,
+                **(cube_opts or {}))
+    hop_skip_jump(model, x, y, space, threat, eps, statement, generator, **common,
+                  **(boundary_opts or {}))
+    return oracle.output()

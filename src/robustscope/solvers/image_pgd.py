@@ -11,27 +11,15 @@ the returned candidates by calling the model again.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+import numpy as np
 import torch
 
 from robustscope.core.errors import InputError
 from robustscope.core.statement import DECISION_CHANGE, Statement
+from robustscope.core.statuses import ATTACKED, CENSORED
 from robustscope.models.base import Classifier
+from robustscope.solvers.output import SolverOutput
 from robustscope.threats.image import ImageThreat
-
-
-@dataclass
-class ImageAttack:
-    """Best candidates of :func:`image_pgd`, one row per input.
-
-    ``x_adv`` (n, C, H, W) = ``threat.apply(x, params)``; ``params`` (n, *param_shape);
-    ``margin`` (n,) the statement's margin at ``x_adv`` as seen during the search.
-    """
-
-    x_adv: torch.Tensor
-    params: torch.Tensor
-    margin: torch.Tensor
 
 
 def image_pgd(
@@ -46,7 +34,7 @@ def image_pgd(
     restarts: int = 1,
     scan: int | None = None,
     init: torch.Tensor | None = None,
-) -> ImageAttack:
+) -> SolverOutput:
     """Minimise the margin over ``threat``'s parameters within per-input strengths ``eps``.
 
     Parameters
@@ -63,6 +51,10 @@ def image_pgd(
         21 for one-parameter threats, else 0. PGD then starts from the best value found.
     init : optional parameters (n, *param_shape) to start restart 0 from (projected onto
         ``eps`` first), e.g. a counterexample found at a larger strength.
+
+    Returns a :class:`~robustscope.solvers.output.SolverOutput`: ``x_adv`` (n, C, H, W) =
+    ``threat.apply(x, params)``, ``radius`` its strength where the margin went negative;
+    ``meta['params']`` (n, *param_shape) and ``meta['margin']`` (n,) as seen in the search.
     """
     if steps < 1 or restarts < 1:
         raise InputError(f"steps and restarts must be >= 1, got {steps} and {restarts}")
@@ -131,7 +123,15 @@ def image_pgd(
             new = threat.step(xa, pa.detach(), gp, eps[rows], size[rows])
             params[active] = threat.project(xa, new, eps[rows]).detach()
             active = active[keep]
-    return ImageAttack(best_x, best_params, best_margin)
+    found = (best_margin < 0).cpu().numpy()
+    with torch.no_grad():
+        strength = threat.strength(x, best_params, best_x).detach().cpu().double().numpy()
+    n = x.shape[0]
+    return SolverOutput(
+        x_adv=best_x, radius=np.where(found, strength, np.inf), lower_bound=np.zeros(n),
+        status=np.where(found, ATTACKED, CENSORED).astype(object),
+        adv_prediction=np.full(n, -1, dtype=np.int64), forward_queries=np.zeros(n, np.int64),
+        seconds=np.zeros(n), meta={"params": best_params, "margin": best_margin})
 
 
 @torch.no_grad()

@@ -14,6 +14,7 @@ from robustscope.core.space import FeatureSpace
 from robustscope.core.statement import Statement
 from robustscope.models.base import Classifier
 from robustscope.solvers._common import ScaledProblem, cosine_schedule
+from robustscope.solvers.output import SolverOutput
 from robustscope.threats.lp import LpThreat
 
 
@@ -33,9 +34,9 @@ def minnorm(
     gamma_end: float = 0.001,
     step_start: float = 1.0,
     step_end: float = 0.01,
-) -> torch.Tensor:
-    """Return candidates ``(n, *shape)``: per input the smallest-norm counterexample seen
-    (the last iterate where none was found). ``eps`` is ignored (kept for the solver
+) -> SolverOutput:
+    """Per input the smallest-norm counterexample seen (the last iterate, not counted as
+    found, where none was). ``eps`` is ignored (kept for the solver
     signature); ``init`` is an optional starting counterexample ``(n, *shape)`` (warm start).
     Costs ``steps`` gradient calls per input.
     """
@@ -72,4 +73,6 @@ def minnorm(
         step_len = torch.where(torch.isfinite(step_len), step_len, norm + to_boundary)
         u = u - step_len[:, None] * threat.steepest_direction(grad)
         u = problem.clip(threat.project(u, radius))
-    return problem.candidate(torch.where(torch.isfinite(best_norm)[:, None], best_u, u))
+    found = torch.isfinite(best_norm)
+    cand = problem.candidate(torch.where(found[:, None], best_u, u))
+    return SolverOutput.of_candidates(x, cand, found.cpu().numpy(), space, threat)

@@ -24,7 +24,9 @@ import torch
 from robustscope.core.errors import InputError
 from robustscope.core.space import FeatureSpace
 from robustscope.core.statement import DECISION_CHANGE, Statement
+from robustscope.core.statuses import ATTACKED, CENSORED
 from robustscope.models.base import Classifier, QueryLedger
+from robustscope.solvers.output import SolverOutput
 from robustscope.threats.lp import LpThreat
 
 _NO_LIMIT = np.iinfo(np.int64).max // 4
@@ -173,6 +175,17 @@ class ScaledOracle:
             tb = ti[better]
             self.best_r[tb] = r[better]
             self.best_u[tb] = u[better, j[better]]
+
+    def output(self) -> SolverOutput:
+        """The solver output: the best verified counterexample per input, its radius, and
+        the queries this oracle made per input (``forward_queries``)."""
+        radius = self.best_r.cpu().numpy().astype(np.float64)
+        n = self.n
+        return SolverOutput(
+            x_adv=self.candidates(), radius=radius, lower_bound=np.zeros(n),
+            status=np.where(np.isfinite(radius), ATTACKED, CENSORED).astype(object),
+            adv_prediction=np.full(n, -1, dtype=np.int64), forward_queries=self.used.copy(),
+            seconds=np.zeros(n))
 
     def candidates(self) -> torch.Tensor:
         """Best counterexample per input in original units ``(n, *shape)``; the input itself

@@ -8,6 +8,7 @@ from robustscope.core.space import FeatureSpace
 from robustscope.core.statement import Statement
 from robustscope.models.base import Classifier
 from robustscope.solvers._common import ScaledProblem, cosine_schedule
+from robustscope.solvers.output import SolverOutput
 from robustscope.threats.lp import LpThreat
 
 
@@ -26,7 +27,7 @@ def pgd(
     init: torch.Tensor | None = None,
     step_start: float = 0.5,
     step_end: float = 0.02,
-) -> torch.Tensor:
+) -> SolverOutput:
     """Search ``{u : ||u||_p <= eps, u in box}`` for a counterexample.
 
     Minimises the statement's margin with steepest-descent steps in the threat's norm, of
@@ -35,8 +36,9 @@ def pgd(
     (restart 0) or a uniform point of the ball, and pushes towards class ``towards[r]`` when
     given (``None`` = any other class).
 
-    Returns candidates ``(n, *shape)``: per input the smallest-norm iterate that satisfied the
-    statement, else the iterate of lowest margin. Costs ``steps · restarts`` gradient calls.
+    Returns per input the smallest-norm iterate that satisfied the statement (``found``),
+    else the iterate of lowest margin (``meta['margin']`` ``(n,)``). Costs
+    ``steps · restarts`` gradient calls.
     """
     n = x.shape[0]
     eps = eps.to(x.dtype).reshape(n)
@@ -72,7 +74,8 @@ def pgd(
             alpha = cosine_schedule(k, steps, step_start, step_end)
             u = u - alpha * eps[:, None] * threat.steepest_direction(grad)
             u = problem.clip(threat.project(u, eps))
-    return problem.candidate(best_u)
+    return SolverOutput.of_candidates(x, problem.candidate(best_u), found.cpu().numpy(), space,
+                                      threat, meta={"margin": best_margin})
 
 
 def _forward_only(problem: ScaledProblem, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -23,6 +23,7 @@ import torch
 from robustscope.core.space import FeatureSpace
 from robustscope.core.statement import DECISION_CHANGE, Statement
 from robustscope.models.base import Classifier, QueryLedger
+from robustscope.solvers.output import SolverOutput
 from robustscope.threats.lp import LpThreat, get_threat
 
 #: Default largest number of candidate entries (rows x features) built at once.
@@ -122,14 +123,14 @@ def random_directions_attack(model: Classifier, x: torch.Tensor, y: torch.Tensor
                              generator: torch.Generator | None = None, *,
                              n_directions: int = 5000, max_elements: int = MAX_ELEMENTS,
                              ledger: QueryLedger | None = None,
-                             owners: np.ndarray | None = None) -> torch.Tensor:
-    """Solver interface: candidates ``(n, *shape)`` at strength ``eps`` (n,), each the first of
-    ``n_directions`` random directions of norm ``eps`` that satisfied the statement, or the
-    input itself. Like every solver it decides nothing: the caller verifies."""
+                             owners: np.ndarray | None = None) -> SolverOutput:
+    """Candidates at strength ``eps`` (n,): per input the first of ``n_directions`` random
+    directions of norm ``eps`` that satisfied the statement (``found``), or the input
+    itself. Like every solver it decides nothing: the caller verifies."""
     threat = get_threat(threat)
     if generator is None:
         generator = torch.Generator(device=x.device).manual_seed(0)
     eps = torch.as_tensor(eps, dtype=x.dtype, device=x.device).reshape(-1).expand(x.shape[0])
-    x_adv, _, _ = search_at_strength(model, x, y, space, threat, eps, statement, generator,
-                                     n_directions, max_elements, ledger, owners)
-    return x_adv
+    x_adv, found, _ = search_at_strength(model, x, y, space, threat, eps, statement, generator,
+                                         n_directions, max_elements, ledger, owners)
+    return SolverOutput.of_candidates(x, x_adv, found.cpu().numpy(), space, threat)

@@ -32,8 +32,8 @@ import torch
 from robustscope.core.space import FeatureSpace
 from robustscope.core.statement import DECISION_CHANGE, Statement
 from robustscope.models.base import Classifier, QueryLedger
-from robustscope.solvers.boundary import SolverRun, _finish
 from robustscope.solvers.oracle import ScaledOracle
+from robustscope.solvers.output import SolverOutput
 from robustscope.solvers.starts import find_starts
 from robustscope.threats.lp import LpThreat, get_threat
 
@@ -64,12 +64,13 @@ def _propose(threat: LpThreat, cur: torch.Tensor, r: torch.Tensor, p: torch.Tens
     return w * (r / norm).unsqueeze(1)
 
 
-def cube_search_run(
+def cube_search(
     model: Classifier,
     x: torch.Tensor,
     y: torch.Tensor,
     space: FeatureSpace,
     threat: LpThreat | str = "linf",
+    eps: torch.Tensor | float | None = None,
     statement: Statement = DECISION_CHANGE,
     generator: torch.Generator | None = None,
     *,
@@ -77,7 +78,6 @@ def cube_search_run(
     x_init: torch.Tensor | None = None,
     X_pool: torch.Tensor | None = None,
     y_pool: torch.Tensor | None = None,
-    max_radius: float | None = None,
     stage_queries: int | None = None,
     p_init: float = 0.1,
     rtol: float = 0.01,
@@ -86,12 +86,14 @@ def cube_search_run(
     restart_factor: float = 0.5,
     ledger: QueryLedger | None = None,
     oracle: ScaledOracle | None = None,
-) -> SolverRun:
+) -> SolverOutput:
     """Shrink counterexamples by radius bisection with a random search in each ball.
 
     Parameters
     ----------
     x : inputs ``(n, *shape)`` in original units; ``y`` their labels ``(n,)``.
+    eps : largest radius of interest (a number or per-input ``(n,)``; its maximum caps the
+        random search for a starting point); the solver minimises the norm regardless.
     budget : model calls allowed per input (starting points included).
     stage_queries : queries spent at one radius before it is given up; default
         ``30·m`` clipped to ``[100, 300]``, ``m`` = number of mutable features.
@@ -101,13 +103,15 @@ def cube_search_run(
     restarts, restart_factor : times a converged bracket is reopened (its lower end
         multiplied by ``restart_factor``) while budget remains.
 
-    Returns a :class:`SolverRun`; every counterexample in it was verified by a query.
+    Returns a :class:`~robustscope.solvers.output.SolverOutput` (``forward_queries``: the
+    calls made per input).
     """
     threat = get_threat(threat)
     generator = generator or torch.Generator().manual_seed(0)
     if oracle is None:
         oracle = ScaledOracle(model, x, y, space, threat, statement, budget, ledger)
-    find_starts(oracle, generator, x_init, X_pool, y_pool, max_radius=max_radius)
+    largest = None if eps is None else float(torch.as_tensor(eps).max())
+    find_starts(oracle, generator, x_init, X_pool, y_pool, max_radius=largest)
     n, d = oracle.n, oracle.d
     dtype, device = oracle.flat.dtype, oracle.flat.device
     found = torch.isfinite(oracle.best_r) & (oracle.best_r > 0)
@@ -169,18 +173,4 @@ def cube_search_run(
             fresh[td] = True
             spent[td] = 0
             cur_m[td] = float("inf")
-    return _finish(oracle)
-
-
-def cube_search(model: Classifier, x: torch.Tensor, y: torch.Tensor, space: FeatureSpace,
-                threat: LpThreat | str, eps: torch.Tensor | None = None,
-                statement: Statement = DECISION_CHANGE,
-                generator: torch.Generator | None = None, **opts) -> torch.Tensor:
-    """Solver-protocol entry point: candidates ``(n, *shape)`` (the search verifies them).
-
-    ``eps`` (per-input strengths) caps the random starting search; the solver minimises the
-    norm regardless.
-    """
-    if eps is not None and "max_radius" not in opts:
-        opts["max_radius"] = float(torch.as_tensor(eps).max())
-    return cube_search_run(model, x, y, space, threat, statement, generator, **opts).x_adv
+    return oracle.output()

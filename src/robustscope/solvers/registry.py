@@ -1,0 +1,101 @@
+"""Every solver, declared once: its name, kind, calling convention, what it needs.
+
+The search (:mod:`robustscope.search.engine`), the command line, spec validation and the
+docs read this table; adding a solver is one module with one function and one entry here.
+
+Kinds:
+
+- ``minimum-norm``: looks for the smallest counterexample directly (``eps`` is only the
+  largest radius of interest);
+- ``fixed-strength``: looks for any counterexample within ``eps`` (per input); the search
+  brackets the radius with it by doubling and bisection;
+- ``decision-based``: minimum-norm from decisions only (no gradients);
+- ``exact``: returns a certified ``lower_bound`` beside its candidate;
+- ``image``: fixed-strength search over an image threat's parameters (grid search).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from robustscope.core.errors import InputError
+from robustscope.solvers.boundary import hop_skip_jump
+from robustscope.solvers.exact_linear import exact_linear_radius
+from robustscope.solvers.exact_relu import exact_relu_radius
+from robustscope.solvers.exact_trees import exact_tree_radius
+from robustscope.solvers.gradient_free import gradient_free
+from robustscope.solvers.image_pgd import image_pgd
+from robustscope.solvers.minnorm import minnorm
+from robustscope.solvers.pgd import pgd
+from robustscope.solvers.random_directions import random_directions_attack
+from robustscope.solvers.random_search import cube_search
+
+KINDS = ("minimum-norm", "fixed-strength", "decision-based", "exact", "image")
+
+
+@dataclass(frozen=True)
+class SolverInfo:
+    """One solver: ``run`` returns a :class:`~robustscope.solvers.output.SolverOutput`.
+
+    ``run`` takes ``(model, x, y, space, threat, eps, statement, generator, **options)``
+    except the exact solvers, which take the model's parameters (linear ``(W, b)``, ReLU
+    layers) or the model itself (trees) first; ``needs`` says what the model must offer:
+    ``gradients`` (autograd), ``queries`` (any model), ``linear``, ``trees`` or ``relu``.
+    """
+
+    name: str
+    kind: str
+    run: Callable
+    needs: str
+    threats: tuple[str, ...]
+    summary: str
+
+
+SOLVERS: dict[str, SolverInfo] = {s.name: s for s in (
+    SolverInfo("minnorm", "minimum-norm", minnorm, "gradients", ("linf", "l2", "l1"),
+               "FMN-style minimum-norm steps with an adaptive strength"),
+    SolverInfo("pgd", "fixed-strength", pgd, "gradients", ("linf", "l2", "l1"),
+               "projected gradient descent in the threat's ball, restarts aimed at runner-ups"),
+    SolverInfo("cube-search", "decision-based", cube_search, "queries", ("linf", "l2", "l1"),
+               "random search in shrinking balls (Square-attack style)"),
+    SolverInfo("hop-skip-jump", "decision-based", hop_skip_jump, "queries",
+               ("linf", "l2", "l1"), "boundary walk from decisions only (HopSkipJump)"),
+    SolverInfo("gradient-free", "decision-based", gradient_free, "queries",
+               ("linf", "l2", "l1"), "cube search, then HopSkipJump on one budget"),
+    SolverInfo("random-directions", "fixed-strength", random_directions_attack, "queries",
+               ("linf", "l2", "l1"), "random directions of norm eps (the paper's estimator)"),
+    SolverInfo("exact-linear", "exact", exact_linear_radius, "linear", ("linf", "l2", "l1"),
+               "closed form with feature bounds (sorted breakpoints / knapsack)"),
+    SolverInfo("exact-trees", "exact", exact_tree_radius, "trees", ("linf", "l2", "l1"),
+               "mixed-integer program over the ensemble's predicates (HiGHS)"),
+    SolverInfo("exact-relu", "exact", exact_relu_radius, "relu", ("linf", "l1"),
+               "mixed-integer program over the ball of an attack's radius (HiGHS)"),
+    SolverInfo("image-pgd", "image", image_pgd, "gradients", ("image",),
+               "PGD over an image threat's parameters (colour, spatial, JPEG, LPIPS)"),
+)}
+
+#: Strategies of :func:`robustscope.search.engine.radius` besides single solvers: ``auto``
+#: (exact where the model allows it, else the attack cascade) and ``exact`` (``auto`` plus
+#: the network MILP).
+STRATEGIES = ("auto", "exact")
+#: What ``radius(..., solver=...)``, ``--solver`` and a spec's ``solver`` accept.
+SEARCH_SOLVERS = (*STRATEGIES, "minnorm", "pgd")
+
+
+def get_solver(name: str) -> SolverInfo:
+    """The registered solver ``name`` (an :class:`InputError` listing them otherwise)."""
+    try:
+        return SOLVERS[name]
+    except KeyError:
+        raise InputError(f"solver '{name}' is not known; registered solvers: "
+                         f"{', '.join(SOLVERS)}") from None
+
+
+def check_search_solver(name: str) -> str:
+    """``name`` if the radius search accepts it, else an :class:`InputError` naming the
+    choices."""
+    if name not in SEARCH_SOLVERS:
+        raise InputError(f"solver '{name}' is not known; choose one of "
+                         f"{', '.join(SEARCH_SOLVERS)}")
+    return name
