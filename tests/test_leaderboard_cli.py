@@ -1,17 +1,16 @@
 """``robustscope leaderboard``: JSON keys, sources, and clear errors."""
 
 import json
-from pathlib import Path
 
 import pytest
 import typer
+from refdata_helpers import DEFENCES, refdata_path
 from typer.testing import CliRunner
 
 from robustscope.cli.leaderboard import register
 from robustscope.runs.store import open_store
 
-REF = Path(__file__).resolve().parents[1].parent / "shared" / "reference" / "multirobustbench"
-needs_ref = pytest.mark.skipif(not REF.is_dir(), reason="../shared reference not present")
+PUBLISHED = refdata_path(DEFENCES)  # the 21 published defences (package data)
 
 
 @pytest.fixture(scope="module")
@@ -34,9 +33,8 @@ KEYS = {"model", "clean", "CR_ind_avg", "CR_ind_worst", "worst_point", "single"}
 SEEN_KEYS = {"CR_in_avg", "CR_in_worst", "CR_out_avg", "CR_out_worst", "pct_seen", "SC"}
 
 
-@needs_ref
 def test_json_output_ranks_and_has_keys(app):
-    res = run(app, "--accuracies", REF / "defences.json", "--allow-missing", "--json")
+    res = run(app, "--accuracies", PUBLISHED, "--allow-missing", "--json")
     assert res.exit_code == 0, res.output
     rows = json.loads(res.stdout)
     assert len(rows) == 21
@@ -50,15 +48,14 @@ def test_json_output_ranks_and_has_keys(app):
     assert avgs == sorted(avgs, reverse=True)
     assert rows[0]["model"] == "Dai2023MultiRobustBench_LPIPS"
     assert rows[0]["CR_ind_avg"] == pytest.approx(69.14, abs=0.01)
-    worst = run(app, "--accuracies", REF / "defences.json", "--allow-missing", "--json",
+    worst = run(app, "--accuracies", PUBLISHED, "--allow-missing", "--json",
                 "--sort", "worst")
     ws = [r["CR_ind_worst"] for r in json.loads(worst.stdout)]
     assert ws == sorted(ws, reverse=True)
 
 
-@needs_ref
 def test_table_output(app):
-    res = run(app, "--accuracies", REF / "defences.json", "--allow-missing", "--single")
+    res = run(app, "--accuracies", PUBLISHED, "--allow-missing", "--single")
     assert res.exit_code == 0, res.output
     assert "Dai2023MultiRobustBench_LPIPS" in res.stdout and "CR_ind-avg" in res.stdout
 
