@@ -97,7 +97,7 @@ def _bad(app, tmp_path, content, *extra):
     f = tmp_path / "bad.json"
     f.write_text(content)
     res = run(app, "--accuracies", f, *extra)
-    assert res.exit_code != 0
+    assert res.exit_code == 2  # bad input
     assert "Traceback" not in res.output
     return res.stderr
 
@@ -121,21 +121,21 @@ def test_bad_files_give_clear_errors(app, tmp_path, content, message):
 
 def test_other_errors(app, tmp_path):
     res = run(app)
-    assert res.exit_code != 0 and "no models" in res.stderr
+    assert res.exit_code == 2 and "no models" in res.stderr
     res = run(app, "--accuracies", tmp_path / "missing.json")
-    assert res.exit_code != 0 and "not found" in res.stderr
+    assert res.exit_code == 2 and "not found" in res.stderr
     res = run(app, "--db", tmp_path / "missing.sqlite")
-    assert res.exit_code != 0 and "no such file" in res.stderr
+    assert res.exit_code == 2 and "no such file" in res.stderr
     f = tmp_path / "a.json"
     f.write_text('{"NoAttack": 90}')
     res = run(app, "--accuracies", f, "--accuracies", f)
-    assert res.exit_code != 0 and "more than once: a" in res.stderr
+    assert res.exit_code == 2 and "more than once: a" in res.stderr
     res = run(app, "--accuracies", f, "--attacks", "Nope", "--allow-missing")
-    assert res.exit_code != 0 and "no acc* values for attack 'Nope'" in res.stderr
+    assert res.exit_code == 2 and "no acc* values for attack 'Nope'" in res.stderr
     res = run(app, "--accuracies", f, "--reference", tmp_path / "nostar.json")
-    assert res.exit_code != 0 and "nostar.json: not found" in res.stderr
+    assert res.exit_code == 2 and "nostar.json: not found" in res.stderr
     res = run(app, "--accuracies", f, "--sort", "median")
-    assert res.exit_code != 0 and "--sort" in res.stderr
+    assert res.exit_code == 2 and "--sort" in res.stderr
 
 
 def test_figures_option(app, tmp_path):
