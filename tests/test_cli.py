@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import errno
+import pathlib
+import pickle
+
 import numpy as np
 import pandas as pd
 import pytest
 import torch
+import typer
 from typer.testing import CliRunner
 
 from robustscope.cli.app import app
-from robustscope.core.result import CSV_COLUMNS, STATUSES
+from robustscope.cli.common import EXIT_CODES, ExitCode
+from robustscope.core.result import CSV_COLUMNS, STATUSES, RadiusResult
+from robustscope.search import engine
 
 runner = CliRunner()
 N_ROWS = 30
@@ -218,3 +225,123 @@ def test_demo_runs(tmp_path):
     # a black-box radius is never below the certified exact one, and close to it
     assert (blind["radius"][exact] >= trees["lower_bound"][exact] * (1 - 1e-9)).all()
     assert (blind["radius"][exact] / trees["radius"][exact]).median() < 1.1
+
+
+# -- the exit-code policy (robustscope.cli.common) ---------------------------------------------
+#: One bad input per command: its arguments (``{tmp}`` is a fresh folder holding a plain file
+#: ``afile``) and a piece of the one-line message.
+BAD_INPUT = {
+    "radius": (["radius", "--model", "{tmp}/m.json", "--data", "{tmp}/nope.csv", "--out",
+                "{tmp}/r.csv"], "nope.csv does not exist"),
+    "demo": (["demo", "--out-dir", "{tmp}/afile"], "is a file, not a folder"),
+    "run": (["run", "{tmp}/nope.yaml"], "nope.yaml does not exist"),
+    "compare": (["compare", "{tmp}/runA", "{tmp}/runB"], "no such folder"),
+    "scores": (["scores", "{tmp}/nope.csv"], "no such file"),
+    "leaderboard": (["leaderboard", "--accuracies", "{tmp}/nope.json"], "not found"),
+    "image-grid": (["image-grid", "--model", "{tmp}/net.pt", "--data", "{tmp}/nope.npz",
+                    "--out", "{tmp}/acc.json"], "nope.npz does not exist"),
+    # option values that typer itself refuses get the same one line and code
+    "radius --threat": (["radius", "--model", "m.json", "--data", "d.csv", "--out", "r.csv",
+                         "--threat", "l7"], "'l7' is not one of"),
+    "image-grid --steps": (["image-grid", "--model", "m.pt", "--data", "d.npz", "--out",
+                            "a.json", "--steps", "0"], "--steps"),
+    "scores --colour": (["scores", "r.csv", "--colour"], "No such option: --colour"),
+}
+
+
+def test_every_command_has_a_bad_input_case():
+    commands = set(typer.main.get_command(app).commands)
+    assert commands == {case.split()[0] for case in BAD_INPUT}
+
+
+def _one_error_line(result) -> str:
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.output
+    assert "Traceback" not in result.output
+    return lines[0]
+
+
+@pytest.mark.parametrize("case", sorted(BAD_INPUT))
+def test_bad_input_is_one_line_and_exit_2(case, tmp_path):
+    args, message = BAD_INPUT[case]
+    (tmp_path / "afile").write_text("not a folder\n")
+    result = _run(*[a.format(tmp=tmp_path) for a in args])
+    assert result.exit_code == ExitCode.BAD_INPUT == 2, result.output
+    assert message in _one_error_line(result)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]  # nothing written
+
+
+class FailingModel:
+    """Loads like any classifier (it says its classes) and raises when it is called."""
+
+    classes_ = np.array([0, 1])
+
+    def predict_proba(self, X):
+        raise RuntimeError("sensor offline")
+
+
+def test_a_model_that_raises_is_a_runtime_failure(tabular, tmp_path):
+    folder, _, _ = tabular
+    model = tmp_path / "failing.pkl"
+    model.write_bytes(pickle.dumps(FailingModel()))  # our own object: a trusted pickle
+    args = ["radius", "--model", model, "--data", folder / "data.csv", "--out",
+            tmp_path / "r.csv", "--trust-pickle", "--quiet"]
+    result = _run(*args)
+    assert result.exit_code == ExitCode.FAILURE == 1, result.output
+    line = _one_error_line(result)
+    assert "FailingModel raised RuntimeError: sensor offline" in line and "--verbose" in line
+    assert not (tmp_path / "r.csv").exists()
+    verbose = _run("--verbose", *args)
+    assert verbose.exit_code == 1
+    assert "Traceback" in verbose.stderr and 'raise RuntimeError("sensor offline")' in \
+        verbose.stderr
+    assert verbose.stderr.splitlines()[-1].startswith("error: ")
+
+
+@pytest.fixture(scope="module")
+def linear_model(tabular):
+    import skops.io as sio
+    from sklearn.linear_model import LogisticRegression
+
+    folder, X, y = tabular
+    path = folder / "lr_policy.skops"
+    sio.dump(LogisticRegression(max_iter=5000).fit(X / X.max(0), y), path)
+    return path
+
+
+def _disk_full(self, path, *args, **kwargs):
+    raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+
+def _interrupt(*args, **kwargs):
+    raise KeyboardInterrupt
+
+
+def _bug(*args, **kwargs):
+    return 1 / 0
+
+
+@pytest.mark.parametrize("target, replacement, code, message", [
+    (RadiusResult, ("save", _disk_full), ExitCode.FAILURE, "r.csv: No space left on device"),
+    (engine, ("radius", _bug), ExitCode.FAILURE,
+     "unexpected ZeroDivisionError: division by zero (run robustscope --verbose"),
+    (engine, ("radius", _interrupt), ExitCode.INTERRUPTED, "interrupted"),
+], ids=["disk-full", "bug", "interrupted"])
+def test_runtime_failures_and_interruptions(tabular, linear_model, tmp_path, monkeypatch,
+                                            target, replacement, code, message):
+    folder, _, _ = tabular
+    monkeypatch.setattr(target, *replacement)
+    result = _run("radius", "--model", linear_model, "--data", folder / "data.csv", "--out",
+                  tmp_path / "r.csv", "--quiet")
+    assert result.exit_code == code, result.output
+    assert message in _one_error_line(result)
+
+
+def test_exit_code_table_is_documented():
+    assert set(EXIT_CODES) == {0, 1, 2, 130} == {int(c) for c in ExitCode}
+    root = pathlib.Path(__file__).resolve().parents[1]
+    readme = " ".join((root / "README.md").read_text().split())
+    table = (root / "docs" / "getting-started.md").read_text().split("## Exit codes")[1]
+    for code in EXIT_CODES:
+        assert f"\n| {code} |" in table, code
+        assert code == 0 or f"exit code {code}" in readme, code

@@ -54,8 +54,10 @@ def test_image_grid_errors(files):
     d = files
     base = ["image-grid", "--model", str(d / "net.pt"), "--data", str(d / "data.npz"),
             "--out", str(d / "x.json")]
+    # bad input: exit code 2 and one line (the policy of robustscope.cli.common)
     res = CliRunner().invoke(_app(), base + ["--threats", "lpips"])
-    assert res.exit_code == 1 and "feature network" in res.output
+    assert res.exit_code == 2 and "feature network" in res.stderr
+    assert len(res.stderr.splitlines()) == 1
     res = CliRunner().invoke(_app(), base + ["--threats", "fog"])
-    assert res.exit_code == 1 and "not known" in res.output
+    assert res.exit_code == 2 and "not known" in res.stderr
     assert not (d / "x.json").exists()

@@ -1,17 +1,16 @@
 """``robustscope leaderboard``: JSON keys, sources, and clear errors."""
 
 import json
-from pathlib import Path
 
 import pytest
 import typer
+from refdata_helpers import DEFENCES, refdata_path
 from typer.testing import CliRunner
 
 from robustscope.cli.leaderboard import register
 from robustscope.runs.store import open_store
 
-REF = Path(__file__).resolve().parents[1].parent / "shared" / "reference" / "multirobustbench"
-needs_ref = pytest.mark.skipif(not REF.is_dir(), reason="../shared reference not present")
+PUBLISHED = refdata_path(DEFENCES)  # the 21 published defences (package data)
 
 
 @pytest.fixture(scope="module")
@@ -34,9 +33,8 @@ KEYS = {"model", "clean", "CR_ind_avg", "CR_ind_worst", "worst_point", "single"}
 SEEN_KEYS = {"CR_in_avg", "CR_in_worst", "CR_out_avg", "CR_out_worst", "pct_seen", "SC"}
 
 
-@needs_ref
 def test_json_output_ranks_and_has_keys(app):
-    res = run(app, "--accuracies", REF / "defences.json", "--allow-missing", "--json")
+    res = run(app, "--accuracies", PUBLISHED, "--allow-missing", "--json")
     assert res.exit_code == 0, res.output
     rows = json.loads(res.stdout)
     assert len(rows) == 21
@@ -50,15 +48,14 @@ def test_json_output_ranks_and_has_keys(app):
     assert avgs == sorted(avgs, reverse=True)
     assert rows[0]["model"] == "Dai2023MultiRobustBench_LPIPS"
     assert rows[0]["CR_ind_avg"] == pytest.approx(69.14, abs=0.01)
-    worst = run(app, "--accuracies", REF / "defences.json", "--allow-missing", "--json",
+    worst = run(app, "--accuracies", PUBLISHED, "--allow-missing", "--json",
                 "--sort", "worst")
     ws = [r["CR_ind_worst"] for r in json.loads(worst.stdout)]
     assert ws == sorted(ws, reverse=True)
 
 
-@needs_ref
 def test_table_output(app):
-    res = run(app, "--accuracies", REF / "defences.json", "--allow-missing", "--single")
+    res = run(app, "--accuracies", PUBLISHED, "--allow-missing", "--single")
     assert res.exit_code == 0, res.output
     assert "Dai2023MultiRobustBench_LPIPS" in res.stdout and "CR_ind-avg" in res.stdout
 
@@ -100,7 +97,7 @@ def _bad(app, tmp_path, content, *extra):
     f = tmp_path / "bad.json"
     f.write_text(content)
     res = run(app, "--accuracies", f, *extra)
-    assert res.exit_code != 0
+    assert res.exit_code == 2  # bad input
     assert "Traceback" not in res.output
     return res.stderr
 
@@ -124,21 +121,21 @@ def test_bad_files_give_clear_errors(app, tmp_path, content, message):
 
 def test_other_errors(app, tmp_path):
     res = run(app)
-    assert res.exit_code != 0 and "no models" in res.stderr
+    assert res.exit_code == 2 and "no models" in res.stderr
     res = run(app, "--accuracies", tmp_path / "missing.json")
-    assert res.exit_code != 0 and "not found" in res.stderr
+    assert res.exit_code == 2 and "not found" in res.stderr
     res = run(app, "--db", tmp_path / "missing.sqlite")
-    assert res.exit_code != 0 and "no such file" in res.stderr
+    assert res.exit_code == 2 and "no such file" in res.stderr
     f = tmp_path / "a.json"
     f.write_text('{"NoAttack": 90}')
     res = run(app, "--accuracies", f, "--accuracies", f)
-    assert res.exit_code != 0 and "more than once: a" in res.stderr
+    assert res.exit_code == 2 and "more than once: a" in res.stderr
     res = run(app, "--accuracies", f, "--attacks", "Nope", "--allow-missing")
-    assert res.exit_code != 0 and "no acc* values for attack 'Nope'" in res.stderr
+    assert res.exit_code == 2 and "no acc* values for attack 'Nope'" in res.stderr
     res = run(app, "--accuracies", f, "--reference", tmp_path / "nostar.json")
-    assert res.exit_code != 0 and "nostar.json: not found" in res.stderr
+    assert res.exit_code == 2 and "nostar.json: not found" in res.stderr
     res = run(app, "--accuracies", f, "--sort", "median")
-    assert res.exit_code != 0 and "--sort" in res.stderr
+    assert res.exit_code == 2 and "--sort" in res.stderr
 
 
 def test_figures_option(app, tmp_path):

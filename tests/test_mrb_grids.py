@@ -1,10 +1,8 @@
 """Default MultiRobustBench strength grids and attack names."""
 
-import json
-from pathlib import Path
-
 import numpy as np
 import pytest
+from refdata_helpers import ACC_STAR, refdata_json
 
 from robustscope.core.errors import InputError
 from robustscope.threats.grids import (
@@ -16,8 +14,6 @@ from robustscope.threats.grids import (
     eps_key,
     short_name,
 )
-
-REF = Path(__file__).resolve().parents[1].parent / "shared" / "reference" / "multirobustbench"
 
 
 @pytest.mark.parametrize("short", sorted(ATTACK_NAMES))
@@ -43,9 +39,8 @@ def test_readme_endpoints():
         assert (g[0], g[-1]) == (lo, hi), name
 
 
-@pytest.mark.skipif(not REF.is_dir(), reason="../shared reference not present")
 def test_grid_keys_match_published_table():
-    star = json.loads((REF / "acc_star.json").read_text())
+    star = refdata_json(ACC_STAR)
     for short, full in ATTACK_NAMES.items():
         assert [eps_key(e) for e in default_grid(short)] == sorted(
             star[full], key=float), full

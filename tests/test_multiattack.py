@@ -1,7 +1,6 @@
 """Competitiveness ratios: the published MultiRobustBench leaderboard, properties, errors."""
 
-import csv
-import json
+import fnmatch
 import math
 from pathlib import Path
 
@@ -9,6 +8,13 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from refdata_helpers import (
+    ACC_STAR,
+    DEFENCES,
+    leaderboard_rows,
+    refdata_json,
+    refdata_path,
+)
 
 from robustscope.core.errors import InputError
 from robustscope.core.result import RadiusResult
@@ -24,31 +30,23 @@ from robustscope.scores.multiattack import (
 )
 from robustscope.threats.grids import RANKED_ATTACKS, default_grid
 
-REF = Path(__file__).resolve().parents[1].parent / "shared" / "reference" / "multirobustbench"
-needs_ref = pytest.mark.skipif(not REF.is_dir(), reason="../shared reference not present")
 
-
-def _leaderboard_rows():
-    if not REF.is_dir():
-        return []
-    with open(REF / "leaderboard.csv", newline="") as fh:
-        return list(csv.DictReader(fh))
-
-
-# -- the published leaderboard ----------------------------------------------------------------
-@needs_ref
+# -- the published leaderboard (package data: robustscope/refdata) ------------------------------
 def test_packaged_reference_is_the_published_table():
     shipped = published_reference()
-    assert shipped == AccuracyGrid.from_dict(json.loads((REF / "acc_star.json").read_text()))
-    assert load_reference(REF / "acc_star.json") == shipped
+    assert shipped == AccuracyGrid.from_dict(refdata_json(ACC_STAR))
+    assert load_reference(refdata_path(ACC_STAR)) == shipped
+    # two figures of the published table, as its leaderboard shows them
+    assert shipped.clean == pytest.approx(94.2033, abs=1e-4)
+    assert shipped.attacks["LPIPSAttack"][0.5] == pytest.approx(18.41)
+    assert set(shipped.attacks) >= set(RANKED_ATTACKS)
 
 
-@needs_ref
-@pytest.mark.parametrize("row", _leaderboard_rows(), ids=lambda r: r["defense"])
+@pytest.mark.parametrize("row", leaderboard_rows(), ids=lambda r: r["defense"])
 def test_reproduces_published_leaderboard(row):
-    models = {m.name: m for m in read_accuracy_file(REF / "defences.json")}
+    models = {m.name: m for m in read_accuracy_file(refdata_path(DEFENCES))}
     m = models[row["defense"]]
-    rep = competitiveness(m.grid, REF / "acc_star.json", trained_on=m.trained_on,
+    rep = competitiveness(m.grid, refdata_path(ACC_STAR), trained_on=m.trained_on,
                           missing="skip", model=m.name)
     got = {"clean": rep.clean, "CR_ind_avg": rep.cr_ind_avg, "CR_ind_worst": rep.cr_ind_worst,
            "SC": rep.sc, "pct_seen": rep.pct_seen, "CR_in_avg": rep.cr_in_avg,
@@ -64,15 +62,25 @@ def test_reproduces_published_leaderboard(row):
     assert rep.worst_point == row["worst_point"]
 
 
-@needs_ref
 def test_published_leaderboard_has_every_defence():
-    names = {m.name for m in read_accuracy_file(REF / "defences.json")}
-    assert names == {r["defense"] for r in _leaderboard_rows()} and len(names) == 21
+    names = {m.name for m in read_accuracy_file(refdata_path(DEFENCES))}
+    assert names == {r["defense"] for r in leaderboard_rows()} and len(names) == 21
 
 
-@needs_ref
+def test_reference_data_ships_as_package_data():
+    # every file of robustscope/refdata is declared package data, so a wheel carries it
+    tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
+    root = Path(__file__).resolve().parents[1]
+    config = tomllib.loads((root / "pyproject.toml").read_text())
+    globs = config["tool"]["setuptools"]["package-data"]["robustscope"]
+    shipped = sorted(f.name for f in (root / "src" / "robustscope" / "refdata").iterdir())
+    assert {ACC_STAR, DEFENCES, "leaderboard.csv", "README.md"} <= set(shipped)
+    for name in shipped:
+        assert any(fnmatch.fnmatch(f"refdata/{name}", g) for g in globs), name
+
+
 def test_missing_points_error_names_them():
-    croce = {m.name: m for m in read_accuracy_file(REF / "defences.json")}[
+    croce = {m.name: m for m in read_accuracy_file(refdata_path(DEFENCES))}[
         "Croce2022Adversarial_Linf"]
     with pytest.raises(InputError, match=r"Croce2022Adversarial_Linf.*AutoLinfAttack \(all 20"):
         competitiveness(croce.grid, model=croce.name)

@@ -82,11 +82,11 @@ def test_bad_csv_is_a_clear_error(app, tmp_path, mutate, message):
     df = _csv(path)
     mutate(df).to_csv(path, index=False)
     out = CliRunner().invoke(app, ["scores", str(path), "--json"])
-    assert out.exit_code != 0
+    assert out.exit_code == 2  # bad input (robustscope.cli.common)
     assert message in out.output
     assert "Traceback" not in out.output
 
 
 def test_missing_file(app, tmp_path):
     out = CliRunner().invoke(app, ["scores", str(tmp_path / "nope.csv")])
-    assert out.exit_code != 0 and "no such file" in out.output
+    assert out.exit_code == 2 and "no such file" in out.output

@@ -29,9 +29,8 @@ from robustscope.scores.multiattack import competitiveness
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from pgcluster import ThrowawayCluster, find_bindir  # noqa: E402
+from refdata_helpers import DEFENCES, refdata_json, refdata_path  # noqa: E402
 
-REF = Path(__file__).resolve().parents[1].parent / "shared" / "reference" / "multirobustbench"
-needs_ref = pytest.mark.skipif(not REF.is_dir(), reason="../shared reference not present")
 BACKENDS = ["sqlite", "postgresql"]
 
 
@@ -238,11 +237,10 @@ def test_store_errors_name_the_problem(new_store):
             empty.best_reference()
 
 
-@needs_ref
 def test_benchmark_json_round_trip(new_store, tmp_path):
-    source = read_accuracy_file(REF / "defences.json")
+    source = read_accuracy_file(refdata_path(DEFENCES))
     with open_store(new_store()) as store:
-        ids = store.import_accuracies(REF / "defences.json")
+        ids = store.import_accuracies(refdata_path(DEFENCES))
         assert len(ids) == 21 and len(set(ids)) == 21
         out = tmp_path / "export.json"
         store.export_accuracies(out)
@@ -253,7 +251,7 @@ def test_benchmark_json_round_trip(new_store, tmp_path):
         # the exported document has the benchmark's shape and keys
         doc = json.loads(out.read_text())
         assert doc["Rebuffi2021Fixing_L2"]["accuracies"]["AutoL1Attack"]["30.0"] == pytest.approx(
-            json.loads((REF / "defences.json").read_text())["Rebuffi2021Fixing_L2"]
+            refdata_json(DEFENCES)["Rebuffi2021Fixing_L2"]
             ["accuracies"]["AutoL1Attack"]["30.0"])
         # one model in the single format; its file stem names it on import
         single = tmp_path / "Jin2020Manifold.json"
@@ -263,14 +261,13 @@ def test_benchmark_json_round_trip(new_store, tmp_path):
             fresh.import_accuracies(single)
             assert fresh.accuracies("Jin2020Manifold") == store.accuracies("Jin2020Manifold")
         # importing again adds new runs, never replaces
-        store.import_accuracies(REF / "defences.json")
+        store.import_accuracies(refdata_path(DEFENCES))
         assert len(store.runs(kind="import")) == 42
 
 
-@needs_ref
 def test_best_reference_from_store(new_store):
     with open_store(new_store()) as store:
-        store.import_accuracies(REF / "defences.json")
+        store.import_accuracies(refdata_path(DEFENCES))
         star = store.best_reference()
         models = store.model_accuracies()
     ranked = [m for m in models if m.name != "Croce2022Adversarial_Linf"]

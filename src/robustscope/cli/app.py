@@ -1,8 +1,9 @@
 """Command-line interface: ``robustscope <command>``.
 
-Every command validates its input before computing anything, reports a problem as one line
-naming the argument, feature or row, exits non-zero, and writes its output files only once
-everything succeeded (atomically, so nothing is ever half-written).
+Every command validates its input before computing anything, writes its output files only
+once everything succeeded (atomically, so nothing is ever half-written), and reports a problem
+as one line naming the argument, feature or row, with the exit codes of
+:mod:`robustscope.cli.common` (2 bad input, 1 runtime failure, 130 interrupted).
 """
 
 from __future__ import annotations
@@ -16,11 +17,14 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from robustscope.core.errors import RobustscopeError
+from robustscope.cli.common import OneLineErrorsGroup, computing, fail, reporting_errors
 
 app = typer.Typer(
     name="robustscope",
-    help="Radius of robustness for any classifier, with verified counterexamples.",
+    help="Radius of robustness for any classifier, with verified counterexamples. "
+         "Exit codes: 0 done, 1 runtime failure (the model raised, a full disk, a bug), "
+         "2 bad input or option, 130 interrupted.",
+    cls=OneLineErrorsGroup,
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -43,14 +47,9 @@ class SolverName(str, Enum):
     exact = "exact"
 
 
-def fail(message: str, code: int = 2) -> None:
-    """Print ``error: message`` to stderr and exit with ``code``."""
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
-    raise typer.Exit(code)
-
-
 @app.callback()
-def main(verbose: bool = typer.Option(False, "--verbose", "-v", help="Log debug messages.")):
+def main(verbose: bool = typer.Option(False, "--verbose", "-v", help="Log debug messages; "
+                                      "show the traceback of a runtime failure.")) -> None:
     """robustscope: how far is each input from a decision change?"""
     logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
@@ -85,30 +84,29 @@ def radius_command(
     from robustscope.runs.data import load_data
     from robustscope.search.engine import radius
 
-    for path, what in ((out, "--out"), (adversarial_out, "--adversarial-out")):
-        if path is not None and not path.parent.exists():
-            fail(f"{what}: folder {path.parent} does not exist")
-    if out.suffix.lower() not in (".csv", ".parquet", ".json"):
-        fail(f"--out {out}: unknown extension '{out.suffix}'; use .csv, .parquet or .json")
-    try:
+    with reporting_errors():
+        for path, what in ((out, "--out"), (adversarial_out, "--adversarial-out")):
+            if path is not None and not path.parent.is_dir():
+                fail(f"{what}: folder {path.parent} does not exist")
+        if out.suffix.lower() not in (".csv", ".parquet", ".json"):
+            fail(f"--out {out}: unknown extension '{out.suffix}'; use .csv, .parquet or .json")
         dataset = load_data(data, label_column)
         space = None
         if features is not None:
             space = FeatureSpace.from_yaml(features, int(dataset.X[0].size),
                                            dataset.feature_names, dataset.X.shape[1:])
         clf = load_model(model, trust_pickle=trust_pickle, device=device, example=dataset.X[:2])
-        with _progress(len(dataset.X), quiet) as advance:
+        with computing(), _progress(len(dataset.X), quiet) as advance:
             result = radius(clf, dataset.X, dataset.y, threat=threat.value, space=space,
                             solver=solver.value, max_radius=max_radius, budget=budget,
                             rtol=rtol, seed=seed, device=device, progress=advance)
         result.save(out)
         if adversarial_out is not None:
             result.save_adversarial(adversarial_out)
-    except RobustscopeError as exc:
-        fail(str(exc))
-    if not quiet:
-        print_summary(result, f"{model.name} · {threat.value} · solver {solver.value}")
-        Console().print(f"wrote {out}" + (f" and {adversarial_out}" if adversarial_out else ""))
+        if not quiet:
+            print_summary(result, f"{model.name} · {threat.value} · solver {solver.value}")
+            Console().print(f"wrote {out}" + (f" and {adversarial_out}" if adversarial_out
+                                              else ""))
 
 
 def _progress(total: int, quiet: bool):
@@ -155,10 +153,11 @@ def demo_command(
     """Train two models on scikit-learn's breast-cancer data and report their radii."""
     from robustscope.runs.demo import run_demo
 
-    try:
-        run_demo(out_dir, quiet=quiet)
-    except RobustscopeError as exc:
-        fail(str(exc))
+    with reporting_errors():
+        if out_dir.exists() and not out_dir.is_dir():
+            fail(f"--out-dir {out_dir}: is a file, not a folder")
+        with computing():  # the demo trains its own models: any model error is a failure
+            run_demo(out_dir, quiet=quiet)
 
 
 for _name in COMMAND_MODULES:

@@ -9,8 +9,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from robustscope.cli.run import _fail, _quiet_logging
-from robustscope.core.errors import RobustscopeError
+from robustscope.cli.common import fail, quiet_logging, reporting_errors
 
 
 def _delta_style(delta: float) -> str:
@@ -68,17 +67,15 @@ def register(app: typer.Typer) -> None:
         from robustscope.runs.compare import load_run
         from robustscope.scores.comparison import compare_runs
 
-        _quiet_logging(quiet)
-        if out is not None and not out.parent.exists():
-            _fail(f"--out: folder {out.parent} does not exist")
-        try:
+        quiet_logging(quiet)
+        with reporting_errors():
+            if out is not None and not out.parent.is_dir():
+                fail(f"--out: folder {out.parent} does not exist")
             cmp = compare_runs(load_run(run_a, store), load_run(run_b, store),
                                n_bootstrap=n_bootstrap, seed=seed)
             path = render_compare(cmp, out) if out is not None else None
-        except RobustscopeError as exc:
-            _fail(str(exc))
-        console = Console(width=max(Console().width, 100))
-        if not quiet:
-            print_comparison(cmp, console)
-        if path is not None:
-            console.print(str(path), highlight=False, soft_wrap=True)
+            console = Console(width=max(Console().width, 100))
+            if not quiet:
+                print_comparison(cmp, console)
+            if path is not None:
+                console.print(str(path), highlight=False, soft_wrap=True)

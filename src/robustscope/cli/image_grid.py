@@ -12,7 +12,8 @@ import numpy as np
 import torch
 import typer
 
-from robustscope.core.errors import InputError, RobustscopeError
+from robustscope.cli.common import computing, reporting_errors
+from robustscope.core.errors import InputError
 
 DEFAULT_THREATS = "linf,l2,l1,elastic,jpeg-linf,jpeg-l1,recolor,stadv"
 
@@ -33,7 +34,11 @@ def run_image_grid(model: Path, data: Path, out: Path, threats: str = DEFAULT_TH
                    restarts: int = 1, seed: int = 0, device: str = "cpu",
                    levels_out: Path | None = None, trust_pickle: bool = False) -> dict:
     """Evaluate, write ``out`` (accuracy JSON) and optionally ``levels_out`` (CSV, one row per
-    input and threat); return the accuracy dict."""
+    input and threat); return the accuracy dict.
+
+    Problems with the inputs raise :class:`~robustscope.core.errors.RobustscopeError`; a
+    model error while the threats are evaluated raises
+    :class:`~robustscope.cli.common.ComputationFailed` (exit code 1 on the command line)."""
     from robustscope.models.loaders import load_model
     from robustscope.runs.data import load_data
     from robustscope.search.grid import evaluate_threats
@@ -55,9 +60,15 @@ def run_image_grid(model: Path, data: Path, out: Path, threats: str = DEFAULT_TH
     if features is not None:
         if not features.is_file():
             raise InputError(f"--features {features}: no such file")
-        feats = torch.jit.load(str(features), map_location=device).eval()
-    results, acc = evaluate_threats(clf, X, y, threats=names, features=feats, method=method,
-                                    steps=steps, restarts=restarts, seed=seed, device=device)
+        try:
+            feats = torch.jit.load(str(features), map_location=device).eval()
+        except (RuntimeError, ValueError) as exc:
+            reason = (str(exc).splitlines() or [type(exc).__name__])[0]
+            raise InputError(f"--features {features}: not a TorchScript file ({reason})") from exc
+    with computing():
+        results, acc = evaluate_threats(clf, X, y, threats=names, features=feats,
+                                        method=method, steps=steps, restarts=restarts,
+                                        seed=seed, device=device)
     _write_atomic(out, json.dumps(acc, indent=1))
     if levels_out is not None:
         import pandas as pd
@@ -83,8 +94,8 @@ def register(app: typer.Typer) -> None:
         features: Path = typer.Option(None, help="TorchScript feature network for LPIPS "
                                       "(images -> feature map(s)); required for lpips."),
         method: str = typer.Option("bisection", help="'bisection' or 'full' (every level)."),
-        steps: int = typer.Option(20, help="PGD steps per attack run."),
-        restarts: int = typer.Option(1, help="PGD restarts per attack run."),
+        steps: int = typer.Option(20, min=1, help="PGD steps per attack run."),
+        restarts: int = typer.Option(1, min=1, help="PGD restarts per attack run."),
         seed: int = typer.Option(0, help="Random seed."),
         device: str = typer.Option("cpu", help="Torch device, e.g. cpu or cuda:0."),
         levels_out: Path = typer.Option(None, help="CSV of per-input breaking levels."),
@@ -92,10 +103,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Robust accuracy at the 20 benchmark strengths of each threat (per-input bisection
         over the grid; every counterexample verified)."""
-        try:
+        with reporting_errors():
             acc = run_image_grid(model, data, out, threats, features, method, steps, restarts,
                                  seed, device, levels_out, trust_pickle)
-        except (RobustscopeError, ValueError, OSError) as err:
-            typer.echo(f"error: {err}", err=True)
-            raise typer.Exit(code=1) from None
-        typer.echo(f"clean accuracy {acc['NoAttack']:.2f}%; wrote {out}")
+            typer.echo(f"clean accuracy {acc['NoAttack']:.2f}%; wrote {out}")

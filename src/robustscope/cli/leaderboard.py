@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from robustscope.cli.common import reporting_errors
 from robustscope.core.errors import RobustscopeError
 from robustscope.scores.accuracy_grid import ModelAccuracies, read_accuracy_file
 from robustscope.scores.multiattack import (
@@ -126,7 +127,7 @@ def register(app: typer.Typer) -> None:
                                      "figures (PNG) into this folder."),
     ) -> None:
         """Rank models by CR_ind-avg and CR_ind-worst (MultiRobustBench, Dai et al. 2023)."""
-        try:
+        with reporting_errors():
             models = collect_models(db, accuracies)
             chosen = _split_attacks(attacks)
             reports = rank(models, reference, chosen, allow_missing, sort)
@@ -137,12 +138,9 @@ def register(app: typer.Typer) -> None:
                        else resolve_reference(reference))
                 written = write_multiattack_figures(reports, {m.name: m.grid for m in models},
                                                     figures, ref, chosen)
-        except (RobustscopeError, ValueError, OSError) as err:
-            typer.echo(f"error: {err}", err=True)
-            raise typer.Exit(code=1) from None
-        if as_json:
-            typer.echo(json.dumps([r.to_dict() for r in reports], indent=1))
-        else:
-            Console().print(render_table(reports, single=single))
-        if figures is not None:
-            typer.echo(f"figures: {', '.join(str(p) for p in written)}", err=as_json)
+            if as_json:
+                typer.echo(json.dumps([r.to_dict() for r in reports], indent=1))
+            else:
+                Console().print(render_table(reports, single=single))
+            if figures is not None:
+                typer.echo(f"figures: {', '.join(str(p) for p in written)}", err=as_json)

@@ -2,28 +2,15 @@
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from robustscope.core.errors import RobustscopeError
+from robustscope.cli.common import computing, fail, quiet_logging, reporting_errors
 
 err_console = Console(stderr=True)
-
-
-def _fail(message: str, code: int = 2) -> None:
-    for line in message.splitlines():
-        err_console.print(f"[bold red]error:[/] {line}", highlight=False, soft_wrap=True,
-                          markup=True)
-    raise typer.Exit(code)
-
-
-def _quiet_logging(quiet: bool) -> None:
-    if quiet:
-        logging.getLogger("robustscope").setLevel(logging.ERROR)
 
 
 def print_run_summary(outcome, console: Console) -> None:
@@ -69,22 +56,25 @@ def register(app: typer.Typer) -> None:
         The inputs are split into shards (execution.shard_size inputs x one threat) that run
         on local worker processes or a Ray cluster; each finished shard is written at once,
         so a run that stops (killed, a full disk, a failing worker) continues where it
-        stopped when started again."""
-        from robustscope.runs.runner import run_spec_file
+        stopped when started again. A run that stops part-way exits with code 1 and says how
+        to resume it; inputs on which the model raises get status `failed` and the run goes
+        on."""
+        from robustscope.runs.runner import RunIncomplete, run_spec_file
 
-        _quiet_logging(quiet)
-        try:
+        quiet_logging(quiet)
+        with reporting_errors():
             if resume is not None and out_dir is not None and \
                     Path(resume).resolve() != Path(out_dir).resolve():
-                _fail("give --resume DIR or --out-dir DIR, not two different folders")
-            outcome = run_spec_file(spec, quiet=quiet, out_dir=resume or out_dir,
-                                    resume=True if resume is not None else None,
-                                    backend=backend, workers=workers, address=address)
-        except RobustscopeError as exc:
-            _fail(str(exc))
-        console = Console(width=max(Console().width, 130))
-        if not quiet:
-            print_run_summary(outcome, console)
-            for key, note in outcome.manifest.get("notes", {}).items():
-                err_console.print(f"note ({key}): {note}", highlight=False)
-        console.print(str(outcome.report), highlight=False, soft_wrap=True)
+                fail("give --resume DIR or --out-dir DIR, not two different folders")
+            # a model error here comes from loading the spec's model (bad input); one raised
+            # while evaluating marks its inputs `failed` instead of stopping the run
+            with computing(RunIncomplete):
+                outcome = run_spec_file(spec, quiet=quiet, out_dir=resume or out_dir,
+                                        resume=True if resume is not None else None,
+                                        backend=backend, workers=workers, address=address)
+            console = Console(width=max(Console().width, 130))
+            if not quiet:
+                print_run_summary(outcome, console)
+                for key, note in outcome.manifest.get("notes", {}).items():
+                    err_console.print(f"note ({key}): {note}", highlight=False)
+            console.print(str(outcome.report), highlight=False, soft_wrap=True)

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import typer
 
+from robustscope.cli.common import reporting_errors
 from robustscope.core.errors import InputError
 from robustscope.scores.intrinsic import (
     IntrinsicScores,
@@ -89,7 +90,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """R_m, R_w, R_nu with bootstrap intervals, the line r ~ g(loss), and the easy/hard
         relative variations (Giraudon et al. 2021)."""
-        try:
+        with reporting_errors():
             df = read_radius_csv(path)
             kw = dict(censored=censored, censor_at=censor_at, n_bootstrap=n_bootstrap,
                       confidence=confidence, seed=seed)
@@ -97,13 +98,10 @@ def register(app: typer.Typer) -> None:
             if len(df) < 2:
                 raise InputError(f"radius file {path}: the easy/hard split needs >= 2 rows")
             sub = subset_independence(df["radius"], df["loss"], df["status"], **kw)
-        except InputError as exc:
-            typer.echo(f"error: {exc}", err=True)
-            raise typer.Exit(code=2) from exc
-        if as_json:
-            typer.echo(json.dumps(scores_document(s, sub)))
-            return
-        _print_table(path, s, sub)
+            if as_json:
+                typer.echo(json.dumps(scores_document(s, sub)))
+            else:
+                _print_table(path, s, sub)
 
 
 def _print_table(path: Path, s: IntrinsicScores, sub: SubsetComparison) -> None:

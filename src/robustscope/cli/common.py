@@ -1,0 +1,193 @@
+"""One failure policy for every command: how a problem is reported and which exit code it gets.
+
+Every command runs its body inside :func:`reporting_errors`, which turns any exception into
+one line ``error: <what went wrong>`` on stderr and an exit code from :class:`ExitCode`:
+
+====  ===========  ========================================================================
+code  name         when
+====  ===========  ========================================================================
+0     OK           the command did what it was asked
+1     FAILURE      a runtime failure: the model raised (or returned garbage) while being
+                   evaluated, a full disk or another I/O error while writing, an evaluation
+                   that stopped part-way, an unexpected exception (a bug). ``--verbose``
+                   shows its traceback.
+2     BAD_INPUT    bad input: a file that does not exist or cannot be read as what it should
+                   be, invalid data, labels, feature-space or spec file, a model file that
+                   cannot be loaded, an unknown or invalid option value (every
+                   :class:`~robustscope.core.errors.RobustscopeError` outside the computation)
+130   INTERRUPTED  interrupted (Ctrl-C): 128 + SIGINT, as shells report it
+====  ===========  ========================================================================
+
+A :class:`~robustscope.core.errors.ModelError` is bad input while the model is loaded and
+checked (an unknown file type, a model that fails on its probe input) and a runtime failure
+while it is evaluated: commands mark the evaluation with :func:`computing`. Command-line
+syntax errors that typer finds itself (an unknown option, a value outside a choice) are
+reported the same way, in one line with exit code 2, by :class:`OneLineErrorsGroup`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
+from enum import IntEnum
+from typing import Any, NoReturn
+
+import typer
+from typer.core import TyperGroup
+
+from robustscope.core.errors import BudgetExhausted, ModelError, RobustscopeError
+
+
+class ExitCode(IntEnum):
+    """Exit codes of every ``robustscope`` command (see the module's table)."""
+
+    OK = 0
+    FAILURE = 1
+    BAD_INPUT = 2
+    INTERRUPTED = 130
+
+
+#: The exit-code policy, code -> what it means; the table the documentation shows.
+EXIT_CODES: dict[int, str] = {
+    ExitCode.OK: "success",
+    ExitCode.FAILURE: "runtime failure: the model raised while being evaluated, a full disk or "
+                      "other I/O error while writing, an unexpected exception (--verbose shows "
+                      "the traceback)",
+    ExitCode.BAD_INPUT: "bad input: a missing or unreadable file, invalid data, labels, "
+                        "features, spec or model file, a bad option value",
+    ExitCode.INTERRUPTED: "interrupted (Ctrl-C)",
+}
+
+#: OS errors that say a path given by the user is wrong, not that the system failed.
+PATH_ERRORS: tuple[type[OSError], ...] = (FileNotFoundError, FileExistsError,
+                                          IsADirectoryError, NotADirectoryError,
+                                          PermissionError)
+
+#: The exceptions module of the click that typer runs on (recent typer vendors its own copy).
+_click_errors = importlib.import_module(typer.BadParameter.__module__)
+#: Exceptions that already carry their exit (or usage error): never re-reported.
+_PASS_THROUGH: tuple[type[BaseException], ...] = (
+    typer.Exit, typer.Abort, _click_errors.ClickException,
+    *(getattr(_click_errors, name) for name in ("Exit", "Abort") if hasattr(_click_errors, name)))
+
+
+class ComputationFailed(Exception):
+    """A failure while the computation ran (not a problem with its input): exit code 1."""
+
+
+def one_line(message: object) -> str:
+    """``message`` as one line: its lines joined with ``"; "``, blank lines dropped."""
+    lines = [part.strip() for part in str(message).splitlines()]
+    return "; ".join(part for part in lines if part) or "unknown error"
+
+
+def fail(message: object, code: int = ExitCode.BAD_INPUT) -> NoReturn:
+    """Print ``error: message`` (one line) on stderr and exit with ``code``."""
+    prefix = typer.style("error:", fg="red", bold=True)
+    typer.echo(f"{prefix} {one_line(message)}", err=True)
+    raise typer.Exit(int(code))
+
+
+def verbose_requested() -> bool:
+    """Whether ``robustscope --verbose`` was given (``False`` outside a command line)."""
+    ctx = _click_context()
+    return bool(ctx is not None and ctx.find_root().params.get("verbose"))
+
+
+def _click_context() -> Any:
+    globals_module = importlib.import_module(_click_errors.__name__.rpartition(".")[0] +
+                                             ".globals")
+    return globals_module.get_current_context(silent=True)
+
+
+def _describe_os_error(exc: OSError) -> str:
+    reason = exc.strerror or str(exc) or type(exc).__name__
+    names = [str(n) for n in (exc.filename, exc.filename2) if n is not None]
+    return f"{' -> '.join(names)}: {reason}" if names else reason
+
+
+@contextmanager
+def computing(*failures: type[BaseException]) -> Iterator[None]:
+    """Mark the part of a command that evaluates: ``failures`` raised inside it are runtime
+    failures (exit code 1), not bad input.
+
+    Without arguments these are :class:`~robustscope.core.errors.ModelError` (the model
+    raised or returned invalid output while being called) and
+    :class:`~robustscope.core.errors.BudgetExhausted`. Input errors raised inside
+    (:class:`~robustscope.core.errors.InputError`) keep exit code 2."""
+    kinds = failures or (ModelError, BudgetExhausted)
+    try:
+        yield
+    except kinds as exc:
+        raise ComputationFailed(str(exc)) from exc
+
+
+@contextmanager
+def reporting_errors(verbose: bool | None = None) -> Iterator[None]:
+    """Run a command's body under the exit-code policy of :class:`ExitCode`.
+
+    Every exception becomes one line ``error: ...`` on stderr and ``typer.Exit`` with its
+    code; ``typer.Exit`` raised inside (by :func:`fail`, say) passes through unchanged.
+    ``verbose`` (default: ``robustscope --verbose``) prints the traceback of a runtime
+    failure before its line."""
+    try:
+        yield
+    except _PASS_THROUGH:
+        raise
+    except KeyboardInterrupt:
+        fail("interrupted", ExitCode.INTERRUPTED)
+    except ComputationFailed as exc:
+        _runtime_failure(exc, str(exc), verbose)
+    except RobustscopeError as exc:
+        fail(exc, ExitCode.BAD_INPUT)
+    except PATH_ERRORS as exc:
+        fail(_describe_os_error(exc), ExitCode.BAD_INPUT)
+    except OSError as exc:  # a full disk, an I/O error: the system failed, not the input
+        _runtime_failure(exc, _describe_os_error(exc), verbose)
+    except Exception as exc:  # a bug: say what it was, and how to see where
+        _runtime_failure(exc, f"unexpected {type(exc).__name__}: {exc}", verbose)
+
+
+def _runtime_failure(exc: BaseException, message: str, verbose: bool | None) -> NoReturn:
+    if verbose if verbose is not None else verbose_requested():
+        cause = exc.__cause__ if isinstance(exc, ComputationFailed) and exc.__cause__ else exc
+        typer.echo("".join(traceback.format_exception(cause)).rstrip(), err=True)
+    elif not isinstance(exc, OSError):
+        message += " (run robustscope --verbose ... for the traceback)"
+    fail(message, ExitCode.FAILURE)
+
+
+def quiet_logging(quiet: bool) -> None:
+    """With ``quiet``, show only errors from the ``robustscope`` loggers."""
+    if quiet:
+        logging.getLogger("robustscope").setLevel(logging.ERROR)
+
+
+class OneLineErrorsGroup(TyperGroup):
+    """The ``robustscope`` command group: usage errors that typer finds while parsing the
+    command line (an unknown option, a missing one, a value outside its choices or range)
+    are reported like any bad input, in one line with exit code 2, instead of a usage
+    banner."""
+
+    def make_context(self, info_name: str | None, args: list[str], parent: Any = None,
+                     **extra: Any) -> Any:
+        with _one_line_usage_errors():
+            return super().make_context(info_name, args, parent=parent, **extra)
+
+    def invoke(self, ctx: Any) -> Any:
+        with _one_line_usage_errors():
+            return super().invoke(ctx)
+
+
+@contextmanager
+def _one_line_usage_errors() -> Iterator[None]:
+    help_instead = getattr(_click_errors, "NoArgsIsHelpError", ())  # shows help, not an error
+    try:
+        yield
+    except _click_errors.ClickException as exc:
+        if isinstance(exc, help_instead):
+            raise
+        fail(exc.format_message(), ExitCode.BAD_INPUT)
