@@ -19,7 +19,7 @@ from pathlib import Path
 from robustscope.runs.store import open_store
 from robustscope.scores.accuracy_grid import read_accuracy_file
 from robustscope.scores.multiattack import competitiveness, published_reference
-from robustscope.threats.grids import RANKED_ATTACKS
+from robustscope.threats.registry import RANKED_ATTACKS
 
 REF = Path(__file__).resolve().parents[1].parent / "shared" / "reference" / "multirobustbench"
 

@@ -57,5 +57,7 @@ def test_image_grid_errors(files):
     res = CliRunner().invoke(_app(), base + ["--threats", "lpips"])
     assert res.exit_code == 1 and "feature network" in res.output
     res = CliRunner().invoke(_app(), base + ["--threats", "fog"])
-    assert res.exit_code == 1 and "not known" in res.output
+    assert res.exit_code == 1 and "does not implement" in res.output
+    res = CliRunner().invoke(_app(), base + ["--threats", "linf,jpeg"])
+    assert res.exit_code == 1 and "not known" in res.output and "jpeg-linf" in res.output
     assert not (d / "x.json").exists()

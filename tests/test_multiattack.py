@@ -22,7 +22,7 @@ from robustscope.scores.multiattack import (
     published_reference,
     stability_constant,
 )
-from robustscope.threats.grids import RANKED_ATTACKS, default_grid
+from robustscope.threats.registry import RANKED_ATTACKS, default_grid
 
 REF = Path(__file__).resolve().parents[1].parent / "shared" / "reference" / "multirobustbench"
 needs_ref = pytest.mark.skipif(not REF.is_dir(), reason="../shared reference not present")

@@ -15,7 +15,7 @@ from robustscope.solvers.random_directions import (
     random_directions_radius,
     sample_directions,
 )
-from robustscope.threats.lp import get_threat
+from robustscope.threats import get_threat
 
 
 def _binary(d: int, seed: int = 0, n: int = 24):

@@ -47,7 +47,7 @@ from robustscope.solvers.exact_trees import exact_tree_radius
 from robustscope.solvers.gradient_free import gradient_free_run
 from robustscope.solvers.minnorm import minnorm
 from robustscope.solvers.pgd import pgd
-from robustscope.threats.lp import LpThreat, get_threat
+from robustscope.threats import LpThreat, get_threat
 
 log = logging.getLogger(__name__)
 

@@ -33,7 +33,7 @@ from robustscope.core.statement import DECISION_CHANGE, Statement
 from robustscope.models.base import Classifier, QueryLedger
 from robustscope.solvers.oracle import ScaledOracle
 from robustscope.solvers.starts import find_starts
-from robustscope.threats.lp import LpThreat, get_threat
+from robustscope.threats import LpThreat, get_threat
 
 
 @dataclass

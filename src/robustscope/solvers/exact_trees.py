@@ -64,7 +64,7 @@ from robustscope.models.trees import (
     is_tree_ensemble,
     parse_tree_model,
 )
-from robustscope.threats.lp import LpThreat, get_threat
+from robustscope.threats import LpThreat, get_threat
 
 _INTEGRAL = ("integer", "binary", "categorical")
 #: Relative gap under which a bracket counts as closed.

@@ -17,7 +17,7 @@ from robustscope.models.base import Classifier, QueryLedger
 from robustscope.solvers.boundary import SolverRun, _finish, hop_skip_jump_run
 from robustscope.solvers.oracle import ScaledOracle
 from robustscope.solvers.random_search import cube_search_run
-from robustscope.threats.lp import LpThreat, get_threat
+from robustscope.threats import LpThreat, get_threat
 
 
 def gradient_free_run(

@@ -27,7 +27,7 @@ from robustscope.core.result import ATTACKED, CENSORED, MISCLASSIFIED, RadiusRes
 from robustscope.core.space import FeatureSpace
 from robustscope.core.statement import DECISION_CHANGE, Statement
 from robustscope.models.base import Classifier, QueryLedger
-from robustscope.threats.lp import LpThreat, get_threat
+from robustscope.threats import LpThreat, get_threat
 
 #: Default largest number of candidate entries (rows x features) built at once.
 MAX_ELEMENTS = 2**22
