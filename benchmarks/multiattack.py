@@ -31,7 +31,7 @@ import torch
 
 from robustscope.models.toy import RandomTrunk, stripes_dataset, train_tiny_cnn
 from robustscope.search.grid import grid_robustness
-from robustscope.threats.image import get_image_threat
+from robustscope.threats.registry import get_image_threat
 
 THREATS = ["linf", "l2", "l1", "elastic", "stadv", "recolor", "jpeg-linf", "jpeg-l1", "lpips",
            "hue", "saturation", "brightness", "contrast", "affine", "perspective"]

@@ -22,7 +22,7 @@ from pathlib import Path
 from robustscope.runs.store import open_store
 from robustscope.scores.accuracy_grid import read_accuracy_file
 from robustscope.scores.multiattack import competitiveness, published_reference
-from robustscope.threats.grids import RANKED_ATTACKS
+from robustscope.threats.registry import RANKED_ATTACKS
 
 REFDATA = resources.files("robustscope").joinpath("refdata")  # the published figures
 

@@ -29,7 +29,7 @@ from robustscope.models.trees import (
     wrap_tree_model,
 )
 from robustscope.solvers.exact_trees import _right_start, exact_tree_radius
-from robustscope.threats.lp import get_threat
+from robustscope.threats import get_threat
 
 xgb = pytest.importorskip("xgboost")
 lgb = pytest.importorskip("lightgbm")

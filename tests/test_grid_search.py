@@ -15,7 +15,7 @@ from robustscope.search.grid import (
     evaluate_threats,
     grid_robustness,
 )
-from robustscope.threats.image import get_image_threat
+from robustscope.threats.registry import get_image_threat
 
 # Strength at which each attack must break most correctly classified inputs. For the first
 # eight it is the largest level of the benchmark grid. At the benchmark's largest strengths the

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from robustscope.core.errors import InputError
 from robustscope.models.toy import RandomTrunk, stripes_dataset
 from robustscope.threats.color import luv_to_rgb, normalize_luv, rgb_to_luv
-from robustscope.threats.image import get_image_threat, image_threat_names
+from robustscope.threats.grids import eps_key
 from robustscope.threats.jpeg import (
     CHROMA_TABLE,
     LUMA_TABLE,
@@ -23,6 +23,7 @@ from robustscope.threats.jpeg import (
     blocks_idct,
     dct_matrix,
 )
+from robustscope.threats.registry import THREATS, default_grid, get_image_threat, threat_names
 
 ALL = ["linf", "l2", "l1", "elastic", "stadv", "affine", "perspective", "recolor", "hue",
        "saturation", "brightness", "contrast", "jpeg-linf", "jpeg-l1", "lpips"]
@@ -43,7 +44,7 @@ def images():
 
 
 def test_registry_lists_every_threat():
-    assert set(image_threat_names()) == {n.replace("-", "") for n in ALL}
+    assert set(threat_names()) == set(ALL)
     # benchmark attack names and the brief's "...Attack" spellings are aliases
     assert get_image_threat("ElasticAttack").name == "elastic"
     assert get_image_threat("HueAttack").attack_name == "Hue"
@@ -225,22 +226,21 @@ def test_bad_images_are_input_errors(images):
         th.check_input((images * 255).to(torch.uint8))
     with pytest.raises(InputError, match="colour channels"):
         get_image_threat("recolor").check_input(images[:, :1])
-    with pytest.raises(InputError, match="not known"):
+    with pytest.raises(InputError, match="does not implement"):
         get_image_threat("fog")
+    with pytest.raises(InputError, match="not known"):
+        get_image_threat("jpeg")
 
 
-def test_names_and_grids_agree_with_the_grids_module():
-    from robustscope.threats import grids
-
-    for short, attack in grids.ATTACK_NAMES.items():
-        if short in ("snow", "fog", "gabor"):  # not implemented as image threats here
+def test_built_threats_carry_their_registry_entry():
+    for entry in THREATS:
+        if not entry.implemented:  # snow, fog, gabor: benchmark names and grids only
             continue
-        th = make(short)
-        assert th.attack_name == attack
-        np.testing.assert_allclose(th.default_grid, grids.default_grid(short), rtol=0,
-                                   atol=1e-12)
-        assert [grids.eps_key(e) for e in th.default_grid] == \
-            [str(float(round(e, 5))) for e in grids.default_grid(short)]
+        th = make(entry.name)
+        assert (th.name, th.attack_name) == (entry.name, entry.attack_name)
+        np.testing.assert_array_equal(th.default_grid, default_grid(entry.name))
+        assert [eps_key(e) for e in th.default_grid] == \
+            [str(float(round(entry.grid_step * k, 5))) for k in range(1, 21)]
 
 
 @settings(max_examples=25, deadline=None)

@@ -5,15 +5,17 @@ import pytest
 from refdata_helpers import ACC_STAR, refdata_json
 
 from robustscope.core.errors import InputError
-from robustscope.threats.grids import (
-    ATTACK_NAMES,
+from robustscope.threats.grids import canonical_eps, eps_key
+from robustscope.threats.registry import (
     RANKED_ATTACKS,
+    THREATS,
     benchmark_name,
-    canonical_eps,
+    canonical_threat,
     default_grid,
-    eps_key,
-    short_name,
+    threat_names,
 )
+
+ATTACK_NAMES = {e.name: e.attack_name for e in THREATS}
 
 
 @pytest.mark.parametrize("short", sorted(ATTACK_NAMES))
@@ -28,7 +30,7 @@ def test_default_grid_is_twenty_multiples_of_the_step(short):
 def test_readme_endpoints():
     # "Linf 0.005..0.1 · L2 0.125..2.5 · ... · Gabor 0.5..10" (reference README)
     ends = {"linf": (0.005, 0.1), "l2": (0.125, 2.5), "l1": (1.5, 30), "elastic": (0.05, 1.0),
-            "jpeg_linf": (0.01, 0.2), "jpeg_l1": (1, 20), "recolor": (0.005, 0.1),
+            "jpeg-linf": (0.01, 0.2), "jpeg-l1": (1, 20), "recolor": (0.005, 0.1),
             "stadv": (0.005, 0.1), "lpips": (0.025, 0.5), "hue": (0.025, 0.5),
             "saturation": (0.025, 0.5), "brightness": (0.015, 0.3), "contrast": (0.025, 0.5),
             "affine": (0.005, 0.1), "perspective": (0.0001, 0.002), "snow": (0.005, 0.1),
@@ -51,10 +53,12 @@ def test_names_and_keys():
     assert benchmark_name("linf") == "AutoLinfAttack" == benchmark_name("AutoLinfAttack")
     assert benchmark_name("LINF") == "AutoLinfAttack"
     assert benchmark_name("gaussian_noise") == "gaussian_noise"
-    assert short_name("JPEGL1Attack") == "jpeg_l1"
-    with pytest.raises(InputError, match="unknown"):
-        short_name("nope")
-    with pytest.raises(InputError, match="unknown"):
+    assert benchmark_name("jpeg-l1") == benchmark_name("jpeg_l1") == "JPEGL1Attack"
+    assert canonical_threat("JPEGL1Attack") == "jpeg-l1"
+    assert RANKED_ATTACKS == tuple(ATTACK_NAMES[n] for n in threat_names()[:9])
+    with pytest.raises(InputError, match="not known"):
+        canonical_threat("nope")
+    with pytest.raises(InputError, match="not known"):
         default_grid("nope")
     assert eps_key(1) == "1.0" and eps_key(0.1 + 0.2) == "0.3" and eps_key("30") == "30.0"
     assert canonical_eps(3 * 0.005) == 0.015

@@ -28,7 +28,7 @@ from robustscope.scores.multiattack import (
     published_reference,
     stability_constant,
 )
-from robustscope.threats.grids import RANKED_ATTACKS, default_grid
+from robustscope.threats.registry import RANKED_ATTACKS, default_grid
 
 
 # -- the published leaderboard (package data: robustscope/refdata) ------------------------------

@@ -12,7 +12,7 @@ from robustscope.models.base import QueryLedger
 from robustscope.models.linear import LinearClassifier
 from robustscope.search.random_directions import random_directions_radius
 from robustscope.solvers.random_directions import random_directions_attack, sample_directions
-from robustscope.threats.lp import get_threat
+from robustscope.threats import get_threat
 
 
 def _binary(d: int, seed: int = 0, n: int = 24):

@@ -22,7 +22,7 @@ def test_spec_accepts_image_threats_by_either_name():
     spec = parse_spec("model: {path: m.pt}\ndata: {path: d.npz}\n"
                       "threats: [{name: ElasticAttack}, {name: jpeg-linf}, {name: linf}]\n")
     assert [(t.name, t.is_grid) for t in spec.threats] == [
-        ("elastic", True), ("jpeglinf", True), ("linf", False)]
+        ("elastic", True), ("jpeg-linf", True), ("linf", False)]
 
 
 @pytest.fixture(scope="module")

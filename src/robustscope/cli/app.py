@@ -18,6 +18,7 @@ import typer
 from rich.console import Console
 
 from robustscope.cli.common import OneLineErrorsGroup, computing, fail, reporting_errors
+from robustscope.threats.registry import threat_names
 
 app = typer.Typer(
     name="robustscope",
@@ -34,10 +35,8 @@ err_console = Console(stderr=True)
 COMMAND_MODULES: tuple[str, ...] = ("leaderboard", "scores", "image_grid", "run", "compare")
 
 
-class ThreatName(str, Enum):
-    linf = "linf"
-    l2 = "l2"
-    l1 = "l1"
+#: Choices of ``radius --threat``: the registry's Lp threats (the radius search's norms).
+ThreatName = Enum("ThreatName", {name: name for name in threat_names("lp")}, type=str)
 
 
 class SolverName(str, Enum):

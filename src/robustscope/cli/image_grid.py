@@ -14,8 +14,11 @@ import typer
 
 from robustscope.cli.common import computing, reporting_errors
 from robustscope.core.errors import InputError
+from robustscope.threats.registry import THREATS, implemented_threat, threat_names
 
-DEFAULT_THREATS = "linf,l2,l1,elastic,jpeg-linf,jpeg-l1,recolor,stadv"
+#: Default ``--threats``: the benchmark's ranked attacks that need no feature network.
+DEFAULT_THREATS = ",".join(e.name for e in THREATS
+                           if e.ranked and e.implemented and not e.takes("features"))
 
 
 def _write_atomic(path: Path, text: str) -> None:
@@ -49,6 +52,10 @@ def run_image_grid(model: Path, data: Path, out: Path, threats: str = DEFAULT_TH
     names = [t.strip() for t in threats.split(",") if t.strip()]
     if not names:
         raise InputError("--threats: give at least one threat")
+    try:
+        names = [implemented_threat(t).name for t in names]
+    except InputError as err:
+        raise InputError(f"--threats: {err}") from None
     ds = load_data(data)
     if ds.X.ndim != 4:
         raise InputError(f"--data {data}: images must be an NPZ array X of shape "
@@ -87,10 +94,8 @@ def register(app: typer.Typer) -> None:
                                    ".onnx, or any format `robustscope radius` reads."),
         data: Path = typer.Option(..., help="NPZ with X (n, C, H, W) in [0, 1] and y."),
         out: Path = typer.Option(..., help="Accuracy JSON (MultiRobustBench format)."),
-        threats: str = typer.Option(DEFAULT_THREATS, help="Comma-separated threats (short or "
-                                    "benchmark names): linf, l2, l1, elastic, stadv, recolor, "
-                                    "jpeg-linf, jpeg-l1, lpips, hue, saturation, brightness, "
-                                    "contrast, affine, perspective."),
+        threats: str = typer.Option(DEFAULT_THREATS, help="Comma-separated threats (names or "
+                                    "benchmark names): " + ", ".join(threat_names()) + "."),
         features: Path = typer.Option(None, help="TorchScript feature network for LPIPS "
                                       "(images -> feature map(s)); required for lpips."),
         method: str = typer.Option("bisection", help="'bisection' or 'full' (every level)."),

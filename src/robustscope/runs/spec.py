@@ -27,36 +27,11 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from robustscope.core.errors import InputError
+from robustscope.threats.registry import implemented_threat, threat_entry
 
 #: Models and data sets that ship with robustscope (trained on scikit-learn's breast-cancer).
 BUILTIN_MODELS = ("breast-cancer-gbm", "breast-cancer-logreg")
 BUILTIN_DATA = ("breast-cancer",)
-#: Threats the radius search understands today.
-LP_THREATS = ("linf", "l2", "l1")
-
-
-def _image_threats():
-    """robustscope.threats.image where it is installed (image threats searched on a grid)."""
-    try:
-        import robustscope.search.grid  # noqa: F401
-        from robustscope.threats import image
-    except ImportError:
-        return None
-    return image
-
-
-def grid_threat_key(name: str) -> str | None:
-    """Registry key of an image threat (``ElasticAttack`` -> ``elastic``), or None."""
-    image = _image_threats()
-    return None if image is None else image.threat_key(name)
-
-
-def known_threats() -> list[str]:
-    """Lp threats, then the image threats where robustscope.search.grid is installed."""
-    image = _image_threats()
-    extra = [] if image is None else [t for t in image.image_threat_names()
-                                      if t not in LP_THREATS]
-    return [*LP_THREATS, *extra]
 
 
 class SpecError(InputError):
@@ -175,20 +150,14 @@ class ThreatSpec(_Strict):
     @field_validator("name")
     @classmethod
     def _known(cls, value: str) -> str:
-        key = value.lower().replace("-", "").replace("_", "")
-        if key in LP_THREATS:
-            return key
-        grid_key = grid_threat_key(value)
-        if grid_key is not None:
-            return grid_key
-        raise ValueError(f"threat '{value}' is not known; choose one of "
-                         f"{', '.join(known_threats())}")
+        """Any spelling the threat registry accepts, stored as the canonical name."""
+        return implemented_threat(value).name
 
     @property
     def is_grid(self) -> bool:
         """An image threat searched on its strength grid (robustscope.search.grid), not an
         Lp radius search."""
-        return self.name not in LP_THREATS
+        return threat_entry(self.name).kind == "image"
 
     @field_validator("strengths")
     @classmethod

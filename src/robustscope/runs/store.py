@@ -49,7 +49,8 @@ from robustscope.scores.accuracy_grid import (
     read_accuracy_file,
     write_accuracy_file,
 )
-from robustscope.threats.grids import CLEAN, benchmark_name, canonical_eps, eps_key
+from robustscope.threats.grids import CLEAN, canonical_eps, eps_key
+from robustscope.threats.registry import benchmark_name
 
 #: Version of the schema this code writes and reads.
 SCHEMA_VERSION = 1

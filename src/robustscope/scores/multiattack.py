@@ -45,14 +45,8 @@ import numpy as np
 from robustscope.core.errors import InputError
 from robustscope.core.result import RadiusResult
 from robustscope.scores.accuracy_grid import AccuracyGrid, read_accuracy_file
-from robustscope.threats.grids import (
-    CLEAN,
-    RANKED_ATTACKS,
-    benchmark_name,
-    canonical_eps,
-    default_grid,
-    eps_key,
-)
+from robustscope.threats.grids import CLEAN, canonical_eps, eps_key
+from robustscope.threats.registry import RANKED_ATTACKS, benchmark_name, default_grid
 
 #: Half-open window (percentage points of acc*) of point pairs compared by the stability
 #: constant: pairs with ``0 < |acc*(P1) - acc*(P2)| < SC_WINDOW``.

@@ -30,7 +30,7 @@ from scipy import stats
 from robustscope.core.errors import InputError
 from robustscope.core.space import FeatureSpace
 from robustscope.models.base import Classifier, QueryLedger
-from robustscope.threats.lp import LpThreat, get_threat
+from robustscope.threats import LpThreat, get_threat
 
 METHODS = ("clopper-pearson", "wilson")
 MAX_ELEMENTS = 2**22

@@ -44,7 +44,7 @@ from robustscope.models.wrap import wrap_model
 from robustscope.search.verify import Verifier
 from robustscope.solvers.exact_relu import relu_layers
 from robustscope.solvers.registry import check_search_solver, get_solver
-from robustscope.threats.lp import LpThreat, get_threat
+from robustscope.threats import LpThreat, get_threat
 
 log = logging.getLogger(__name__)
 

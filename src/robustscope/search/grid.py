@@ -36,7 +36,13 @@ from robustscope.core.statement import DECISION_CHANGE, Statement
 from robustscope.models.base import Classifier, QueryLedger
 from robustscope.models.wrap import wrap_model
 from robustscope.solvers.image_pgd import image_pgd
-from robustscope.threats.image import ImageThreat, get_image_threat, threat_key
+from robustscope.threats.image import ImageThreat
+from robustscope.threats.registry import (
+    find_threat,
+    get_image_threat,
+    implemented_threat,
+    threat_names,
+)
 
 #: ``level`` of an input misclassified without any perturbation.
 CLEAN_WRONG = -1
@@ -326,11 +332,9 @@ def grid_robustness(
     )
 
 
-#: The benchmark's attack types, in the order of its leaderboard (9 ranked), then the
-#: parametric ones outside the ranking.
-BENCHMARK_THREATS = ("linf", "l2", "l1", "elastic", "jpeg-linf", "jpeg-l1", "recolor", "stadv",
-                     "lpips", "hue", "saturation", "brightness", "contrast", "affine",
-                     "perspective")
+#: Every threat the grid search can run (the registry's implemented threats), in the order of
+#: the benchmark's leaderboard (9 ranked), then the parametric ones outside the ranking.
+BENCHMARK_THREATS: tuple[str, ...] = threat_names()
 
 
 def evaluate_threats(
@@ -344,21 +348,32 @@ def evaluate_threats(
 ) -> tuple[list[GridResult], dict]:
     """Run :func:`grid_robustness` for several threats on the same inputs.
 
-    ``threats`` default to :data:`BENCHMARK_THREATS` (LPIPS only when ``features`` is given);
-    ``grids`` maps a threat name to its grid (default grids otherwise); ``options`` go to
-    :func:`grid_robustness`. Returns the results and the merged accuracy-file dict.
+    ``threats`` default to :data:`BENCHMARK_THREATS` (those that take a feature network,
+    LPIPS, only when ``features`` is given); ``features`` goes to every named threat that takes
+    it. ``grids`` maps a threat (any spelling) to its grid (default grids otherwise);
+    ``options`` go to :func:`grid_robustness`. Returns the results and the merged
+    accuracy-file dict.
     """
     if threats is None:
-        threats = [t for t in BENCHMARK_THREATS if t != "lpips" or features is not None]
-    grids = grids or {}
+        threats = [t for t in BENCHMARK_THREATS
+                   if features is not None or not implemented_threat(t).takes("features")]
+    entries = [None if isinstance(t, ImageThreat) else implemented_threat(t) for t in threats]
+    grids = {_grid_key(k): v for k, v in (grids or {}).items()}
     results = []
-    for t in threats:
-        name = t.name if isinstance(t, ImageThreat) else str(t)
+    for t, entry in zip(threats, entries, strict=True):
         opts = dict(options)
-        if not isinstance(t, ImageThreat) and threat_key(name) == "lpips":
+        if entry is not None and entry.takes("features"):
             opts["features"] = features
-        results.append(grid_robustness(model, X, y, t, grids.get(name), **opts))
+        key = t.name if entry is None else entry.name
+        results.append(grid_robustness(model, X, y, t, grids.get(key), **opts))
     return results, benchmark_accuracies(results)
+
+
+def _grid_key(name: str) -> str:
+    """Key of ``grids``: the canonical name of a registered threat, else the name as given
+    (a threat instance defined outside the registry)."""
+    entry = find_threat(name)
+    return name if entry is None else entry.name
 
 
 def write_benchmark_json(results: Sequence[GridResult], path) -> dict:

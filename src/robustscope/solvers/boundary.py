@@ -33,7 +33,7 @@ from robustscope.models.base import Classifier, QueryLedger
 from robustscope.solvers.oracle import ScaledOracle
 from robustscope.solvers.output import SolverOutput
 from robustscope.solvers.starts import find_starts
-from robustscope.threats.lp import LpThreat, get_threat
+from robustscope.threats import LpThreat, get_threat
 
 
 def _path(threat: LpThreat, u: torch.Tensor, t: torch.Tensor) -> torch.Tensor:

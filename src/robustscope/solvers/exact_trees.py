@@ -67,7 +67,7 @@ from robustscope.models.trees import (
     parse_tree_model,
 )
 from robustscope.solvers.output import SolverOutput
-from robustscope.threats.lp import LpThreat, get_threat
+from robustscope.threats import LpThreat, get_threat
 
 #: ``check(x_adv) -> class``: the model's class at a counterexample ``(d,)`` of the input
 #: being solved when the statement holds there, else -1.

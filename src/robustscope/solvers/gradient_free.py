@@ -18,7 +18,7 @@ from robustscope.solvers.boundary import hop_skip_jump
 from robustscope.solvers.oracle import ScaledOracle
 from robustscope.solvers.output import SolverOutput
 from robustscope.solvers.random_search import cube_search
-from robustscope.threats.lp import LpThreat, get_threat
+from robustscope.threats import LpThreat, get_threat
 
 
 def gradient_free(

@@ -24,7 +24,7 @@ from robustscope.core.space import FeatureSpace
 from robustscope.core.statement import DECISION_CHANGE, Statement
 from robustscope.models.base import Classifier, QueryLedger
 from robustscope.solvers.output import SolverOutput
-from robustscope.threats.lp import LpThreat, get_threat
+from robustscope.threats import LpThreat, get_threat
 
 #: Default largest number of candidate entries (rows x features) built at once.
 MAX_ELEMENTS = 2**22

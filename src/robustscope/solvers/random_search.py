@@ -35,7 +35,7 @@ from robustscope.models.base import Classifier, QueryLedger
 from robustscope.solvers.oracle import ScaledOracle
 from robustscope.solvers.output import SolverOutput
 from robustscope.solvers.starts import find_starts
-from robustscope.threats.lp import LpThreat, get_threat
+from robustscope.threats import LpThreat, get_threat
 
 
 def _clip_into_ball(threat: LpThreat, u: torch.Tensor, r: torch.Tensor) -> torch.Tensor:

@@ -23,8 +23,8 @@ import torch
 import torch.nn.functional as F
 
 from robustscope.core.errors import InputError
-from robustscope.threats.grids import default_grid as benchmark_grid
-from robustscope.threats.image import ImageThreat, _col, check_images, register
+from robustscope.threats.image import ImageThreat, check_images
+from robustscope.threats.tensors import per_input
 
 # -- sRGB <-> CIELUV ---------------------------------------------------------------------
 _RGB_TO_XYZ = [[0.4124564, 0.3575761, 0.1804375],
@@ -122,10 +122,6 @@ class ReColorThreat(ImageThreat):
     """Colour look-up table over normalised CIELUV (16 x 32 x 32 control points), offsets
     ``||lut||_inf <= eps`` (grid 0.005 .. 0.1), smoothness penalty weight ``penalty_weight``."""
 
-    name = "recolor"
-    attack_name = "ReColorAdvAttack"
-    default_grid = benchmark_grid("recolor")
-
     def __init__(self, resolution: tuple[int, int, int] = (16, 32, 32),
                  penalty_weight: float = 0.05) -> None:
         if len(resolution) != 3 or min(resolution) < 2:
@@ -190,10 +186,6 @@ _RGB_TO_YIQ = [[0.299, 0.587, 0.114],
 class HueThreat(_ScalarColorThreat):
     """Hue rotation by ``theta`` radians in the YIQ chroma plane (grid 0.025 .. 0.5)."""
 
-    name = "hue"
-    attack_name = "Hue"
-    default_grid = benchmark_grid("hue")
-
     def apply(self, x, params):
         t = _mat(_RGB_TO_YIQ, x)
         t_inv = torch.linalg.inv(t)
@@ -212,42 +204,23 @@ class HueThreat(_ScalarColorThreat):
 class SaturationThreat(_ScalarColorThreat):
     """Saturation scaled by ``1 + theta`` around the gray level (grid 0.025 .. 0.5)."""
 
-    name = "saturation"
-    attack_name = "Saturation"
-    default_grid = benchmark_grid("saturation")
-
     def apply(self, x, params):
-        return (x + _col(params.reshape(-1), x) * (x - _gray(x))).clamp(0.0, 1.0)
+        return (x + per_input(params.reshape(-1), x) * (x - _gray(x))).clamp(0.0, 1.0)
 
 
 class BrightnessThreat(_ScalarColorThreat):
     """Brightness shift ``x + theta`` (grid 0.015 .. 0.3)."""
 
-    name = "brightness"
-    attack_name = "Brightness"
-    default_grid = benchmark_grid("brightness")
-
     def check_input(self, x, name="x"):
         return check_images(x, name)  # any number of channels
 
     def apply(self, x, params):
-        return (x + _col(params.reshape(-1), x)).clamp(0.0, 1.0)
+        return (x + per_input(params.reshape(-1), x)).clamp(0.0, 1.0)
 
 
 class ContrastThreat(_ScalarColorThreat):
     """Contrast scaled by ``1 + theta`` around the image's mean gray (grid 0.025 .. 0.5)."""
 
-    name = "contrast"
-    attack_name = "Contrast"
-    default_grid = benchmark_grid("contrast")
-
     def apply(self, x, params):
         mean = _gray(x).mean(dim=(1, 2, 3), keepdim=True)
-        return (x + _col(params.reshape(-1), x) * (x - mean)).clamp(0.0, 1.0)
-
-
-register("recolor", ReColorThreat, "ReColorAdvAttack", "ReColorAdv")
-register("hue", HueThreat, "Hue", "HueAttack")
-register("saturation", SaturationThreat, "Saturation", "SaturationAttack")
-register("brightness", BrightnessThreat, "Brightness", "BrightnessAttack")
-register("contrast", ContrastThreat, "Contrast", "ContrastAttack")
+        return (x + per_input(params.reshape(-1), x) * (x - mean)).clamp(0.0, 1.0)

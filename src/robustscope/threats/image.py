@@ -1,4 +1,4 @@
-"""Image threat models: a common interface, input checks and a registry.
+"""Image threat models: a common interface and input checks.
 
 An image threat acts on a batch ``x`` of shape ``(n, C, H, W)`` with values in ``[0, 1]``. It
 has a *parametrisation* of the perturbation (an additive delta, a flow field, a colour
@@ -10,19 +10,20 @@ identity). Solvers move ``params`` with :meth:`ImageThreat.step` and pull them b
 :meth:`ImageThreat.project`; the grid search checks every counterexample's
 :meth:`ImageThreat.strength` against the level it claims.
 
-Each threat carries its benchmark name (``attack_name``, the key used in MultiRobustBench's
-accuracy files) and its default 20-level strength grid (``default_grid``, from
-:mod:`robustscope.threats.grids`).
+Each threat carries its name, its benchmark name (``attack_name``, the key used in
+MultiRobustBench's accuracy files) and its default 20-level strength grid (``default_grid``).
+The built-in threats get all three from their entry in :mod:`robustscope.threats.registry`
+(build them with :func:`robustscope.threats.registry.get_image_threat`); a threat defined
+outside robustscope sets them as class attributes.
 """
 
 from __future__ import annotations
-
-from collections.abc import Callable
 
 import numpy as np
 import torch
 
 from robustscope.core.errors import InputError
+from robustscope.threats.tensors import per_input
 
 #: Relative slack allowed when a strength is checked against its bound (float32 arithmetic).
 BOUND_RTOL = 1e-4
@@ -63,23 +64,20 @@ def as_eps(eps: float | torch.Tensor | np.ndarray, n: int, x: torch.Tensor) -> t
     return e
 
 
-def _col(eps: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    """``eps`` reshaped to broadcast against ``like`` (n, ...)."""
-    return eps.reshape((-1,) + (1,) * (like.ndim - 1)).to(like.dtype)
-
-
 class ImageThreat:
     """Base class of image threats (see the module docstring for the contract).
 
-    Subclasses set ``name``, ``attack_name``, ``default_grid``, and implement
+    Subclasses implement
     :meth:`param_shape`, :meth:`apply`, :meth:`strength`. The default parameter geometry is
     an L-infinity box on ``params`` (sign steps, clamping); override :meth:`project`,
-    :meth:`step`, :meth:`random_params` for other geometries.
+    :meth:`step`, :meth:`random_params` for other geometries. ``name``, ``attack_name`` and
+    ``default_grid`` are set by the registry for the built-in threats (on the instance it
+    builds); a threat defined elsewhere sets them as class attributes.
     """
 
     name: str = "image"
     attack_name: str = "ImageAttack"
-    #: The benchmark's 20 strengths (``threats.grids.default_grid``); empty = none, pass one.
+    #: The default 20 strengths (set from the registry entry); empty = none, pass a grid.
     default_grid: np.ndarray = np.empty(0)
     #: Weight of :meth:`penalty` in the solver's objective (smoothness terms).
     penalty_weight: float = 0.0
@@ -112,18 +110,18 @@ class ImageThreat:
         """A random point of the constraint set (uniform in the box)."""
         p = self.zero_params(x)
         r = torch.rand(p.shape, generator=generator, dtype=p.dtype, device=p.device)
-        return self.project(x, (2 * r - 1) * _col(eps, p), eps)
+        return self.project(x, (2 * r - 1) * per_input(eps, p), eps)
 
     def project(self, x: torch.Tensor, params: torch.Tensor, eps: torch.Tensor) -> torch.Tensor:
         """Projection onto ``strength <= eps`` (exact for the box)."""
-        e = _col(eps, params)
+        e = per_input(eps, params)
         return torch.maximum(torch.minimum(params, e), -e)
 
     def step(self, x: torch.Tensor, params: torch.Tensor, grad: torch.Tensor,
              eps: torch.Tensor, size: torch.Tensor) -> torch.Tensor:
         """One descent step of length ``size`` (n,) against ``grad`` (steepest for the box);
         ``x`` is the clean batch (for threats whose steps depend on it)."""
-        return params - _col(size, params) * torch.sign(grad)
+        return params - per_input(size, params) * torch.sign(grad)
 
     def penalty(self, params: torch.Tensor) -> torch.Tensor:
         """A regulariser added to the solver's objective (``penalty_weight`` times), ``(n,)``."""
@@ -145,56 +143,3 @@ class ImageThreat:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r})"
-
-
-# -- registry -----------------------------------------------------------------------------
-_REGISTRY: dict[str, Callable[..., ImageThreat]] = {}
-_ALIASES: dict[str, str] = {}
-
-
-def _key(name: str) -> str:
-    return str(name).lower().replace("-", "").replace("_", "").replace(" ", "")
-
-
-def register(name: str, factory: Callable[..., ImageThreat], *aliases: str) -> None:
-    """Register ``factory`` under ``name`` (and aliases, e.g. the benchmark's attack name)."""
-    _REGISTRY[_key(name)] = factory
-    for a in (name, *aliases):
-        _ALIASES[_key(a)] = _key(name)
-
-
-def image_threat_names() -> list[str]:
-    """Canonical names of the registered image threats."""
-    _load()
-    return sorted(_REGISTRY)
-
-
-def threat_key(name: str) -> str | None:
-    """Registry key of a threat name or alias (``"LPIPSAttack"`` -> ``"lpips"``), or None."""
-    _load()
-    key = _ALIASES.get(_key(name))
-    return key if key is not None else _ALIASES.get(_key(name).removesuffix("attack"))
-
-
-def get_image_threat(name: str | ImageThreat, **options) -> ImageThreat:
-    """An image threat by name (``linf``, ``elastic``, ``jpeg-linf``, ``recolor``, ``lpips``,
-    ...) or by its benchmark attack name (``ElasticAttack``, ``Hue``, ``HueAttack``, ...).
-
-    ``options`` go to the threat's constructor (``features=`` for LPIPS).
-    """
-    if isinstance(name, ImageThreat):
-        if options:
-            raise InputError("options cannot be given together with a threat instance")
-        return name
-    key = threat_key(name)
-    if key is None:
-        raise InputError(f"image threat '{name}' is not known; choose one of "
-                         f"{', '.join(sorted(_REGISTRY))}")
-    return _REGISTRY[key](**options)
-
-
-def _load() -> None:
-    """Import the modules that register threats (kept lazy to avoid import cycles)."""
-    if _REGISTRY.get("elastic") is not None and _REGISTRY.get("lpips") is not None:
-        return
-    from robustscope.threats import color, jpeg, lp_image, perceptual, spatial  # noqa: F401

@@ -26,9 +26,9 @@ import math
 import torch
 
 from robustscope.core.errors import InputError
-from robustscope.threats.grids import default_grid as benchmark_grid
-from robustscope.threats.image import ImageThreat, _col, check_images, register
+from robustscope.threats.image import ImageThreat, check_images
 from robustscope.threats.lp import L1
+from robustscope.threats.tensors import per_input
 
 LUMA_TABLE = [
     [16, 11, 10, 16, 24, 40, 51, 61],
@@ -114,10 +114,6 @@ class _JPEGThreat(ImageThreat):
 class JPEGLinfThreat(_JPEGThreat):
     """Each quantised coefficient moved by at most ``eps / 2`` (grid 0.01 .. 0.2)."""
 
-    name = "jpeg-linf"
-    attack_name = "JPEGLinfAttack"
-    default_grid = benchmark_grid("jpeg_linf")
-
     def project(self, x, params, eps):
         return super().project(x, params, eps / 2)
 
@@ -128,10 +124,6 @@ class JPEGLinfThreat(_JPEGThreat):
 class JPEGL1Threat(_JPEGThreat):
     """L1 budget ``||delta||_1 <= eps`` on the quantised coefficients (grid 1 .. 20)."""
 
-    name = "jpeg-l1"
-    attack_name = "JPEGL1Attack"
-    default_grid = benchmark_grid("jpeg_l1")
-
     def project(self, x, params, eps):
         return L1.project(params, eps)
 
@@ -140,11 +132,7 @@ class JPEGL1Threat(_JPEGThreat):
         return L1.random_in_ball(n, d, eps, generator, x.dtype, x.device)
 
     def step(self, x, params, grad, eps, size):
-        return params + _col(size, params) * L1.steepest_direction(-grad)
+        return params + per_input(size, params) * L1.steepest_direction(-grad)
 
     def strength(self, x, params, x_adv=None):
         return params.abs().sum(dim=1)
-
-
-register("jpeg-linf", JPEGLinfThreat, "JPEGLinfAttack", "jpeglinf")
-register("jpeg-l1", JPEGL1Threat, "JPEGL1Attack", "jpegl1")

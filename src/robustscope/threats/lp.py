@@ -1,7 +1,8 @@
 """Lp threat models in the scaled feature space.
 
 All functions act on scaled perturbations ``u = (x' - x) / scale`` of shape ``(n, d)`` with a
-per-input strength ``eps`` of shape ``(n,)``.
+per-input strength ``eps`` of shape ``(n,)``. Look a threat up by name with
+:func:`robustscope.threats.registry.get_threat` (the registry declares the names).
 """
 
 from __future__ import annotations
@@ -10,8 +11,6 @@ import math
 from dataclasses import dataclass
 
 import torch
-
-from robustscope.core.errors import InputError
 
 
 @dataclass(frozen=True)
@@ -100,14 +99,3 @@ def project_l1_ball(u: torch.Tensor, eps: torch.Tensor) -> torch.Tensor:
 LINF = LpThreat("linf", math.inf)
 L2 = LpThreat("l2", 2.0)
 L1 = LpThreat("l1", 1.0)
-THREATS = {"linf": LINF, "l2": L2, "l1": L1}
-
-
-def get_threat(name: str | LpThreat) -> LpThreat:
-    """Look up an Lp threat by name (``linf``, ``l2``, ``l1``)."""
-    if isinstance(name, LpThreat):
-        return name
-    key = str(name).lower().replace("-", "").replace("_", "")
-    if key not in THREATS:
-        raise InputError(f"threat '{name}' is not known; choose one of {', '.join(THREATS)}")
-    return THREATS[key]

@@ -10,21 +10,17 @@ from __future__ import annotations
 
 import torch
 
-from robustscope.threats.grids import default_grid as benchmark_grid
-from robustscope.threats.image import ImageThreat, register
-from robustscope.threats.lp import L1, L2, LINF, LpThreat
+from robustscope.threats.image import ImageThreat
+from robustscope.threats.lp import L1, LpThreat
 
 
 class LpImageThreat(ImageThreat):
-    """Additive perturbation with ``||delta||_p <= eps`` (p in {inf, 2, 1})."""
+    """Additive perturbation with ``||delta||_p <= eps`` (p in {inf, 2, 1}); ``lp`` gives the
+    geometry (:data:`robustscope.threats.lp.LINF`, ``L2`` or ``L1``)."""
 
-    def __init__(self, lp: LpThreat, attack_name: str) -> None:
+    def __init__(self, lp: LpThreat) -> None:
         self.lp = lp
         self.name = lp.name
-        self.attack_name = attack_name
-        self.default_grid = benchmark_grid(lp.name)
-        # L1 steps are sparse (1% of the coordinates), so they need to be longer
-        self.step_scale = 1.0
 
     def param_shape(self, x: torch.Tensor) -> tuple[int, ...]:
         return tuple(x.shape[1:])
@@ -59,22 +55,3 @@ class LpImageThreat(ImageThreat):
         scale = size.reshape(-1, *([1] * (params.ndim - 1))).to(params.dtype)
         return params + scale * direction
 
-
-def linf() -> LpImageThreat:
-    """Linf threat, benchmark grid 0.005 .. 0.1."""
-    return LpImageThreat(LINF, "AutoLinfAttack")
-
-
-def l2() -> LpImageThreat:
-    """L2 threat, benchmark grid 0.125 .. 2.5."""
-    return LpImageThreat(L2, "AutoL2Attack")
-
-
-def l1() -> LpImageThreat:
-    """L1 threat, benchmark grid 1.5 .. 30."""
-    return LpImageThreat(L1, "AutoL1Attack")
-
-
-register("linf", linf, "AutoLinfAttack")
-register("l2", l2, "AutoL2Attack")
-register("l1", l1, "AutoL1Attack")

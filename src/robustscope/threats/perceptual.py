@@ -22,8 +22,8 @@ from collections.abc import Callable, Sequence
 import torch
 
 from robustscope.core.errors import InputError, ModelError
-from robustscope.threats.grids import default_grid as benchmark_grid
-from robustscope.threats.image import ImageThreat, _col, register
+from robustscope.threats.image import ImageThreat
+from robustscope.threats.tensors import per_input
 
 Features = Callable[[torch.Tensor], "torch.Tensor | Sequence[torch.Tensor]"]
 
@@ -41,10 +41,6 @@ class LPIPSThreat(ImageThreat):
     bisection_steps : int
         Halvings of the scale interval in the projection.
     """
-
-    name = "lpips"
-    attack_name = "LPIPSAttack"
-    default_grid = benchmark_grid("lpips")
 
     def __init__(self, features: Features | None = None, pixel_step: float = 2.0 / 255,
                  bisection_steps: int = 10) -> None:
@@ -110,12 +106,9 @@ class LPIPSThreat(ImageThreat):
         hi = torch.ones_like(lo)
         for _ in range(self.bisection_steps):
             mid = (lo + hi) / 2
-            ok = self.distance(xs, self.apply(xs, _col(mid, ps) * ps)) <= es
+            ok = self.distance(xs, self.apply(xs, per_input(mid, ps) * ps)) <= es
             lo = torch.where(ok, mid, lo)
             hi = torch.where(ok, hi, mid)
         out = params.clone()
-        out[idx] = _col(lo, ps) * ps
+        out[idx] = per_input(lo, ps) * ps
         return out
-
-
-register("lpips", LPIPSThreat, "LPIPSAttack")

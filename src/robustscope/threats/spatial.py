@@ -20,8 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from robustscope.core.errors import InputError
-from robustscope.threats.grids import default_grid as benchmark_grid
-from robustscope.threats.image import ImageThreat, register
+from robustscope.threats.image import ImageThreat
 
 
 def identity_grid(n: int, h: int, w: int, dtype, device) -> torch.Tensor:
@@ -54,10 +53,6 @@ def gaussian_kernel(size: int, sigma: float, dtype, device) -> torch.Tensor:
 
 class ElasticThreat(ImageThreat):
     """Gaussian-smoothed per-pixel flow, ``||flow||_inf <= eps`` pixels (grid 0.05 .. 1.0)."""
-
-    name = "elastic"
-    attack_name = "ElasticAttack"
-    default_grid = benchmark_grid("elastic")
 
     def __init__(self, kernel_size: int = 5, sigma: float = 1.0) -> None:
         if kernel_size < 1 or kernel_size % 2 == 0:
@@ -95,10 +90,6 @@ class StAdvThreat(ImageThreat):
     """Per-pixel flow in normalised coordinates, ``||flow||_inf <= eps`` (grid 0.005 .. 0.1),
     with the flow-smoothness penalty (weight ``penalty_weight``)."""
 
-    name = "stadv"
-    attack_name = "StAdvAttack"
-    default_grid = benchmark_grid("stadv")
-
     def __init__(self, penalty_weight: float = 0.05) -> None:
         if penalty_weight < 0:
             raise InputError(f"penalty_weight must be >= 0, got {penalty_weight}")
@@ -130,10 +121,6 @@ class StAdvThreat(ImageThreat):
 class AffineWarpThreat(ImageThreat):
     """Affine warp: identity 2x3 matrix + offsets, ``||offsets||_inf <= eps`` (0.005 .. 0.1)."""
 
-    name = "affine"
-    attack_name = "AffineWarp"
-    default_grid = benchmark_grid("affine")
-
     def param_shape(self, x):
         return (6,)
 
@@ -151,10 +138,6 @@ class AffineWarpThreat(ImageThreat):
 class PerspectiveWarpThreat(ImageThreat):
     """Perspective warp: identity homography + offsets on its 8 free entries, in pixel
     coordinates, ``||offsets||_inf <= eps`` (grid 0.0001 .. 0.002)."""
-
-    name = "perspective"
-    attack_name = "PerspectiveWarp"
-    default_grid = benchmark_grid("perspective")
 
     def param_shape(self, x):
         return (8,)
@@ -180,11 +163,6 @@ class PerspectiveWarpThreat(ImageThreat):
     def strength(self, x, params, x_adv=None):
         return _linf(params)
 
-
-register("elastic", ElasticThreat, "ElasticAttack")
-register("stadv", StAdvThreat, "StAdvAttack")
-register("affine", AffineWarpThreat, "AffineWarp", "AffineWarpAttack")
-register("perspective", PerspectiveWarpThreat, "PerspectiveWarp", "PerspectiveWarpAttack")
 
 __all__ = ["AffineWarpThreat", "ElasticThreat", "PerspectiveWarpThreat", "StAdvThreat",
            "gaussian_kernel", "identity_grid", "sample"]
