@@ -24,7 +24,7 @@ from robustscope.core.statement import DECISION_CHANGE, Statement
 from robustscope.models.base import Classifier, QueryLedger
 from robustscope.search.verify import Verifier
 from robustscope.solvers.random_directions import MAX_ELEMENTS, search_at_strength
-from robustscope.threats.lp import LpThreat, get_threat
+from robustscope.threats import LpThreat, get_threat
 
 
 def random_directions_radius(
