@@ -18,6 +18,7 @@ import typer
 from rich.console import Console
 
 from robustscope.cli.common import OneLineErrorsGroup, computing, fail, reporting_errors
+from robustscope.solvers.registry import SEARCH_SOLVERS
 from robustscope.threats.registry import threat_names
 
 app = typer.Typer(
@@ -39,11 +40,7 @@ COMMAND_MODULES: tuple[str, ...] = ("leaderboard", "scores", "image_grid", "run"
 ThreatName = Enum("ThreatName", {name: name for name in threat_names("lp")}, type=str)
 
 
-class SolverName(str, Enum):
-    auto = "auto"
-    pgd = "pgd"
-    minnorm = "minnorm"
-    exact = "exact"
+SolverName = Enum("SolverName", {name: name for name in SEARCH_SOLVERS}, type=str)
 
 
 @app.callback()

@@ -27,6 +27,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from robustscope.core.errors import InputError
+from robustscope.solvers.registry import SEARCH_SOLVERS
 from robustscope.threats.registry import implemented_threat, threat_entry
 
 #: Models and data sets that ship with robustscope (trained on scikit-learn's breast-cancer).
@@ -133,10 +134,19 @@ class GridSpec(_Strict):
 class SolverSpec(_Strict):
     """How the neighbourhood is searched, and at what cost."""
 
-    name: Literal["auto", "exact", "minnorm", "pgd"] = "auto"
+    name: str = "auto"
     budget: int | None = Field(None, gt=0, description="Model passes allowed per input.")
     rtol: float = Field(0.01, gt=0, lt=1)
     batch_size: int = Field(128, gt=0)
+
+    @field_validator("name")
+    @classmethod
+    def _known(cls, value: str) -> str:
+        """One of the radius search's solvers (declared in robustscope.solvers.registry)."""
+        if value not in SEARCH_SOLVERS:
+            raise ValueError(f"'{value}' is not a solver of the radius search; choose one of "
+                             f"{', '.join(SEARCH_SOLVERS)}")
+        return value
 
 
 class ThreatSpec(_Strict):

@@ -16,20 +16,11 @@ Kinds:
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from robustscope.core.errors import InputError
-from robustscope.solvers.boundary import hop_skip_jump
-from robustscope.solvers.exact_linear import exact_linear_radius
-from robustscope.solvers.exact_relu import exact_relu_radius
-from robustscope.solvers.exact_trees import exact_tree_radius
-from robustscope.solvers.gradient_free import gradient_free
-from robustscope.solvers.image_pgd import image_pgd
-from robustscope.solvers.minnorm import minnorm
-from robustscope.solvers.pgd import pgd
-from robustscope.solvers.random_directions import random_directions_attack
-from robustscope.solvers.random_search import cube_search
 
 KINDS = ("minimum-norm", "fixed-strength", "decision-based", "exact", "image")
 
@@ -46,32 +37,52 @@ class SolverInfo:
 
     name: str
     kind: str
-    run: Callable
+    #: ``"module:function"`` under ``robustscope.solvers``, imported on first use (so that
+    #: reading the names, as the command line does at start-up, imports no solver)
+    function: str
     needs: str
     threats: tuple[str, ...]
     summary: str
 
+    @property
+    def run(self) -> Callable:
+        """The solver function."""
+        module, name = self.function.split(":")
+        return getattr(importlib.import_module(f"robustscope.solvers.{module}"), name)
+
+
+_LP = ("linf", "l2", "l1")
 
 SOLVERS: dict[str, SolverInfo] = {s.name: s for s in (
-    SolverInfo("minnorm", "minimum-norm", minnorm, "gradients", ("linf", "l2", "l1"),
+    SolverInfo("minnorm", "minimum-norm",
+               "minnorm:minnorm", "gradients", _LP,
                "FMN-style minimum-norm steps with an adaptive strength"),
-    SolverInfo("pgd", "fixed-strength", pgd, "gradients", ("linf", "l2", "l1"),
+    SolverInfo("pgd", "fixed-strength",
+               "pgd:pgd", "gradients", _LP,
                "projected gradient descent in the threat's ball, restarts aimed at runner-ups"),
-    SolverInfo("cube-search", "decision-based", cube_search, "queries", ("linf", "l2", "l1"),
+    SolverInfo("cube-search", "decision-based",
+               "random_search:cube_search", "queries", _LP,
                "random search in shrinking balls (Square-attack style)"),
-    SolverInfo("hop-skip-jump", "decision-based", hop_skip_jump, "queries",
-               ("linf", "l2", "l1"), "boundary walk from decisions only (HopSkipJump)"),
-    SolverInfo("gradient-free", "decision-based", gradient_free, "queries",
-               ("linf", "l2", "l1"), "cube search, then HopSkipJump on one budget"),
-    SolverInfo("random-directions", "fixed-strength", random_directions_attack, "queries",
-               ("linf", "l2", "l1"), "random directions of norm eps (the paper's estimator)"),
-    SolverInfo("exact-linear", "exact", exact_linear_radius, "linear", ("linf", "l2", "l1"),
+    SolverInfo("hop-skip-jump", "decision-based",
+               "boundary:hop_skip_jump", "queries", _LP,
+               "boundary walk from decisions only (HopSkipJump)"),
+    SolverInfo("gradient-free", "decision-based",
+               "gradient_free:gradient_free", "queries", _LP,
+               "cube search, then HopSkipJump on one budget"),
+    SolverInfo("random-directions", "fixed-strength",
+               "random_directions:random_directions_attack", "queries", _LP,
+               "random directions of norm eps (the paper's estimator)"),
+    SolverInfo("exact-linear", "exact",
+               "exact_linear:exact_linear_radius", "linear", _LP,
                "closed form with feature bounds (sorted breakpoints / knapsack)"),
-    SolverInfo("exact-trees", "exact", exact_tree_radius, "trees", ("linf", "l2", "l1"),
+    SolverInfo("exact-trees", "exact",
+               "exact_trees:exact_tree_radius", "trees", _LP,
                "mixed-integer program over the ensemble's predicates (HiGHS)"),
-    SolverInfo("exact-relu", "exact", exact_relu_radius, "relu", ("linf", "l1"),
+    SolverInfo("exact-relu", "exact",
+               "exact_relu:exact_relu_radius", "relu", ("linf", "l1"),
                "mixed-integer program over the ball of an attack's radius (HiGHS)"),
-    SolverInfo("image-pgd", "image", image_pgd, "gradients", ("image",),
+    SolverInfo("image-pgd", "image",
+               "image_pgd:image_pgd", "gradients", ("image",),
                "PGD over an image threat's parameters (colour, spatial, JPEG, LPIPS)"),
 )}
 
