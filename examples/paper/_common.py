@@ -131,7 +131,7 @@ def l2_radii(net: nn.Module, X: np.ndarray, y: np.ndarray, seed: int = 0):
     loss recomputed accurately from the logits (:func:`cross_entropy`)."""
     from robustscope.models.torch_model import TorchClassifier
     from robustscope.scores.intrinsic import cross_entropy
-    from robustscope.search.engine import radius
+    from robustscope import radius
 
     model = TorchClassifier(net, 10, X.shape[1:])
     t0 = time.perf_counter()

@@ -25,7 +25,7 @@ from _common import SmallCNN, accuracy, seeded, load_mnist, parse_out, train, wr
 
 from robustscope.models.torch_model import TorchClassifier  # noqa: E402
 from robustscope.scores.intrinsic import cross_entropy, intrinsic_scores  # noqa: E402
-from robustscope.search.engine import radius  # noqa: E402
+from robustscope import radius  # noqa: E402
 
 
 def main() -> None:

@@ -34,7 +34,7 @@ from robustscope.report.intrinsic_figures import (  # noqa: E402
 )
 from robustscope.models.torch_model import TorchClassifier  # noqa: E402
 from robustscope.scores.intrinsic import intrinsic_scores, subset_independence  # noqa: E402
-from robustscope.search.random_directions import random_directions_radius  # noqa: E402
+from robustscope import random_directions_radius  # noqa: E402
 from robustscope.core.space import FeatureSpace  # noqa: E402
 
 

@@ -31,8 +31,8 @@ from robustscope.core.space import FeatureSpace  # noqa: E402
 from robustscope.models.linear import LinearClassifier  # noqa: E402
 from robustscope.report.intrinsic_figures import plot_radius_vs_g, save_figure  # noqa: E402
 from robustscope.scores.intrinsic import cross_entropy, g_of_loss, intrinsic_scores  # noqa: E402
-from robustscope.search.engine import radius as search_radius  # noqa: E402
-from robustscope.search.random_directions import random_directions_radius  # noqa: E402
+from robustscope import radius as search_radius  # noqa: E402
+from robustscope import random_directions_radius  # noqa: E402
 
 
 def main() -> None:

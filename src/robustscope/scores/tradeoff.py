@@ -27,6 +27,7 @@ import numpy as np
 import torch
 from scipy import stats
 
+from robustscope.core.checks import make_generator
 from robustscope.core.errors import InputError
 from robustscope.core.space import FeatureSpace
 from robustscope.models.base import Classifier, QueryLedger
@@ -175,7 +176,7 @@ def flip_probability(
     e = np.broadcast_to(np.asarray(eps, dtype=np.float64), (n,)).copy()
     if not (np.isfinite(e).all() and (e >= 0).all()):
         raise InputError("eps: must be finite and >= 0")
-    gen = torch.Generator(device=x.device).manual_seed(int(seed))
+    gen = make_generator(seed, x.device)
     owners = np.arange(n)
     if ledger is not None:
         with model.charging(ledger, owners):
@@ -224,7 +225,7 @@ def eps_for_alpha(
     binomial_interval(np.zeros(1), 1, confidence, method)
     x = _prepare(model, X, space)
     n = x.shape[0]
-    gen = torch.Generator(device=x.device).manual_seed(int(seed))
+    gen = make_generator(seed, x.device)
     owners = np.arange(n)
     if ledger is not None:
         with model.charging(ledger, owners):

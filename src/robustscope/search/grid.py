@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from robustscope.core.checks import check_labels, check_seed, make_generator
 from robustscope.core.ecdf import share_above
 from robustscope.core.errors import InputError
 from robustscope.core.result import ATTACKED, CENSORED, MISCLASSIFIED
@@ -163,22 +164,6 @@ def _check_grid(grid) -> np.ndarray:
     return g
 
 
-def _check_labels(y, n: int, n_classes: int, device) -> torch.Tensor:
-    t = torch.as_tensor(np.asarray(y) if not torch.is_tensor(y) else y).reshape(-1)
-    if t.numel() != n:
-        raise InputError(f"y has {t.numel()} labels for {n} inputs")
-    if torch.is_floating_point(t):
-        if not torch.equal(t, t.round()):
-            raise InputError("y must hold integer class indices")
-        t = t.long()
-    t = t.to(device=device, dtype=torch.long)
-    bad = torch.nonzero((t < 0) | (t >= n_classes)).flatten()
-    if len(bad):
-        raise InputError(f"y[{int(bad[0])}] = {int(t[bad[0]])} is not a class index in "
-                         f"[0, {n_classes})")
-    return t
-
-
 class _Attacker:
     """Runs the solver on a subset of inputs at per-input strengths and verifies results."""
 
@@ -194,7 +179,7 @@ class _Attacker:
         for start in range(0, len(idx), self.batch_size):
             sub = idx[start:start + self.batch_size]
             e = eps[start:start + self.batch_size]
-            gen = torch.Generator(device=self.x.device).manual_seed(self.seed + self.calls)
+            gen = make_generator(self.seed + self.calls, self.x.device)
             self.calls += 1
             xs = self.x[sub]
             start_at = None if init is None else init[start:start + self.batch_size]
@@ -254,6 +239,7 @@ def grid_robustness(
     if grid is None and len(threat.default_grid) == 0:
         raise InputError(f"threat '{threat.name}' has no default grid; pass grid=")
     g = _check_grid(threat.default_grid if grid is None else grid)
+    seed = check_seed(seed)
     if method not in ("bisection", "full"):
         raise InputError(f"method must be 'bisection' or 'full', got {method!r}")
     if batch_size < 1:
@@ -265,7 +251,7 @@ def grid_robustness(
     clf = wrap_model(model, n_classes=n_classes, input_shape=tuple(X.shape[1:]), device=device,
                      example=X[:2])
     x = X.to(device=clf.device, dtype=clf.dtype)
-    yt = _check_labels(y, x.shape[0], clf.n_classes, clf.device)
+    yt = torch.as_tensor(check_labels(y, x.shape[0], clf.n_classes), device=clf.device)
     n, k_levels = x.shape[0], len(g)
     ledger = QueryLedger(n)
     clf.charge_probe(ledger)

@@ -27,6 +27,7 @@ import math
 import numpy as np
 import torch
 
+from robustscope.core.checks import make_generator
 from robustscope.core.space import FeatureSpace
 from robustscope.core.statement import DECISION_CHANGE, Statement
 from robustscope.models.base import Classifier, QueryLedger
@@ -157,7 +158,7 @@ def hop_skip_jump(
     calls made per input).
     """
     threat = get_threat(threat)
-    generator = generator or torch.Generator().manual_seed(0)
+    generator = generator or make_generator(0, x.device)
     if oracle is None:
         oracle = ScaledOracle(model, x, y, space, threat, statement, budget, ledger)
     largest = None if eps is None else float(torch.as_tensor(eps).max())

@@ -56,6 +56,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
+from robustscope.core.checks import check_labels
 from robustscope.core.errors import InputError, ModelError
 from robustscope.core.space import FeatureSpace
 from robustscope.core.statuses import ATTACKED, CENSORED, EXACT, MISCLASSIFIED
@@ -599,16 +600,11 @@ def exact_tree_radius(
     threat = get_threat(threat)
     x_np = x.detach().cpu().numpy() if torch.is_tensor(x) else np.asarray(x)
     x_np = np.asarray(x_np, dtype=np.float64).reshape(len(x_np), -1)
-    y_np = (y.detach().cpu().numpy() if torch.is_tensor(y) else np.asarray(y)).astype(np.int64)
     n, d = x_np.shape
     if d != ens.n_features or space.n_features != d:
         raise InputError(f"x: {d} features per row, model has {ens.n_features}, feature space "
                          f"{space.n_features}")
-    if y_np.shape != (n,):
-        raise InputError(f"y: shape {y_np.shape}, expected ({n},)")
-    if ((y_np < 0) | (y_np >= ens.n_classes)).any():
-        row = int(np.flatnonzero((y_np < 0) | (y_np >= ens.n_classes))[0])
-        raise InputError(f"y: row {row} has label {y_np[row]}, not in 0..{ens.n_classes - 1}")
+    y_np = check_labels(y, n, ens.n_classes)
     space.check_data(x_np, what="x")
     if threat.p not in (1.0, 2.0, math.inf):
         raise InputError(f"threat: p={threat.p} is not supported (1, 2, inf)")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 
+from robustscope.core.checks import make_generator
 from robustscope.core.space import FeatureSpace
 from robustscope.core.statement import DECISION_CHANGE, Statement
 from robustscope.models.base import Classifier, QueryLedger
@@ -46,7 +47,7 @@ def gradient_free(
     query; the search verifies them again).
     """
     threat = get_threat(threat)
-    generator = generator or torch.Generator().manual_seed(0)
+    generator = generator or make_generator(0, x.device)
     oracle = ScaledOracle(model, x, y, space, threat, statement, budget, ledger)
     common = dict(x_init=x_init, X_pool=X_pool, y_pool=y_pool, oracle=oracle)
     cube_search(model, x, y, space, threat, eps, statement, generator, **common,

@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from robustscope.core.checks import make_generator
 from robustscope.core.errors import InputError
 from robustscope.core.statement import DECISION_CHANGE, Statement
 from robustscope.core.statuses import ATTACKED, CENSORED
@@ -60,7 +61,7 @@ def image_pgd(
         raise InputError(f"steps and restarts must be >= 1, got {steps} and {restarts}")
     n = x.shape[0]
     if generator is None:
-        generator = torch.Generator(device=x.device).manual_seed(0)
+        generator = make_generator(0, x.device)
     eps = eps.to(device=x.device, dtype=x.dtype)
     size = 2.5 * eps / steps * threat.step_scale
     best_margin = torch.full((n,), float("inf"), dtype=x.dtype, device=x.device)

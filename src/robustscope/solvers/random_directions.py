@@ -20,6 +20,7 @@ import math
 import numpy as np
 import torch
 
+from robustscope.core.checks import make_generator
 from robustscope.core.space import FeatureSpace
 from robustscope.core.statement import DECISION_CHANGE, Statement
 from robustscope.models.base import Classifier, QueryLedger
@@ -129,7 +130,7 @@ def random_directions_attack(model: Classifier, x: torch.Tensor, y: torch.Tensor
     itself. Like every solver it decides nothing: the caller verifies."""
     threat = get_threat(threat)
     if generator is None:
-        generator = torch.Generator(device=x.device).manual_seed(0)
+        generator = make_generator(0, x.device)
     eps = torch.as_tensor(eps, dtype=x.dtype, device=x.device).reshape(-1).expand(x.shape[0])
     x_adv, found, _ = search_at_strength(model, x, y, space, threat, eps, statement, generator,
                                          n_directions, max_elements, ledger, owners)
