@@ -129,9 +129,9 @@ def l2_radii(net: nn.Module, X: np.ndarray, y: np.ndarray, seed: int = 0):
     """Minimal L2 radii in the box [0, 1] (pixel units / 255) by robustscope's radius search
     (minimum-norm solver, line search, PGD bisection; every counterexample verified), with the
     loss recomputed accurately from the logits (:func:`cross_entropy`)."""
+    from robustscope import radius
     from robustscope.models.torch_model import TorchClassifier
     from robustscope.scores.intrinsic import cross_entropy
-    from robustscope import radius
 
     model = TorchClassifier(net, 10, X.shape[1:])
     t0 = time.perf_counter()

@@ -27,12 +27,12 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import load_mnist, parse_out, write_table  # noqa: E402
 
+from robustscope import radius as search_radius  # noqa: E402
+from robustscope import random_directions_radius  # noqa: E402
 from robustscope.core.space import FeatureSpace  # noqa: E402
 from robustscope.models.linear import LinearClassifier  # noqa: E402
 from robustscope.report.intrinsic_figures import plot_radius_vs_g, save_figure  # noqa: E402
 from robustscope.scores.intrinsic import cross_entropy, g_of_loss, intrinsic_scores  # noqa: E402
-from robustscope import radius as search_radius  # noqa: E402
-from robustscope import random_directions_radius  # noqa: E402
 
 
 def main() -> None:
