@@ -6,7 +6,7 @@ Counterexamples come from the gradient-free cascade (cube random search + HopSki
 5,000 queries per input), verified with the model's own ``predict``.
 
 Run (about 30 s on one core):
-    OMP_NUM_THREADS=1 PYTHONPATH=src python benchmarks/blackbox_readings.py --figures /tmp/figs
+    PYTHONPATH=src python benchmarks/blackbox_readings.py --figures /tmp/figs
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ function, else the best radius any run found, including long runs of cube and hs
 ``predict``.
 
 Run (about 6 minutes for XGBoost, 10 for LightGBM, on one core):
-    OMP_NUM_THREADS=1 PYTHONPATH=src python benchmarks/blackbox_trees.py --n 100 --seeds 3 \
+    PYTHONPATH=src python benchmarks/blackbox_trees.py --n 100 --seeds 3 \
         --exact exact_xgb_linf:exact_linf
 """
 

@@ -8,7 +8,7 @@ MILP (median, p90), the share of brackets closed (to 1e-4) within the time limit
 ratio of the default cascade's radius to the certified lower bound (median, p90, max) over
 the closed brackets.
 
-Run: ``OMP_NUM_THREADS=1 python benchmarks/exact_relu.py [--n 30] [--time-limit 20]``.
+Run: ``python benchmarks/exact_relu.py [--n 30] [--time-limit 20]``.
 """
 
 from __future__ import annotations

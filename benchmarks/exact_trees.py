@@ -9,7 +9,7 @@ and are left out of the timing).
 
 Run (one core)::
 
-    OMP_NUM_THREADS=1 PYTHONPATH=src python benchmarks/exact_trees.py --runs 3
+    PYTHONPATH=src python benchmarks/exact_trees.py --runs 3
 
 Prints a markdown section: per configuration, seconds per input (median over inputs, then
 median over runs; 10th / 90th percentile and max of the pooled per-input times), status
@@ -25,11 +25,8 @@ import sys
 import time
 from collections import Counter
 
+import lightgbm as lgb
 import numpy as np
-
-os.environ.setdefault("OMP_NUM_THREADS", "1")
-
-import lightgbm as lgb  # noqa: E402
 import xgboost as xgb  # noqa: E402
 from sklearn.datasets import load_breast_cancer  # noqa: E402
 from sklearn.model_selection import train_test_split  # noqa: E402

@@ -5,7 +5,7 @@
    calls per input, and the ratio isotropic / exact L2 radius (closed form);
 2. ``intrinsic_scores`` with 1,000 bootstrap resamples on n = 10,000 inputs: seconds.
 
-Usage: ``OMP_NUM_THREADS=1 PYTHONPATH=src python benchmarks/intrinsic_scores.py [--runs 3]``.
+Usage: ``PYTHONPATH=src python benchmarks/intrinsic_scores.py [--runs 3]``.
 Medians over ``--runs`` runs (different seeds).
 """
 

@@ -14,7 +14,7 @@ restart. For each threat, each of ``--repeats`` runs measures
 
 Medians over the repeats are printed as a Markdown table (CPU, one thread).
 
-Regenerate:  OMP_NUM_THREADS=1 PYTHONPATH=src python benchmarks/multiattack.py
+Regenerate:  PYTHONPATH=src python benchmarks/multiattack.py
 """
 
 from __future__ import annotations

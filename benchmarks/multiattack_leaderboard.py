@@ -5,7 +5,7 @@ Measures, as medians over repeats: parsing defences.json (21 models), scoring al
 back, and the largest deviation from the published leaderboard.csv (all 27 numeric columns).
 Both files ship with the package (``robustscope/refdata``), read with importlib.resources.
 
-    OMP_NUM_THREADS=1 PYTHONPATH=src python benchmarks/multiattack_leaderboard.py [--repeats 7]
+    PYTHONPATH=src python benchmarks/multiattack_leaderboard.py [--repeats 7]
 """
 
 from __future__ import annotations

@@ -1,18 +1,19 @@
 """Regenerate benchmarks/RESULTS.md: run every benchmark and assemble their sections.
 
-    OMP_NUM_THREADS=1 python benchmarks/regenerate.py              # everything (about 30 min)
+    python benchmarks/regenerate.py                                # everything (about 45 min)
     python benchmarks/regenerate.py --only scale,core               # rerun some sections
     python benchmarks/regenerate.py --list                          # sections and commands
     python benchmarks/regenerate.py --assemble                      # only rebuild RESULTS.md
 
 Each benchmark prints its results as markdown on stdout (tables, and verdict lines computed
 from its own measurements) and its progress on stderr. This script runs each one as a child
-process (``OMP_NUM_THREADS=1``, ``PYTHONPATH=src``) with the arguments listed below, and
-writes ``benchmarks/results/<section>.md``: the machine and the time it ran, then the
-benchmark's own output. RESULTS.md is the header plus, for every section in order, its title,
-command and a description of what is measured (fixed text below, no numbers), then its
-file; rerunning some sections keeps the others' last measurement (each says when it was
-taken). A failing
+process in the environment users have (no thread pin is added; the caller's
+``OMP_NUM_THREADS`` and the like are passed on and recorded), with ``PYTHONPATH=src`` and the
+arguments listed below, and writes ``benchmarks/results/<section>.md``: the machine, the
+thread settings and the time it ran, then the benchmark's own output. RESULTS.md is the
+header plus, for every section in order, its title, command and a description of what is
+measured (fixed text below, no numbers), then its file; rerunning some sections keeps the
+others' last measurement (each says when it was taken). A failing
 benchmark stops with its stderr and leaves its previous section file as it was.
 
 The peer benchmark needs its own requirements first: ``pip install -r
@@ -151,6 +152,15 @@ SECTIONS: tuple[Section, ...] = (
         "at the budget (charging page cache too; a process over it is killed). The multi-node "
         "plan built on these costs is in `docs/scaling.md`.", 4),
     Section(
+        "busy", "Busy neighbour: threads against a pin to one thread (issue 13)",
+        ("benchmarks/busy_neighbour.py", "--repeats", "3"),
+        "Five workloads (the demo, the black-box cascade on XGBoost, the exact tree MILP, the "
+        "white-box MLP search, `robustscope run` with 2 workers), each timed in a fresh "
+        "process in the default environment and pinned to one thread (`OMP_NUM_THREADS=1`, "
+        "MKL, OpenBLAS), on an idle machine and beside a process spinning on one core, "
+        "which the benchmark starts and stops itself. Targets: with the neighbour, default "
+        "at most 1.5x pinned; idle, no slower than pinned.", 12),
+    Section(
         "demo", "Demo and report (issue 6)",
         ("benchmarks/report_demo.py", "--repeats", "3"),
         "`robustscope demo`'s work in-process: training and radius search (`run_demo`), then "
@@ -160,11 +170,13 @@ SECTIONS: tuple[Section, ...] = (
 
 HEADER = """# Benchmark results
 
-Regenerate everything: `OMP_NUM_THREADS=1 python benchmarks/regenerate.py` (`--only
-KEY[,KEY]` reruns some sections, `--list` lists them; {total}). Each section below
-is written by that command from its benchmark's own output and says when and where it was
-measured. Throughputs are medians over repeated runs and may vary by ±50% on a shared
-machine; ratios are measured within one run and do not depend on load.
+Regenerate everything: `python benchmarks/regenerate.py` (`--only KEY[,KEY]` reruns some
+sections, `--list` lists them; {total}). Each section below is written by that command from
+its benchmark's own output and says when and where it was measured, with the thread settings
+it saw: benchmarks run in the environment users have, without thread pins (the busy-neighbour
+section sets a pin itself, beside the default, to compare). Throughputs are medians over
+repeated runs and may vary by ±50% on a shared machine; ratios are measured within one run
+and do not depend on load.
 """
 
 
@@ -175,17 +187,35 @@ def machine() -> str:
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return (f"{platform.processor() or platform.machine()}, {cores} cores, torch "
             f"{torch.__version__}, numpy {np.__version__}, Python {platform.python_version()}, "
-            f"load average {os.getloadavg()[0]:.1f} at the start")
+            f"load average {os.getloadavg()[0]:.1f} at the start; threads: "
+            f"{thread_settings()}")
+
+
+#: Environment variables that pin thread pools, recorded with every measurement.
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+                    "OPENBLAS_CORETYPE")
+
+
+def thread_settings() -> str:
+    """The thread settings a benchmark child inherits: the pinning variables that are set,
+    torch's intra-op threads, and the native pools threadpoolctl sees."""
+    import torch
+    from threadpoolctl import threadpool_info
+
+    pins = [f"{k}={os.environ[k]}" for k in THREAD_VARIABLES if k in os.environ]
+    pools = sorted({f"{p['internal_api']} {p['num_threads']}" for p in threadpool_info()})
+    return (f"{', '.join(pins) or 'no pinning variable set'}; torch intra-op "
+            f"{torch.get_num_threads()}; native pools: {', '.join(pools) or 'none loaded'}")
 
 
 def command_line(section: Section) -> str:
-    return "OMP_NUM_THREADS=1 python " + " ".join(section.args)
+    return "python " + " ".join(section.args)
 
 
 def run_section(section: Section, python: str = sys.executable, echo: bool = True) -> str:
     """Run one benchmark and return what it measured (a stamp line, then its stdout);
     raises RuntimeError on failure."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1",
+    env = {**os.environ,
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "src"), str(HERE),
                                                        os.environ.get("PYTHONPATH")]))}
     where = machine()

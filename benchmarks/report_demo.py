@@ -1,6 +1,6 @@
 """Time the demo's whole workflow (train, radii of both models, report) and the report alone.
 
-    OMP_NUM_THREADS=2 PYTHONPATH=src taskset -c 0,1 python benchmarks/report_demo.py --repeats 3
+    PYTHONPATH=src python benchmarks/report_demo.py --repeats 3
 
 Prints the median and every run's seconds for: training + radius search (``run_demo``), the
 report (``build_demo_report``: scores with 1000 bootstrap resamples, IsolationForest, Proxy-A

@@ -19,7 +19,7 @@
 
 Every run is a child process (``run_spec_file``) so that its peak memory is its own.
 
-    OMP_NUM_THREADS=1 PYTHONPATH=src python benchmarks/scale.py [--repeats 3]
+    PYTHONPATH=src python benchmarks/scale.py [--repeats 3]
         [--memory-sizes 100000 1000000] [--memory-budget 512]
         [--memory-formats npz,parquet] [--skip-memory]
         [--skip-throughput]
@@ -163,7 +163,7 @@ def write_model(path: Path, kind: str) -> None:
 
 
 def child(code: str, *args: str, cap: MemoryCap | None = None) -> dict:
-    env = {**os.environ, "PYTHONPATH": SRC, "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "PYTHONPATH": SRC}
     proc = subprocess.run([sys.executable, "-c", code, *args], env=env, capture_output=True,
                           text=True, check=False, preexec_fn=None if cap is None else cap.enter)
     if proc.returncode != 0:

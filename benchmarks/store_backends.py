@@ -10,7 +10,7 @@ PostgreSQL is the server at ``--url``, or else a throwaway local cluster from De
 ``postgresql`` package, started durable (fsync and synchronous commit on) and reached over
 TCP on 127.0.0.1.
 
-    OMP_NUM_THREADS=1 PYTHONPATH=src python benchmarks/store_backends.py [--repeats 7]
+    PYTHONPATH=src python benchmarks/store_backends.py [--repeats 7]
         [--n 10000] [--url postgresql://user:password@host:port/database]
 """
 
