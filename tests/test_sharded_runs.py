@@ -14,7 +14,14 @@ import time
 import numpy as np
 import pandas as pd
 import pytest
-from scale_helpers import FlakyModel, adversarial, gbm_spec, run_subprocess, table
+from scale_helpers import (
+    FlakyModel,
+    adversarial,
+    dies_once_file,
+    gbm_spec,
+    run_subprocess,
+    table,
+)
 
 from robustscope.core.errors import InputError
 from robustscope.runs import journal
@@ -110,7 +117,7 @@ def test_shard_results_do_not_depend_on_the_other_shards(reference, tmp_path):
 def test_killed_after_k_shards_then_resumed(reference, tmp_path, kill_after):
     ref_tmp, ref = reference
     spec = gbm_spec(tmp_path, "k", "out", store="k.sqlite")
-    code = run_subprocess(spec, {journal.KILL_AFTER_ENV: str(kill_after)}, wait=120)
+    code = run_subprocess(spec, kill_after=kill_after, wait=120)
     assert code == -signal.SIGKILL
     done = (tmp_path / "out" / journal.JOURNAL).read_text().splitlines()
     assert len(done) == kill_after
@@ -176,7 +183,7 @@ def test_resume_errors(reference, tmp_path):
         run_spec_file(spec, quiet=True, resume=True)
     with pytest.raises(InputError, match="is complete"):
         run_spec_file(gbm_spec(tmp_path, "e2", str(ref_tmp / "out")), quiet=True, resume=True)
-    code = run_subprocess(spec, {journal.KILL_AFTER_ENV: "1"}, wait=120)
+    code = run_subprocess(spec, kill_after=1, wait=120)
     assert code == -signal.SIGKILL
     other = gbm_spec(tmp_path, "e3", "out", limit=18)
     with pytest.raises(InputError, match="different spec"):
@@ -237,13 +244,10 @@ def test_a_model_raising_on_some_rows_loses_only_those(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_dead_local_worker_fails_its_shards_and_the_run_resumes(reference, tmp_path,
-                                                                  monkeypatch):
-    from robustscope.runs.shards import EXIT_ONCE_ENV
-
+def test_a_dead_local_worker_fails_its_shards_and_the_run_resumes(reference, tmp_path):
     ref_tmp, _ = reference
-    spec = gbm_spec(tmp_path, "dead", "out", workers=2)
-    monkeypatch.setenv(EXIT_ONCE_ENV, str(tmp_path / "died"))
+    model = dies_once_file(tmp_path, tmp_path / "died")  # kills the first worker calling it
+    spec = gbm_spec(tmp_path, "dead", "out", workers=2, model=model)
     with pytest.raises(RunIncomplete, match=r"(?s)shard\(s\) failed.*BrokenProcessPool"
                                             r".*--resume"):
         run_spec_file(spec, quiet=True)

@@ -102,6 +102,21 @@ META_COMBINE: dict[str, str] = {"forward_total": "sum", "backward_total": "sum",
                                 "attack_runs": "rows"}
 
 
+def join_meta(template: Mapping, parts: Sequence[tuple[Mapping, int]]) -> dict:
+    """``template``'s ``meta`` with the :data:`META_COMBINE` entries it holds combined over
+    ``parts`` (``(meta, number of rows)`` of results over disjoint inputs, in row order):
+    totals summed, per-input lists joined (0 for a part that lacks the entry)."""
+    meta = dict(template)
+    for key, how in META_COMBINE.items():
+        if key not in meta:
+            continue
+        if how == "sum":
+            meta[key] = int(sum(int(m.get(key, 0)) for m, _ in parts))
+        else:
+            meta[key] = [v for m, n in parts for v in (list(m[key]) if key in m else [0] * n)]
+    return meta
+
+
 def _widen(part: np.ndarray, width: tuple[int, ...], col: Column, result: RadiusResult
            ) -> np.ndarray:
     """``part`` (a per-row column of ``result``) with rows of shape ``width``: as it is, or,
@@ -232,15 +247,10 @@ class RadiusResult:
                 parts = [_widen(p, width, col, r) for p, r in zip(parts, results, strict=True)]
             joined = np.concatenate(parts)[order]
             arrays[col.name] = joined.astype(object) if col.dtype == "str" else joined
-        meta = dict(first.meta)
+        meta = join_meta(first.meta, [(r.meta, len(r)) for r in results])
         for key, how in META_COMBINE.items():
-            if key not in meta:
-                continue
-            if how == "sum":
-                meta[key] = int(sum(int(r.meta.get(key, 0)) for r in results))
-            else:
-                meta[key] = np.concatenate([np.asarray(r.meta.get(key, [0] * len(r)))
-                                            for r in results])[order].tolist()
+            if how == "rows" and key in meta:
+                meta[key] = np.asarray(meta[key])[order].tolist()
         errors: dict[int, str] = {}
         for r in results:
             errors.update(r.errors)
