@@ -9,7 +9,7 @@ A run folder holds::
     adv_<threat>.npz      counterexamples (when outputs.adversarial)
     report.html           the report (name from outputs.report)
 
-``robustscope compare`` reads run folders back with :func:`load_run_dir`.
+``robustscope compare`` reads run folders back with :func:`robustscope.runs.compare.load_run`.
 """
 
 from __future__ import annotations
@@ -201,9 +201,7 @@ def assemble(out_dir: Path, spec: EvaluationSpec, shards: list[Shard],
     results, seconds = {}, {}
     for t in spec.threats:
         mine = [s for s in shards if s.threat == t.name]
-        results[t.name], seconds[t.name] = _assemble_threat(out_dir, mine, input_shape)
-        if y is not None:
-            _label_failed_rows(results[t.name], y)
+        results[t.name], seconds[t.name] = _assemble_threat(out_dir, mine, input_shape, y)
     return results, seconds
 
 
@@ -218,8 +216,8 @@ def _column_file(folder: Path, name: str, dtype: str, shape: tuple[int, ...]) ->
     return np.lib.format.open_memmap(folder / f"{name}.npy", mode="w+", dtype=kind, shape=shape)
 
 
-def _assemble_threat(out_dir: Path, mine: list[Shard], input_shape: tuple[int, ...] | None
-                     ) -> tuple[RadiusResult, float]:
+def _assemble_threat(out_dir: Path, mine: list[Shard], input_shape: tuple[int, ...] | None,
+                     y: np.ndarray | None) -> tuple[RadiusResult, float]:
     """One threat's shards joined into memory-mapped columns (see :func:`assemble`)."""
     n = mine[-1].stop if mine else 0
     folder = shard_path(out_dir, mine[0]).parent / "columns"
@@ -255,8 +253,12 @@ def _assemble_threat(out_dir: Path, mine: list[Shard], input_shape: tuple[int, .
             if col.dtype == "str" and len(value) and max(map(len, set(value))) > _TEXT_WIDTH:
                 raise ValueError(f"a {col.name} in shard {shard.key} is longer than "
                                  f"{_TEXT_WIDTH} characters")
-            if value.shape[1:] != column.shape[1:]:   # a shard of failed rows only
-                value = np.full((len(shard), *column.shape[1:]), col.fill)
+            if value.shape[1:] != column.shape[1:]:
+                if searched or col.fill is None:
+                    raise RunIncomplete(f"shard file {path}: column {col.name} has rows of "
+                                        f"shape {value.shape[1:]}, the others "
+                                        f"{column.shape[1:]}; delete it and resume the run")
+                value = np.full((len(shard), *column.shape[1:]), col.fill)  # failed rows only
             column[rows] = value
         if not searched and len(columns) < len(STORED_COLUMNS):
             unsized.append(rows)
@@ -269,12 +271,14 @@ def _assemble_threat(out_dir: Path, mine: list[Shard], input_shape: tuple[int, .
         if col.name not in columns:
             columns[col.name] = _column_file(folder, col.name, col.dtype, (n, 0))
             columns[col.name][:] = col.fill
-    for column in columns.values():
-        column.flush()
     assert first is not None
     result = RadiusResult(**columns, threat=first.threat, solver=first.solver,
                           max_radius=first.max_radius, classes=first.classes,
                           meta=join_meta(first.meta, metas), errors=errors)
+    if y is not None:
+        _label_failed_rows(result, y)
+    for column in columns.values():
+        column.flush()
     return result, secs
 
 
