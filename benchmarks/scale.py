@@ -202,13 +202,13 @@ def shard_costs(out: Path) -> dict:
     files = sorted((out / "shards").rglob("0*.npz"))
     secs, writes, sizes, lines = [], [], [], []
     for path in files:
-        res, _, sec = read_shard(path)
+        res, sec = read_shard(path)
         secs.append(sec)
         sizes.append(len(res))
         shard = Shard("t", 0, 0, 0, len(res), 0)
         with tempfile.TemporaryDirectory() as d:
             t0 = time.perf_counter()
-            write_shard(Path(d), ShardOutput(shard, res, {}, sec))
+            write_shard(Path(d), ShardOutput(shard, res, sec))
             writes.append(time.perf_counter() - t0)
             t0 = time.perf_counter()
             journal.record(Path(d), shard, "done", failed_rows=0)

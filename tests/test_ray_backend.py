@@ -6,11 +6,10 @@ from __future__ import annotations
 import os
 
 import pytest
-from scale_helpers import SRC, TESTS, gbm_spec
+from scale_helpers import SRC, TESTS, dies_once_file, gbm_spec
 from test_sharded_runs import assert_same_tables
 
 from robustscope.runs.runner import run_spec_file
-from robustscope.runs.shards import EXIT_ONCE_ENV
 
 ray = pytest.importorskip("ray")
 
@@ -18,18 +17,18 @@ ray = pytest.importorskip("ray")
 def test_ray_matches_local_and_retries_a_dead_worker(tmp_path, monkeypatch):
     run_spec_file(gbm_spec(tmp_path, "local", "local", workers=1), quiet=True)
     marker = tmp_path / "worker-died"
+    model = dies_once_file(tmp_path, marker)    # kills the first actor process calling it
     # Ray workers inherit the environment of the cluster started here
-    monkeypatch.setenv(EXIT_ONCE_ENV, str(marker))
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([SRC, TESTS,
                                                    os.environ.get("PYTHONPATH", "")]))
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     monkeypatch.setenv("RAY_USAGE_STATS_ENABLED", "0")  # no network from tests
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
-        outcome = run_spec_file(gbm_spec(tmp_path, "ray", "ray"), quiet=True, backend="ray",
-                                workers=2)
+        outcome = run_spec_file(gbm_spec(tmp_path, "ray", "ray", model=model), quiet=True,
+                                backend="ray", workers=2)
     finally:
         ray.shutdown()
-    assert marker.exists()                      # one worker did die (os._exit), and Ray re-ran it
+    assert marker.exists()      # one actor did die (os._exit); Ray restarted it, re-ran its shards
     assert outcome.manifest["provenance"]["execution"]["backend"] == "ray"
     assert_same_tables(tmp_path / "local", tmp_path / "ray")

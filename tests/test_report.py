@@ -87,21 +87,21 @@ def test_fragile_inputs_table_lists_the_changed_features(evaluation, html):
     assert changes[0]["name"] in fragile
 
 
-def test_missing_modules_leave_a_note_not_a_number(monkeypatch, tmp_path):
-    real = html_mod.optional_module
-
-    def without(name):
-        return None if name.endswith(("distribution", "tabular_figures")) else real(name)
-
-    import robustscope.scores.evaluation as ev_mod
-
-    monkeypatch.setattr(ev_mod, "optional_module", without)
-    monkeypatch.setattr(html_mod, "optional_module", without)
+def test_missing_readings_leave_a_note_not_a_number(monkeypatch, tmp_path):
     ev, _ = tabular_evaluation(n=20, n_bootstrap=0)
+    results = {s.name: s.result for s in ev.sections}
+    # no reference data: no out-of-distribution reading; a figure that fails to draw
+    ev = build_evaluation(ev.title, results, ev.X, ev.y, ev.space, None,
+                          ReadingOptions(n_bootstrap=0))
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("no canvas")
+
+    monkeypatch.setattr(html_mod, "flip_rate_figure", broken)
     path = render_report(ev, tmp_path / "r.html")
     text = path.read_text()
-    assert "robustscope.scores.distribution is not installed" in text
-    assert "robustscope.report.tabular_figures is not installed" in text
+    assert "no reference (training) data was given" in text
+    assert "Flip rate against strength ε: could not be drawn (RuntimeError: no canvas)" in text
     assert "Proxy-A distance:" not in text
     assert all(i["width"] > 0 for i in report_images(text))
 

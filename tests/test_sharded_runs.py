@@ -14,7 +14,14 @@ import time
 import numpy as np
 import pandas as pd
 import pytest
-from scale_helpers import FlakyModel, adversarial, gbm_spec, run_subprocess, table
+from scale_helpers import (
+    FlakyModel,
+    adversarial,
+    dies_once_file,
+    gbm_spec,
+    run_subprocess,
+    table,
+)
 
 from robustscope.core.errors import InputError
 from robustscope.runs import journal
@@ -110,7 +117,7 @@ def test_shard_results_do_not_depend_on_the_other_shards(reference, tmp_path):
 def test_killed_after_k_shards_then_resumed(reference, tmp_path, kill_after):
     ref_tmp, ref = reference
     spec = gbm_spec(tmp_path, "k", "out", store="k.sqlite")
-    code = run_subprocess(spec, {journal.KILL_AFTER_ENV: str(kill_after)}, wait=120)
+    code = run_subprocess(spec, kill_after=kill_after, wait=120)
     assert code == -signal.SIGKILL
     done = (tmp_path / "out" / journal.JOURNAL).read_text().splitlines()
     assert len(done) == kill_after
@@ -176,7 +183,7 @@ def test_resume_errors(reference, tmp_path):
         run_spec_file(spec, quiet=True, resume=True)
     with pytest.raises(InputError, match="is complete"):
         run_spec_file(gbm_spec(tmp_path, "e2", str(ref_tmp / "out")), quiet=True, resume=True)
-    code = run_subprocess(spec, {journal.KILL_AFTER_ENV: "1"}, wait=120)
+    code = run_subprocess(spec, kill_after=1, wait=120)
     assert code == -signal.SIGKILL
     other = gbm_spec(tmp_path, "e3", "out", limit=18)
     with pytest.raises(InputError, match="different spec"):
@@ -236,14 +243,56 @@ def test_a_model_raising_on_some_rows_loses_only_those(tmp_path):
         assert store.radii(run_id)["sample"].tolist() == good["sample"].tolist()
 
 
-@pytest.mark.slow
-def test_a_dead_local_worker_fails_its_shards_and_the_run_resumes(reference, tmp_path,
-                                                                  monkeypatch):
-    from robustscope.runs.shards import EXIT_ONCE_ENV
+def test_assembly_fills_shards_whose_rows_all_failed(tmp_path):
+    """A first shard whose every row failed (no class count known) is assembled with the
+    searched shards after it: fill values, true labels, errors, summed and joined meta."""
+    from types import SimpleNamespace
 
+    from robustscope.core.result import RadiusResult
+    from robustscope.runs.runner import assemble
+    from robustscope.runs.shards import ShardOutput, write_shard
+
+    n, k = 3, 2
+    shards = plan_shards(2 * n, ["linf"], n, seed=0)
+    failed = RadiusResult.failures(np.arange(n), np.ones((n, 4)), dict.fromkeys(range(n), "x"),
+                                   "linf", "pgd", 1.0, meta={"forward_total": 0})
+    rng = np.random.default_rng(0)
+    searched = RadiusResult(
+        radius=rng.uniform(size=n), lower_bound=np.zeros(n),
+        status=np.array(["attacked"] * n, dtype=object), x_adv=rng.normal(size=(n, 4)),
+        label=np.zeros(n, np.int64), prediction=np.zeros(n, np.int64),
+        adv_prediction=np.ones(n, np.int64), proba=rng.dirichlet(np.ones(k), n),
+        proba_adv=rng.dirichlet(np.ones(k), n), loss=np.ones(n),
+        forward_queries=np.ones(n, np.int64), backward_queries=np.zeros(n, np.int64),
+        seconds=np.ones(n), threat="linf", solver="pgd", max_radius=1.0,
+        classes=np.array(["no", "yes"]), sample=np.arange(n, 2 * n),
+        meta={"forward_total": 9, "attack_runs": [1, 2, 3]})
+    for shard, res in zip(shards, (failed, searched), strict=True):
+        write_shard(tmp_path, ShardOutput(shard, res, 1.0))
+    spec = SimpleNamespace(threats=[SimpleNamespace(name="linf")])
+    y = np.array(["yes", "no", "maybe", "no", "no", "no"])
+    results, seconds = assemble(tmp_path, spec, shards, (4,), y)
+    res = results["linf"]
+    assert seconds == {"linf": 2.0}
+    assert res.status.tolist() == ["failed"] * n + ["attacked"] * n
+    assert res.errors == dict.fromkeys(range(n), "x")
+    assert res.proba.shape == (2 * n, k) and np.isnan(res.proba[:n]).all()
+    np.testing.assert_array_equal(res.proba[n:], searched.proba)
+    np.testing.assert_array_equal(res.x_adv[:n], np.ones((n, 4)))
+    assert res.label[:n].tolist() == [-1, -1, -1]        # "maybe" is no class: unknown
+    assert res.meta == {"forward_total": 9, "attack_runs": [0, 0, 0, 1, 2, 3]}
+    res, _ = assemble(tmp_path, spec, shards, (4,), np.array(["yes", "no", "no"] * 2))
+    assert res["linf"].label[:n].tolist() == [1, 0, 0]    # true classes of the failed rows
+    table = res["linf"].to_dataframe()
+    assert table["label"].tolist() == ["yes", "no", "no", "no", "no", "no"]
+    assert table["prediction"].isna().tolist() == [True] * n + [False] * n
+
+
+@pytest.mark.slow
+def test_a_dead_local_worker_fails_its_shards_and_the_run_resumes(reference, tmp_path):
     ref_tmp, _ = reference
-    spec = gbm_spec(tmp_path, "dead", "out", workers=2)
-    monkeypatch.setenv(EXIT_ONCE_ENV, str(tmp_path / "died"))
+    model = dies_once_file(tmp_path, tmp_path / "died")  # kills the first worker calling it
+    spec = gbm_spec(tmp_path, "dead", "out", workers=2, model=model)
     with pytest.raises(RunIncomplete, match=r"(?s)shard\(s\) failed.*BrokenProcessPool"
                                             r".*--resume"):
         run_spec_file(spec, quiet=True)

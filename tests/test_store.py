@@ -365,7 +365,8 @@ def test_sqlite_files_of_the_first_store_still_open(tmp_path):
         tables = [r[0] for r in con.execute(
             "SELECT name FROM sqlite_master WHERE type='table' AND name NOT LIKE 'sqlite_%' "
             "ORDER BY name")]
-        out = {t: [(c[1], c[2], c[5]) for c in con.execute(f"PRAGMA table_info({t})")]
+        # by name: the radii table's columns follow the row schema's order in new files
+        out = {t: sorted((c[1], c[2], c[5]) for c in con.execute(f"PRAGMA table_info({t})"))
                for t in tables}
         con.close()
         return out

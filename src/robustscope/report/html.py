@@ -28,7 +28,9 @@ from robustscope.report.figures import (
     fragile_indices,
     radius_distribution_figure,
 )
-from robustscope.scores.evaluation import Evaluation, Section, optional_module
+from robustscope.report.intrinsic_figures import plot_radius_vs_g
+from robustscope.report.tabular_figures import flip_rate_figure, ood_figure, score_scatter_figure
+from robustscope.scores.evaluation import Evaluation, Section
 
 _ENV = jinja2.Environment(
     loader=jinja2.PackageLoader("robustscope.report", "templates"),
@@ -70,12 +72,9 @@ _ENV.filters["fmt"] = fmt
 _ENV.filters["pct"] = pct
 
 
-def _figure(figures: list[dict], notes: list[str], caption: str, make: Callable[[], object],
-            missing: str | None = None) -> None:
-    """Append ``{caption, uri}`` made by ``make()``; on a missing module or a failure, a note."""
-    if missing is not None:
-        notes.append(f"{caption}: {missing}")
-        return
+def _figure(figures: list[dict], notes: list[str], caption: str, make: Callable[[], object]
+            ) -> None:
+    """Append ``{caption, uri}`` made by ``make()``; on a failure, a note."""
     try:
         figures.append({"caption": caption, "uri": figure_to_data_uri(make())})
     except Exception as exc:  # noqa: BLE001 - one failed figure must not sink the report
@@ -86,30 +85,23 @@ def _section_context(ev: Evaluation, sec: Section) -> dict:
     res = sec.result
     figures: list[dict] = []
     notes = [f"{k}: {v}" for k, v in sec.notes.items() if k not in ("ood", "pad")]
-    tab = optional_module("robustscope.report.tabular_figures")
-    intr = optional_module("robustscope.report.intrinsic_figures")
-    no_tab = None if tab is not None else "robustscope.report.tabular_figures is not installed"
     class_names = None if res.classes is None else list(res.classes)
 
     _figure(figures, notes, "Flip rate against strength ε",
-            lambda: tab.flip_rate_figure(res, class_names=dict(enumerate(class_names))
-                                         if class_names else None,
-                                         title=f"Flip rate vs strength — {sec.name}"),
-            no_tab)
+            lambda: flip_rate_figure(res, class_names=dict(enumerate(class_names))
+                                     if class_names else None,
+                                     title=f"Flip rate vs strength — {sec.name}"))
     broken = res.found & (res.status != MISCLASSIFIED)
     if broken.any():
         _figure(figures, notes, "Score before and after the perturbation, coloured by radius",
-                lambda: tab.score_scatter_figure(
+                lambda: score_scatter_figure(
                     res.proba[broken], res.proba_adv[broken], res.radius[broken],
-                    res.prediction[broken], title=f"Initial vs perturbed score — {sec.name}"),
-                no_tab)
+                    res.prediction[broken], title=f"Initial vs perturbed score — {sec.name}"))
     else:
         notes.append("Score scatter: no counterexample was found")
     if sec.scores is not None:
         _figure(figures, notes, "Radius against g(loss), with the least-squares line",
-                lambda: intr.plot_radius_vs_g(sec.scores),
-                None if intr is not None else
-                "robustscope.report.intrinsic_figures is not installed")
+                lambda: plot_radius_vs_g(sec.scores))
     _figure(figures, notes, "Robust accuracy against strength (markers: the grid)",
             lambda: accuracy_vs_strength_figure([Curve.of(sec.name, res, sec.strengths)],
                                                 title=f"Accuracy vs strength — {sec.name}"))
@@ -137,11 +129,9 @@ def _section_context(ev: Evaluation, sec: Section) -> dict:
 def _ood_context(sec: Section) -> dict:
     figures: list[dict] = []
     notes = [v for k, v in sec.notes.items() if k in ("ood", "pad")]
-    tab = optional_module("robustscope.report.tabular_figures")
     if sec.ood is not None:
         _figure(figures, notes, "IsolationForest scores of clean inputs and counterexamples",
-                lambda: tab.ood_figure(sec.ood, title=f"IsolationForest scores — {sec.name}"),
-                None if tab is not None else "robustscope.report.tabular_figures is missing")
+                lambda: ood_figure(sec.ood, title=f"IsolationForest scores — {sec.name}"))
     return {"name": sec.name, "ood": None if sec.ood is None else sec.ood.summary(),
             "pad": None if sec.pad is None else {
                 "pad": sec.pad.pad, "error": sec.pad.error, "n_test": sec.pad.n_test,

@@ -5,13 +5,14 @@ as shards finish (any order; the runner assembles by shard index). At most a few
 worker are in flight at once, so results stream to the driver instead of piling up.
 
 - ``local`` with 1 worker: in this process, one shard after the other.
-- ``local`` with N > 1 workers: a ``spawn`` process pool; each worker loads the model and
-  data from the spec once (models such as TorchScript cannot be pickled), then receives
-  shard descriptors only.
-- ``ray``: one Ray task per shard (``num_cpus=1``, ``num_gpus=1`` when the model's device is
-  CUDA), retried by Ray when its worker dies (``max_retries``); each Ray worker process loads
-  the spec's model and data once (so the spec's paths must be readable on every node).
-  Needs ``pip install ray`` (the ``ray`` extra).
+- ``local`` with N > 1 workers: a ``spawn`` process pool; each worker process holds one
+  :class:`ShardWorker`, which loads the model and data from the spec once (models such as
+  TorchScript cannot be pickled), then receives shard descriptors only.
+- ``ray``: one Ray actor per worker (``num_cpus=1``, ``num_gpus=1`` when the model's device is
+  CUDA), each a :class:`ShardWorker` that loads the spec's model and data once (so the
+  spec's paths must be readable on every node) and runs the shards sent to it. An actor whose
+  process dies is restarted and its shards are run again (up to :data:`RAY_MAX_RETRIES`
+  times). Needs ``pip install ray`` (the ``ray`` extra).
 """
 
 from __future__ import annotations
@@ -20,11 +21,14 @@ import os
 from collections.abc import Iterator
 
 from robustscope.core.errors import InputError
-from robustscope.runs.shards import Shard, ThreatJob, run_shard
+from robustscope.runs.execute import run_shard
+from robustscope.runs.inputs import LoadedInputs, load_inputs
+from robustscope.runs.shards import Shard, ShardOutput, ThreatJob
+from robustscope.runs.spec import EvaluationSpec
 
 #: Shards in flight per worker (keeps memory bounded and every worker busy).
 IN_FLIGHT_PER_WORKER = 2
-#: Times Ray re-runs a shard whose worker died.
+#: Times Ray restarts an actor whose process died, and re-runs each of its shards.
 RAY_MAX_RETRIES = 3
 
 BACKENDS = ("local", "ray")
@@ -38,9 +42,32 @@ def default_workers() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def run_shards(inputs, jobs: dict[str, ThreatJob], shards: list[Shard], backend: str = "local",
-               workers: int | None = None, address: str | None = None, spec=None
-               ) -> Iterator[tuple[Shard, object]]:
+class ShardWorker:
+    """Runs shards in a worker process: loads ``spec``'s inputs (model, data, feature space)
+    on the first shard, once, with torch on one thread (the workers provide the
+    parallelism), then searches each shard it is given under ``jobs[shard.threat]``."""
+
+    def __init__(self, spec: EvaluationSpec, jobs: dict[str, ThreatJob]) -> None:
+        self.spec = spec
+        self.jobs = jobs
+        self._inputs: LoadedInputs | None = None
+
+    @property
+    def inputs(self) -> LoadedInputs:
+        if self._inputs is None:
+            import torch
+
+            torch.set_num_threads(1)
+            self._inputs = load_inputs(self.spec)
+        return self._inputs
+
+    def run(self, shard: Shard) -> ShardOutput:
+        return run_shard(self.inputs, self.jobs[shard.threat], shard)
+
+
+def run_shards(inputs: LoadedInputs, jobs: dict[str, ThreatJob], shards: list[Shard],
+               backend: str = "local", workers: int | None = None, address: str | None = None,
+               spec: EvaluationSpec | None = None) -> Iterator[tuple[Shard, object]]:
     """Run ``shards`` and yield ``(shard, ShardOutput or the exception it raised)`` as each
     finishes. ``inputs`` serve the in-process backend; worker processes load ``spec``'s
     inputs themselves (``spec`` is required for them)."""
@@ -62,7 +89,8 @@ def run_shards(inputs, jobs: dict[str, ThreatJob], shards: list[Shard], backend:
     return _pool(spec, jobs, shards, workers)
 
 
-def _in_process(inputs, jobs, shards) -> Iterator[tuple[Shard, object]]:
+def _in_process(inputs: LoadedInputs, jobs: dict[str, ThreatJob], shards: list[Shard]
+                ) -> Iterator[tuple[Shard, object]]:
     for shard in shards:
         try:
             out = run_shard(inputs, jobs[shard.threat], shard)
@@ -73,34 +101,21 @@ def _in_process(inputs, jobs, shards) -> Iterator[tuple[Shard, object]]:
 
 
 # -- local process pool ----------------------------------------------------------------------
-_WORKER_STATE: dict = {}
+#: The worker of this pool process (set by the pool's initializer; a process pool hands its
+#: tasks plain functions, so the worker object lives in the process).
+_pool_worker: list[ShardWorker] = []
 
 
-def _worker_inputs(spec):
-    """The spec's loaded inputs, once per worker process (cached by the spec's JSON)."""
-    key = spec.model_dump_json()
-    if _WORKER_STATE.get("key") != key:
-        import torch
-
-        from robustscope.runs.runner import load_inputs
-
-        torch.set_num_threads(1)  # one core per worker: the workers provide the parallelism
-        _WORKER_STATE["inputs"] = load_inputs(spec)
-        _WORKER_STATE["key"] = key
-    return _WORKER_STATE["inputs"]
+def _pool_init(spec: EvaluationSpec, jobs: dict[str, ThreatJob]) -> None:
+    _pool_worker[:] = [ShardWorker(spec, jobs)]
 
 
-def _pool_init(spec, jobs) -> None:
-    _WORKER_STATE["spec"] = spec
-    _WORKER_STATE["jobs"] = jobs
+def _pool_task(shard: Shard) -> ShardOutput:
+    return _pool_worker[0].run(shard)
 
 
-def _pool_task(shard: Shard):
-    inputs = _worker_inputs(_WORKER_STATE["spec"])
-    return run_shard(inputs, _WORKER_STATE["jobs"][shard.threat], shard)
-
-
-def _pool(spec, jobs, shards, workers) -> Iterator[tuple[Shard, object]]:
+def _pool(spec: EvaluationSpec, jobs: dict[str, ThreatJob], shards: list[Shard],
+          workers: int) -> Iterator[tuple[Shard, object]]:
     import multiprocessing as mp
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
@@ -135,11 +150,8 @@ def _import_ray():
     return ray
 
 
-def _ray_task(spec, jobs, shard: Shard):
-    return run_shard(_worker_inputs(spec), jobs[shard.threat], shard)
-
-
-def _ray(spec, jobs, shards, workers, address) -> Iterator[tuple[Shard, object]]:
+def _ray(spec: EvaluationSpec, jobs: dict[str, ThreatJob], shards: list[Shard],
+         workers: int | None, address: str | None) -> Iterator[tuple[Shard, object]]:
     ray = _import_ray()
     started_here = False
     if not ray.is_initialized():
@@ -157,26 +169,34 @@ def _ray(spec, jobs, shards, workers, address) -> Iterator[tuple[Shard, object]]
             raise InputError(f"cannot start or reach the Ray cluster"
                              f"{' at ' + address if address else ''}: {exc}") from exc
         started_here = True
+    actors: list = []
     try:
         gpu = any(str(j.device).startswith("cuda") for j in jobs.values())
-        task = ray.remote(num_cpus=1, num_gpus=1 if gpu else 0,
-                          max_retries=RAY_MAX_RETRIES)(_ray_task)
-        spec_ref, jobs_ref = ray.put(spec), ray.put(jobs)
+        actor_class = ray.remote(num_cpus=1, num_gpus=1 if gpu else 0,
+                                 max_restarts=RAY_MAX_RETRIES,
+                                 max_task_retries=RAY_MAX_RETRIES)(ShardWorker)
         width = workers or max(1, int(ray.cluster_resources().get("CPU", 1)))
+        actors = [actor_class.remote(spec, jobs) for _ in range(min(width, len(shards)))]
+        load = [0] * len(actors)                # shards in flight per actor
         todo = list(shards)
-        running: dict = {}
+        running: dict = {}                      # object ref -> (shard, actor number)
         while todo or running:
-            while todo and len(running) < width * IN_FLIGHT_PER_WORKER:
+            while todo and min(load) < IN_FLIGHT_PER_WORKER:
+                k = load.index(min(load))
                 shard = todo.pop(0)
-                running[task.remote(spec_ref, jobs_ref, shard)] = shard
+                running[actors[k].run.remote(shard)] = (shard, k)
+                load[k] += 1
             done, _ = ray.wait(list(running), num_returns=1)
             for ref in done:
-                shard = running.pop(ref)
+                shard, k = running.pop(ref)
+                load[k] -= 1
                 try:
                     yield shard, ray.get(ref)
                 except Exception as exc:  # RayTaskError wraps the task's own exception
                     cause = getattr(exc, "cause", None)
                     yield shard, cause if isinstance(cause, BaseException) else exc
     finally:
+        for actor in actors:
+            ray.kill(actor)
         if started_here:
             ray.shutdown()

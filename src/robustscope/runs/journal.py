@@ -19,23 +19,20 @@ import hashlib
 import json
 import os
 import shutil
-import signal
 import time
 import uuid
 from pathlib import Path
 
 from robustscope.core.errors import InputError
 from robustscope.core.fileio import atomic_write
+from robustscope.runs.shards import SHARDS_DIR, Shard, read_shard, shard_path
 
 PLAN = "plan.json"
 JOURNAL = "journal.jsonl"
-SHARDS = "shards"
-#: Environment hook (tests, fault drills): SIGKILL this process after it has committed
-#: this many shards.
-KILL_AFTER_ENV = "ROBUSTSCOPE_KILL_AFTER_SHARDS"
+SHARDS = SHARDS_DIR
 
+#: Journal entries per run folder (by shard key), read once when a run is opened.
 _entries: dict[str, dict[str, dict]] = {}
-_commits = [0]
 
 
 def fingerprint(spec, n: int) -> str:
@@ -123,21 +120,19 @@ def _load_entries(out_dir: Path) -> None:
     _entries[str(out_dir)] = entries
 
 
-def shard_done(out_dir: Path, shard) -> bool:
+def shard_done(out_dir: Path, shard: Shard) -> bool:
     """The shard's file exists and has no failed rows (those are retried)."""
-    from robustscope.runs.shards import read_shard, shard_path
-
     path = shard_path(out_dir, shard)
     if not path.is_file():
         return False
     entry = _entries.get(str(out_dir), {}).get(shard.key)
     if entry is not None and entry.get("status") == "done":
         return entry.get("failed_rows", 0) == 0
-    _, failed, _ = read_shard(path, light=True)
-    return not failed
+    result, _ = read_shard(path, light=True)
+    return not result.failed.any()
 
 
-def record(out_dir: Path, shard, status: str, **extra: object) -> None:
+def record(out_dir: Path, shard: Shard, status: str, **extra: object) -> None:
     """Append one line to the journal and fsync it."""
     doc = {"shard": shard.key, "threat": shard.threat, "index": shard.index,
            "rows": [shard.start, shard.stop], "status": status, "time": time.time(), **extra}
@@ -146,13 +141,3 @@ def record(out_dir: Path, shard, status: str, **extra: object) -> None:
         fh.flush()
         os.fsync(fh.fileno())
     _entries.setdefault(str(out_dir), {})[shard.key] = doc
-
-
-def after_commit_hook() -> None:
-    """Honour :data:`KILL_AFTER_ENV` (fault drills)."""
-    limit = os.environ.get(KILL_AFTER_ENV)
-    if not limit:
-        return
-    _commits[0] += 1
-    if _commits[0] >= int(limit):
-        os.kill(os.getpid(), signal.SIGKILL)

@@ -41,7 +41,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.pool import StaticPool
 
 from robustscope.core.errors import InputError
-from robustscope.core.result import STATUSES, RadiusResult
+from robustscope.core.result import ROW_SCHEMA, STATUSES, Column, RadiusResult
 from robustscope.scores.accuracy_grid import (
     AccuracyGrid,
     ModelAccuracies,
@@ -111,20 +111,25 @@ runs_table = sa.Table(
     sa.Index("runs_model", "model_id"),
     sqlite_autoincrement=True,
 )
+#: The per-input columns of ``radii``: those of the row schema marked ``store``, in its order.
+RADII_COLUMNS: tuple[Column, ...] = tuple(c for c in ROW_SCHEMA if c.store)
+
+
+def _radii_type(col: Column) -> sa.types.TypeEngine:
+    """SQL type of a row-schema column: class indices INTEGER, other integers 64-bit,
+    reals DOUBLE PRECISION (REAL on SQLite), text TEXT."""
+    if col.dtype == "str":
+        return sa.Text()
+    if col.dtype == "float64":
+        return _REAL
+    return sa.Integer() if col.classes else _BIGINT
+
+
 radii_table = sa.Table(
     "radii", metadata,
     sa.Column("run_id", _BIGINT, sa.ForeignKey("runs.id"), primary_key=True),
-    sa.Column("sample", _BIGINT, primary_key=True),
-    sa.Column("label", sa.Integer, nullable=False),
-    sa.Column("prediction", sa.Integer, nullable=False),
-    sa.Column("adv_prediction", sa.Integer),
-    sa.Column("radius", _REAL, nullable=False),
-    sa.Column("lower_bound", _REAL, nullable=False),
-    sa.Column("status", sa.Text, nullable=False),
-    sa.Column("loss", _REAL),
-    sa.Column("forward_queries", _BIGINT, nullable=False),
-    sa.Column("backward_queries", _BIGINT, nullable=False),
-    sa.Column("seconds", _REAL, nullable=False),
+    *(sa.Column(c.name, _radii_type(c), primary_key=c.name == "sample",
+                nullable=c.nullable) for c in RADII_COLUMNS),
     sa.CheckConstraint(f"status IN {STATUSES!r}"),
 )
 accuracies_table = sa.Table(
@@ -145,11 +150,8 @@ _RUN_SELECT = (sa.select(_r.c.id, _r.c.uid, _m.c.name.label("model"), _t.c.name.
                .select_from(_r.join(_m, _m.c.id == _r.c.model_id)
                             .outerjoin(_t, _t.c.id == _r.c.threat_id)))
 
-_RADII_INSERT = ("run_id", "sample", "label", "prediction", "adv_prediction", "radius",
-                 "lower_bound", "status", "loss", "forward_queries", "backward_queries", "seconds")
+_RADII_INSERT = ("run_id", *(c.name for c in RADII_COLUMNS))
 _ACCURACY_INSERT = ("run_id", "attack", "eps", "eps_key", "accuracy", "n_inputs")
-_RADII_COLUMNS = ("sample", "label", "prediction", "adv_prediction", "radius", "lower_bound",
-                  "status", "loss", "forward_queries", "backward_queries", "seconds")
 
 # Key of the PostgreSQL advisory lock that serialises creating the schema in a new database.
 _PG_INIT_LOCK = zlib.crc32(b"robustscope.runs.store schema")
@@ -550,34 +552,33 @@ class ResultStore:
     @staticmethod
     def _radii_rows(run_id: int, result: RadiusResult) -> list[tuple]:
         """One tuple per input of ``result``, in ``_RADII_INSERT`` order."""
-        status = [str(s) for s in result.status]
-        for i, s in enumerate(status):
-            if s not in STATUSES:
-                raise InputError(f"result row {i}: unknown status {s!r}")
-        n = len(status)
-
-        def ints(a: object) -> list[int]:
-            return np.asarray(a).astype(np.int64).tolist()
-
-        def reals(a: object) -> list[float]:
-            return np.asarray(a, dtype=np.float64).tolist()
-
-        columns = (
-            [run_id] * n, ints(result.sample), ints(result.label), ints(result.prediction),
-            [None] * n if result.adv_prediction is None else ints(result.adv_prediction),
-            reals(result.radius), reals(result.lower_bound), status,
-            [_real(v) for v in reals(result.loss)], ints(result.forward_queries),
-            ints(result.backward_queries), reals(result.seconds),
-        )
+        n = len(result)
+        columns: list[list] = [[run_id] * n]
+        for col in RADII_COLUMNS:
+            values = getattr(result, col.name)
+            if values is None:  # an optional column the result does not have
+                columns.append([None] * n)
+            elif col.dtype == "str":
+                text = [str(v) for v in values]
+                if col.name == "status":
+                    for i, s in enumerate(text):
+                        if s not in STATUSES:
+                            raise InputError(f"result row {i}: unknown status {s!r}")
+                columns.append(text)
+            elif col.dtype == "float64":
+                reals = np.asarray(values, dtype=np.float64).tolist()
+                columns.append([_real(v) for v in reals] if col.nullable else reals)
+            else:
+                columns.append(np.asarray(values).astype(np.int64).tolist())
         return list(zip(*columns, strict=True))
 
     def radii(self, run_id: int) -> pd.DataFrame:
-        """The stored inputs of a radius run, by sample: columns ``sample, label,
-        prediction, adv_prediction, radius, lower_bound, status, loss, queries,
-        forward_queries, backward_queries, seconds`` (label/prediction as class indices;
-        missing losses as NaN)."""
+        """The stored inputs of a radius run, by sample: the columns of a radius table
+        (:meth:`RadiusResult.to_dataframe`, in its order), with class indices for labels and
+        predictions and missing losses as NaN."""
+        names = [c.name for c in RADII_COLUMNS]
         mark = "?" if self.backend == "sqlite" else "%s"
-        sql = (f"SELECT {', '.join(_RADII_COLUMNS)} FROM radii WHERE run_id = {mark} "
+        sql = (f"SELECT {', '.join(names)} FROM radii WHERE run_id = {mark} "
                "ORDER BY sample")
         with self._tx() as conn:
             self._open_run(conn, run_id, ("radius",))
@@ -588,10 +589,13 @@ class ResultStore:
                 rows = cursor.fetchall()
             finally:
                 cursor.close()
-        df = pd.DataFrame.from_records(rows, columns=list(_RADII_COLUMNS))
-        df["loss"] = df["loss"].astype(np.float64)
-        df.insert(8, "queries", df["forward_queries"] + df["backward_queries"])
-        return df
+        df = pd.DataFrame.from_records(rows, columns=names)
+        for col in RADII_COLUMNS:
+            if col.nullable and col.dtype == "float64":  # NULL -> NaN
+                df[col.name] = df[col.name].astype(np.float64)
+        # derived columns (queries) computed the way the result computes them
+        df["queries"] = df["forward_queries"] + df["backward_queries"]
+        return df[[c.name for c in ROW_SCHEMA if c.table and (c.store or c.derived)]]
 
     # -- accuracy grids --------------------------------------------------------------------
     def record_accuracies(self, run_id: int, grid: AccuracyGrid,

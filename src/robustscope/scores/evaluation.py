@@ -4,13 +4,13 @@
 when several models face one threat) and computes what the report shows: the difficulty-aware
 scores (:mod:`robustscope.scores.intrinsic`), the out-of-distribution reading and Proxy-A
 distance (:mod:`robustscope.scores.distribution`) and the MultiRobustBench competitiveness
-ratios (:mod:`robustscope.scores.multiattack`). Each reading is computed only when its module
-is importable; otherwise the section records why it is missing (never a made-up number).
+ratios (:mod:`robustscope.scores.multiattack`). A reading that cannot be computed (no reference
+data, no counterexample, too few inputs) is absent and the section records why (never a
+made-up number).
 """
 
 from __future__ import annotations
 
-import importlib
 import logging
 import math
 import platform
@@ -25,20 +25,15 @@ import numpy as np
 from robustscope.core.errors import RobustscopeError
 from robustscope.core.result import CENSORED, MISCLASSIFIED, RadiusResult
 from robustscope.core.space import FeatureSpace
+from robustscope.scores.distribution import ood_check, proxy_a_distance
+from robustscope.scores.intrinsic import scores_from_result
+from robustscope.scores.multiattack import competitiveness, grid_from_radii
 
 log = logging.getLogger(__name__)
 
 #: Packages whose versions go into a run's provenance.
 PROVENANCE_PACKAGES = ("robustscope", "numpy", "torch", "scikit-learn", "scipy", "pandas",
                        "xgboost", "lightgbm", "matplotlib")
-
-
-def optional_module(name: str):
-    """The module ``name``, or ``None`` when it is not installed/merged yet."""
-    try:
-        return importlib.import_module(name)
-    except ImportError:
-        return None
 
 
 @dataclass
@@ -138,22 +133,15 @@ def compute_section(name: str, result: RadiusResult, X: np.ndarray,
                   np.asarray(strengths if strengths is not None else default_strengths(result)),
                   seconds)
     if options.intrinsic:
-        intrinsic = optional_module("robustscope.scores.intrinsic")
-        if intrinsic is None:
-            sec.notes["scores"] = "robustscope.scores.intrinsic is not installed"
-        else:
-            try:
-                sec.scores = intrinsic.scores_from_result(
-                    result, censored=options.censored, n_bootstrap=options.n_bootstrap,
-                    confidence=options.confidence, seed=options.seed)
-            except RobustscopeError as exc:
-                sec.notes["scores"] = str(exc)
+        try:
+            sec.scores = scores_from_result(
+                result, censored=options.censored, n_bootstrap=options.n_bootstrap,
+                confidence=options.confidence, seed=options.seed)
+        except RobustscopeError as exc:
+            sec.notes["scores"] = str(exc)
     found = result.found & (result.status != MISCLASSIFIED)
     if options.ood or options.pad:
-        dist = optional_module("robustscope.scores.distribution")
-        if dist is None:
-            sec.notes["ood"] = "robustscope.scores.distribution is not installed"
-        elif X_reference is None:
+        if X_reference is None:
             sec.notes["ood"] = "no reference (training) data was given"
         elif not found.any():
             sec.notes["ood"] = "no counterexample was found"
@@ -162,10 +150,10 @@ def compute_section(name: str, result: RadiusResult, X: np.ndarray,
             adv = result.x_adv[found]
             try:
                 if options.ood:
-                    sec.ood = dist.ood_check(X_reference, clean, adv, seed=options.seed)
+                    sec.ood = ood_check(X_reference, clean, adv, seed=options.seed)
                 if options.pad:
                     if found.sum() >= 5:
-                        sec.pad = dist.proxy_a_distance(clean, adv, seed=options.seed,
+                        sec.pad = proxy_a_distance(clean, adv, seed=options.seed,
                                                         paired=True)
                     else:
                         sec.notes["pad"] = (f"Proxy-A distance needs 5 counterexamples, "
@@ -180,17 +168,14 @@ def compute_cr(sections: list[Section], reference: str | None) -> tuple[dict | N
     strength grids; returns ``(report dict, None)`` or ``(None, reason)``."""
     if reference is None:
         return None, "not requested (add scores.cr to the spec)"
-    ma = optional_module("robustscope.scores.multiattack")
-    if ma is None:
-        return None, "robustscope.scores.multiattack is not installed"
     try:
         # image threats carry the benchmark's attack name (ElasticAttack, ...)
         names = {s.name: s.result.meta.get("attack_name") or s.threat for s in sections}
-        grid = ma.grid_from_radii({names[s.name]: s.result for s in sections},
+        grid = grid_from_radii({names[s.name]: s.result for s in sections},
                                   {names[s.name]: list(s.strengths) for s in sections})
         ref = None if reference == "published" else reference
         attacks = list(grid.attacks)
-        report = ma.competitiveness(grid, ref, attacks=attacks, missing="skip")
+        report = competitiveness(grid, ref, attacks=attacks, missing="skip")
         return report.to_dict(), None
     except RobustscopeError as exc:
         return None, str(exc)

@@ -1,0 +1,119 @@
+"""Searching one shard: the radius of each of its rows under its threat, with its seed.
+
+A shard whose model raises (:class:`~robustscope.core.errors.ModelError`) is bisected until the
+failing rows are isolated: those rows get status ``failed`` (their messages in the result's
+``errors``), the others keep their radii (searched within the smaller pieces, so with a
+smaller pool of other inputs).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from robustscope.core.checks import check_labels
+from robustscope.core.errors import InputError, ModelError
+from robustscope.core.result import RadiusResult
+from robustscope.models.base import PROBA_FLOOR
+from robustscope.models.wrap import wrap_model
+from robustscope.runs.inputs import LoadedInputs
+from robustscope.runs.shards import Shard, ShardOutput, ThreatJob
+from robustscope.search.engine import radius
+from robustscope.search.grid import grid_robustness
+
+
+def run_shard(inputs: LoadedInputs, job: ThreatJob, shard: Shard) -> ShardOutput:
+    """Search the radius of rows ``shard.start:shard.stop`` of ``inputs`` under ``job``.
+    A :class:`ModelError` bisects the rows until the failing ones are isolated; any other
+    error propagates (the whole shard fails)."""
+    t0 = time.perf_counter()
+    rows = np.arange(shard.start, shard.stop)
+    pieces = _search_rows(lambda r: _search(inputs, job, shard.seed, r), rows)
+    parts = [res for _, res in pieces if isinstance(res, RadiusResult)]
+    errors = {int(r[0]): str(res) for r, res in pieces if isinstance(res, ModelError)}
+    if errors:
+        template = parts[0] if parts else None
+        failed = np.array(sorted(errors), dtype=np.int64)
+        parts.append(RadiusResult.failures(
+            failed, np.asarray(inputs.X[failed], dtype=np.float64), errors,
+            threat=job.threat, solver=job.solver,
+            max_radius=(template.max_radius if template is not None
+                        else float(job.max_radius or math.nan)),
+            n_classes=0 if template is None else template.proba.shape[1],
+            classes=None if template is None else template.classes,
+            meta=None if template is None else template.meta))
+    return ShardOutput(shard, RadiusResult.concatenate(parts), time.perf_counter() - t0)
+
+
+def _search_rows(fn: Callable[[np.ndarray], RadiusResult], rows: np.ndarray
+                 ) -> list[tuple[np.ndarray, RadiusResult | ModelError]]:
+    """``fn(rows)``, or, when it raises a :class:`ModelError`, ``fn`` on each half, down to
+    single rows (which keep their error)."""
+    try:
+        return [(rows, fn(rows))]
+    except ModelError as exc:
+        if len(rows) == 1:
+            return [(rows, exc)]
+        mid = len(rows) // 2
+        return _search_rows(fn, rows[:mid]) + _search_rows(fn, rows[mid:])
+
+
+def _search(inputs: LoadedInputs, job: ThreatJob, seed: int, rows: np.ndarray) -> RadiusResult:
+    """One radius search over ``rows`` (consecutive global indices) with ``seed``."""
+    # a copy: the data may be a read-only memory map, which torch will not wrap
+    X = np.array(inputs.X[rows[0]:rows[-1] + 1])
+    y = np.array(inputs.y[rows[0]:rows[-1] + 1])
+    if job.is_grid:
+        res = grid_threat_result(inputs.model, X, y, job.threat, job.grid, seed,
+                                 job.batch_size, job.device, f"threat {job.threat}")
+    else:
+        res = radius(inputs.model, X, y, threat=job.threat, space=inputs.space,
+                     solver=job.solver, max_radius=job.max_radius, budget=job.budget,
+                     rtol=job.rtol, seed=seed, device=job.device, batch_size=job.batch_size)
+    res.sample = rows.copy()
+    return res
+
+
+def grid_threat_result(model: object, X: np.ndarray, y: np.ndarray, threat: str,
+                       grid: list[float] | None, seed: int, batch_size: int, device: str,
+                       where: str) -> RadiusResult:
+    """An image threat searched on its strength grid (:func:`robustscope.search.grid.
+    grid_robustness`, bisection over the levels) for images ``X`` ``(n, C, H, W)`` in [0, 1]
+    with labels ``y`` ``(n,)``, as a :class:`RadiusResult`.
+
+    The radius of an input is the smallest grid level at which a verified counterexample was
+    found (``inf`` = censored above the grid). Grid searches count model passes for the whole
+    batch only, so the per-input query columns are 0 and ``meta`` holds the totals
+    (``forward_total``, ``backward_total``; ``queries_per_input = False``).
+    """
+    if X.ndim != 4:
+        raise InputError(f"{where}: image threat '{threat}' needs images (N, C, H, W); the "
+                         f"data has shape {X.shape}")
+    clf = wrap_model(model, input_shape=X.shape[1:], device=device, example=X[:2])
+    labels = check_labels(y, len(X), clf.n_classes, getattr(clf, "classes", None))
+    x = torch.as_tensor(X, dtype=torch.float32)
+    gr = grid_robustness(clf, x, labels, threat, grid, seed=seed, batch_size=batch_size,
+                         device=device)
+    x_adv = gr.x_adv.detach().cpu()
+    with torch.no_grad():
+        proba = clf.predict_proba(clf.as_tensor(X)).detach().cpu().double().numpy()
+        proba_adv = clf.predict_proba(x_adv.to(clf.device, clf.dtype)).detach().cpu() \
+            .double().numpy()
+    n = len(X)
+    rows = np.arange(n)
+    return RadiusResult(
+        radius=gr.radius, lower_bound=np.zeros(n), status=gr.status.astype(object),
+        x_adv=x_adv.double().numpy(), label=labels, prediction=proba.argmax(1),
+        adv_prediction=proba_adv.argmax(1), proba=proba, proba_adv=proba_adv,
+        loss=-np.log(np.maximum(proba[rows, labels], PROBA_FLOOR)),
+        forward_queries=np.zeros(n, dtype=np.int64), backward_queries=np.zeros(n, np.int64),
+        seconds=np.full(n, gr.seconds / max(n, 1)), threat=threat, solver="grid-bisection",
+        max_radius=float(gr.grid[-1]), classes=getattr(clf, "classes", None),
+        meta={"seed": seed, "budget": None, "rtol": None, "grid": gr.grid.tolist(),
+              "queries_per_input": False, "forward_total": int(gr.forward_passes),
+              "backward_total": int(gr.backward_passes), "attack_runs": gr.runs.tolist(),
+              "attack_name": gr.attack_name, "model": clf.name})

@@ -1,0 +1,128 @@
+"""What a spec's ``model``, ``data`` and ``features`` blocks resolve to: the model, the
+evaluated inputs, the reference data and the feature space (:func:`load_inputs`).
+
+The driver of a run and every worker process (local pool or Ray actor) call
+:func:`load_inputs` on the same spec, so they see the same inputs.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from robustscope.core.errors import InputError
+from robustscope.core.space import FeatureSpace
+from robustscope.models.loaders import load_model
+from robustscope.runs import datastream
+from robustscope.runs.data import Dataset, load_data
+from robustscope.runs.demo import LOGISTIC, TREES, demo_space, train_models
+from robustscope.runs.spec import EvaluationSpec
+
+
+@dataclass
+class LoadedInputs:
+    """A spec's model and data: ``X`` ``(n, d)`` or ``(n, C, H, W)`` evaluated inputs in
+    original units (possibly a read-only memory map), ``y`` ``(n,)`` their labels,
+    ``X_reference`` training-like rows for the out-of-distribution reading (or ``None``),
+    ``space`` the feature space, ``names`` the feature names (tabular data)."""
+
+    model: object
+    model_name: str
+    X: np.ndarray
+    y: np.ndarray
+    X_reference: np.ndarray | None
+    space: FeatureSpace | None
+    names: list[str] | None
+    data_name: str
+
+
+@functools.lru_cache(maxsize=2)
+def _demo_models(seed: int):
+    """The demo's data split and fitted models (trained once per process and seed; they are
+    never modified afterwards)."""
+    return train_models(seed)
+
+
+def _builtin(spec: EvaluationSpec) -> tuple[object | None, LoadedInputs]:
+    data, X_train, X_test, _, y_test, models = _demo_models(spec.seed)
+    space = demo_space(data, X_train, X_test)
+    key = {"breast-cancer-gbm": TREES, "breast-cancer-logreg": LOGISTIC}
+    model = models[key[spec.model.builtin]] if spec.model.builtin else None
+    return model, LoadedInputs(model, spec.model.display_name, X_test, y_test, X_train, space,
+                               list(data.feature_names), "breast-cancer (test split)")
+
+
+def load_inputs(spec: EvaluationSpec) -> LoadedInputs:
+    """Model, evaluated inputs, reference data and feature space of ``spec`` (paths already
+    resolved, see :func:`robustscope.runs.spec.load_spec`)."""
+    cache: list = []
+
+    def builtin() -> tuple[object | None, LoadedInputs]:
+        if not cache:
+            cache.append(_builtin(spec))  # trains the demo models once
+        return cache[0]
+
+    if spec.data.builtin is not None:
+        _, inputs = builtin()
+    else:
+        ds = _load_data(spec)
+        X, y, X_ref = ds.X, ds.y, None
+        if spec.data.split is not None:
+            from sklearn.model_selection import train_test_split
+
+            sp = spec.data.split
+            strat = y if sp.stratify else None
+            try:
+                X_ref, X, _, y = train_test_split(X, y, test_size=sp.test_size,
+                                                  random_state=sp.seed, stratify=strat)
+            except ValueError as exc:
+                raise InputError(f"data.split: cannot split {spec.data.path} ({exc})") from exc
+        elif spec.data.reference is not None:
+            X_ref = load_data(spec.data.reference, spec.data.label_column).X
+            if X_ref.shape[1:] != X.shape[1:]:
+                raise InputError(f"data.reference: rows of shape {X_ref.shape[1:]} but the "
+                                 f"data has {X.shape[1:]}")
+        inputs = LoadedInputs(None, spec.model.display_name, X, y, X_ref, None,
+                              ds.feature_names, Path(str(spec.data.path)).name)
+    if spec.data.limit is not None:
+        inputs.X, inputs.y = inputs.X[:spec.data.limit], inputs.y[:spec.data.limit]
+    if spec.model.builtin is not None:
+        inputs.model = builtin()[0]
+    else:
+        inputs.model = load_model(spec.model.path, trust_pickle=spec.model.trust_pickle,
+                                  device=spec.model.device, example=np.array(inputs.X[:2]))
+    inputs.space = _space(spec, inputs)
+    return inputs
+
+
+def _load_data(spec: EvaluationSpec) -> Dataset:
+    """The spec's data file; a CSV or Parquet file of at least
+    :data:`robustscope.runs.datastream.STREAM_BYTES` is read in chunks into a memory-mapped
+    cache in the run folder (``data/``)."""
+    path = Path(str(spec.data.path))
+    suffix = path.suffix.lower()
+    if suffix == ".parquet" or (suffix == ".csv" and path.is_file()
+                                and path.stat().st_size >= datastream.STREAM_BYTES):
+        return datastream.load_streamed(path, spec.data.label_column,
+                                        Path(spec.outputs.dir) / "data")
+    return load_data(path, spec.data.label_column)
+
+
+def _space(spec: EvaluationSpec, inputs: LoadedInputs) -> FeatureSpace:
+    X = inputs.X
+    d = int(X[0].size)
+    shape = X.shape[1:] if X.ndim > 2 else None
+    if spec.features is not None:
+        if spec.features.file is not None:
+            return FeatureSpace.from_yaml(spec.features.file, d, inputs.names, shape)
+        return FeatureSpace.from_dict(spec.features.inline(), d, inputs.names, shape,
+                                      source="spec features")
+    if inputs.space is not None:
+        return inputs.space
+    if X.ndim > 2:
+        return FeatureSpace.box(X.shape[1:])
+    both = X if inputs.X_reference is None else np.vstack([inputs.X_reference, X])
+    return FeatureSpace.from_data(both, names=inputs.names)
