@@ -255,7 +255,7 @@ def test_assembly_fills_shards_whose_rows_all_failed(tmp_path):
     n, k = 3, 2
     shards = plan_shards(2 * n, ["linf"], n, seed=0)
     failed = RadiusResult.failures(np.arange(n), np.ones((n, 4)), dict.fromkeys(range(n), "x"),
-                                   "linf", "pgd", 1.0, meta={"forward_total": 0})
+                                   "linf", "pgd", 1.0, meta={"seed": 0})
     rng = np.random.default_rng(0)
     searched = RadiusResult(
         radius=rng.uniform(size=n), lower_bound=np.zeros(n),
@@ -266,7 +266,7 @@ def test_assembly_fills_shards_whose_rows_all_failed(tmp_path):
         forward_queries=np.ones(n, np.int64), backward_queries=np.zeros(n, np.int64),
         seconds=np.ones(n), threat="linf", solver="pgd", max_radius=1.0,
         classes=np.array(["no", "yes"]), sample=np.arange(n, 2 * n),
-        meta={"forward_total": 9, "attack_runs": [1, 2, 3]})
+        meta={"seed": 9, "attack_runs": [1, 2, 3]})
     for shard, res in zip(shards, (failed, searched), strict=True):
         write_shard(tmp_path, ShardOutput(shard, res, 1.0))
     spec = SimpleNamespace(threats=[SimpleNamespace(name="linf")])
@@ -280,7 +280,7 @@ def test_assembly_fills_shards_whose_rows_all_failed(tmp_path):
     np.testing.assert_array_equal(res.proba[n:], searched.proba)
     np.testing.assert_array_equal(res.x_adv[:n], np.ones((n, 4)))
     assert res.label[:n].tolist() == [-1, -1, -1]        # "maybe" is no class: unknown
-    assert res.meta == {"forward_total": 9, "attack_runs": [0, 0, 0, 1, 2, 3]}
+    assert res.meta == {"seed": 9, "attack_runs": [0, 0, 0, 1, 2, 3]}
     res, _ = assemble(tmp_path, spec, shards, (4,), np.array(["yes", "no", "no"] * 2))
     assert res["linf"].label[:n].tolist() == [1, 0, 0]    # true classes of the failed rows
     table = res["linf"].to_dataframe()

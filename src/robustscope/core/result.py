@@ -95,24 +95,18 @@ TABLE_COLUMNS: tuple[str, ...] = tuple(c.name for c in ROW_SCHEMA if c.table)
 #: The leading columns of every radius table (more follow).
 CSV_COLUMNS: list[str] = [c.name for c in ROW_SCHEMA if c.table == LEAD]
 
-#: How ``meta`` entries combine when results over disjoint inputs are joined: ``"sum"`` for
-#: per-run totals, ``"rows"`` for per-input lists (joined and subset with the rows; 0 on
-#: failed rows). Other entries are taken from the first result that searched an input.
-META_COMBINE: dict[str, str] = {"forward_total": "sum", "backward_total": "sum",
-                                "attack_runs": "rows"}
+#: ``meta`` entries that hold one value per input (a list), joined and subset with the rows
+#: (0 on failed rows). Other entries are taken from the first result that searched an input.
+PER_INPUT_META: tuple[str, ...] = ("attack_runs",)
 
 
 def join_meta(template: Mapping, parts: Sequence[tuple[Mapping, int]]) -> dict:
-    """``template``'s ``meta`` with the :data:`META_COMBINE` entries it holds combined over
-    ``parts`` (``(meta, number of rows)`` of results over disjoint inputs, in row order):
-    totals summed, per-input lists joined (0 for a part that lacks the entry)."""
+    """``template``'s ``meta`` with the :data:`PER_INPUT_META` entries it holds joined over
+    ``parts`` (``(meta, number of rows)`` of results over disjoint inputs, in row order; 0 for
+    a part that lacks the entry)."""
     meta = dict(template)
-    for key, how in META_COMBINE.items():
-        if key not in meta:
-            continue
-        if how == "sum":
-            meta[key] = int(sum(int(m.get(key, 0)) for m, _ in parts))
-        else:
+    for key in PER_INPUT_META:
+        if key in meta:
             meta[key] = [v for m, n in parts for v in (list(m[key]) if key in m else [0] * n)]
     return meta
 
@@ -208,14 +202,14 @@ class RadiusResult:
 
     def subset(self, idx: np.ndarray | slice) -> RadiusResult:
         """The rows ``idx`` (a boolean mask, integer positions or a slice), in that order.
-        Per-input ``meta`` lists (:data:`META_COMBINE` ``"rows"``) and ``errors`` follow the
-        rows; per-run totals are kept as they are."""
+        Per-input ``meta`` lists (:data:`PER_INPUT_META`) and ``errors`` follow the rows;
+        other ``meta`` entries are kept as they are."""
         # a slice of a memory map stays a view of it (no copy)
         arrays = {c.name: (getattr(self, c.name) if isinstance(idx, slice)
                            else np.asarray(getattr(self, c.name)))[idx] for c in STORED_COLUMNS}
         meta = dict(self.meta)
-        for key, how in META_COMBINE.items():
-            if how == "rows" and key in meta:
+        for key in PER_INPUT_META:
+            if key in meta:
                 meta[key] = np.asarray(meta[key])[idx].tolist()
         errors = {}
         if self.errors:
@@ -228,7 +222,7 @@ class RadiusResult:
         """Results over disjoint inputs joined into one, rows sorted by ``sample``.
 
         Threat, solver, ``max_radius``, classes and ``meta`` come from the first result with a
-        searched (not failed) row; ``meta`` entries combine by :data:`META_COMBINE`; ``errors``
+        searched (not failed) row; :data:`PER_INPUT_META` lists are joined; ``errors``
         are merged. A result made of failed rows only may have per-row arrays of another
         width (e.g. ``proba`` ``(n, 0)`` when no class count was known): its rows are filled.
         """
@@ -248,8 +242,8 @@ class RadiusResult:
             joined = np.concatenate(parts)[order]
             arrays[col.name] = joined.astype(object) if col.dtype == "str" else joined
         meta = join_meta(first.meta, [(r.meta, len(r)) for r in results])
-        for key, how in META_COMBINE.items():
-            if how == "rows" and key in meta:
+        for key in PER_INPUT_META:
+            if key in meta:
                 meta[key] = np.asarray(meta[key])[order].tolist()
         errors: dict[int, str] = {}
         for r in results:
@@ -277,9 +271,9 @@ class RadiusResult:
                 shape = (m, n_classes) if col.per_row else (m,)
                 arrays[col.name] = np.full(shape, col.fill, dtype=col.dtype)
         meta = dict(meta or {})
-        for key, how in META_COMBINE.items():
+        for key in PER_INPUT_META:
             if key in meta:
-                meta[key] = 0 if how == "sum" else [0] * m
+                meta[key] = [0] * m
         return cls(**arrays, threat=threat, solver=solver, max_radius=max_radius,
                    classes=classes, meta=meta,
                    errors={int(s): str(errors[int(s)]) for s in np.asarray(sample).tolist()})

@@ -47,6 +47,7 @@ def load_run_dir(path: str | Path) -> RunView:
         view.threats[name] = _view_from_frame(t["threat"], df, t["max_radius"],
                                               t.get("strengths"))
         if not t.get("summary", {}).get("queries_per_input", True):
+            # run folders written before grid searches charged each input kept totals only
             view.threats[name].mean_queries = t["summary"]["mean_queries"]
     if not view.threats:
         raise InputError(f"run {path}: run.json lists no threat")
@@ -73,7 +74,7 @@ def load_store_run(store_path: str | Path, run_id: int) -> RunView:
             threat = r.threat or r.config.get("threat", f"run{r.id}")
             view.threats[threat] = _view_from_frame(
                 threat, df, r.config["max_radius"], r.config.get("strengths"))
-            if r.config.get("queries_per_input") is False:
+            if r.config.get("queries_per_input") is False:  # stored before per-input charging
                 total = r.config.get("forward_total", 0) + r.config.get("backward_total", 0)
                 view.threats[threat].mean_queries = total / max(len(df), 1)
     return view

@@ -18,7 +18,6 @@ import torch
 from robustscope.core.checks import check_labels
 from robustscope.core.errors import InputError, ModelError
 from robustscope.core.result import RadiusResult
-from robustscope.models.base import PROBA_FLOOR
 from robustscope.models.wrap import wrap_model
 from robustscope.runs.inputs import LoadedInputs
 from robustscope.runs.shards import Shard, ShardOutput, ThreatJob
@@ -83,37 +82,14 @@ def grid_threat_result(model: object, X: np.ndarray, y: np.ndarray, threat: str,
                        where: str) -> RadiusResult:
     """An image threat searched on its strength grid (:func:`robustscope.search.grid.
     grid_robustness`, bisection over the levels) for images ``X`` ``(n, C, H, W)`` in [0, 1]
-    with labels ``y`` ``(n,)``, as a :class:`RadiusResult`.
-
-    The radius of an input is the smallest grid level at which a verified counterexample was
-    found (``inf`` = censored above the grid). Grid searches count model passes for the whole
-    batch only, so the per-input query columns are 0 and ``meta`` holds the totals
-    (``forward_total``, ``backward_total``; ``queries_per_input = False``).
-    """
+    with labels ``y`` ``(n,)``, as a :class:`RadiusResult` (:meth:`GridResult.to_result`:
+    the radius is the smallest grid level broken; queries are charged per input)."""
     if X.ndim != 4:
         raise InputError(f"{where}: image threat '{threat}' needs images (N, C, H, W); the "
                          f"data has shape {X.shape}")
     clf = wrap_model(model, input_shape=X.shape[1:], device=device, example=X[:2])
     labels = check_labels(y, len(X), clf.n_classes, getattr(clf, "classes", None))
-    x = torch.as_tensor(X, dtype=torch.float32)
-    gr = grid_robustness(clf, x, labels, threat, grid, seed=seed, batch_size=batch_size,
-                         device=device)
-    x_adv = gr.x_adv.detach().cpu()
-    with torch.no_grad():
-        proba = clf.predict_proba(clf.as_tensor(X)).detach().cpu().double().numpy()
-        proba_adv = clf.predict_proba(x_adv.to(clf.device, clf.dtype)).detach().cpu() \
-            .double().numpy()
-    n = len(X)
-    rows = np.arange(n)
-    return RadiusResult(
-        radius=gr.radius, lower_bound=np.zeros(n), status=gr.status.astype(object),
-        x_adv=x_adv.double().numpy(), label=labels, prediction=proba.argmax(1),
-        adv_prediction=proba_adv.argmax(1), proba=proba, proba_adv=proba_adv,
-        loss=-np.log(np.maximum(proba[rows, labels], PROBA_FLOOR)),
-        forward_queries=np.zeros(n, dtype=np.int64), backward_queries=np.zeros(n, np.int64),
-        seconds=np.full(n, gr.seconds / max(n, 1)), threat=threat, solver="grid-bisection",
-        max_radius=float(gr.grid[-1]), classes=getattr(clf, "classes", None),
-        meta={"seed": seed, "budget": None, "rtol": None, "grid": gr.grid.tolist(),
-              "queries_per_input": False, "forward_total": int(gr.forward_passes),
-              "backward_total": int(gr.backward_passes), "attack_runs": gr.runs.tolist(),
-              "attack_name": gr.attack_name, "model": clf.name})
+    gr = grid_robustness(clf, torch.as_tensor(X, dtype=torch.float32), labels, threat, grid,
+                         seed=seed, batch_size=batch_size, device=device)
+    return gr.to_result(classes=getattr(clf, "classes", None),
+                        meta={"seed": seed, "budget": None, "rtol": None, "model": clf.name})

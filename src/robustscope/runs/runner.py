@@ -354,17 +354,13 @@ class _StoreWriter:
         self.store.record_radii(self.plan["store_runs"][shard.threat], part)
 
     def finish(self, results: dict[str, RadiusResult]) -> None:
-        """Mark each threat's store run ``finished`` (``failed`` when it has failed rows),
-        with the per-run query totals of grid searches."""
+        """Mark each threat's store run ``finished`` (``failed`` when it has failed rows)."""
         if self.spec.outputs.store is None:
             return
         with open_store(self.spec.outputs.store) as store:
             for name, run_id in self.plan["store_runs"].items():
                 res = results[name]
-                extra = ({"queries_per_input": False,
-                          "forward_total": res.meta["forward_total"],
-                          "backward_total": res.meta["backward_total"]}
-                         if res.meta.get("queries_per_input") is False else {})
+                extra = {}
                 if res.errors:
                     extra["failed_rows"] = len(res.errors)
                 store.finish_run(run_id, "failed" if res.errors else "finished", extra)

@@ -85,12 +85,8 @@ class Section:
             "exact_share": float((res.status == "exact").mean()),
             "mean_queries": s["mean_queries"],
             "total_queries": int(res.queries.sum()),
-            "queries_per_input": res.meta.get("queries_per_input", True),
             "R_nu": math.nan, "R_nu_low": math.nan, "R_nu_high": math.nan,
         }
-        if not out["queries_per_input"]:  # grid searches count passes for the batch only
-            total = res.meta.get("forward_total", 0) + res.meta.get("backward_total", 0)
-            out.update(total_queries=int(total), mean_queries=total / max(len(res), 1))
         if self.scores is not None:
             d = self.scores.to_dict()
             out.update(R_nu=d["R_nu"], R_nu_low=d["R_nu_low"], R_nu_high=d["R_nu_high"],
@@ -197,10 +193,8 @@ def provenance(seed: int, started: float, sections: list[Section], extra: dict |
         per.append({"section": s.name, "threat": res.threat, "solver": res.solver,
                     "budget": res.meta.get("budget"), "rtol": res.meta.get("rtol"),
                     "max_radius": res.max_radius, "seconds": s.seconds,
-                    "forward_queries": int(res.meta.get("forward_total",
-                                                        res.forward_queries.sum())),
-                    "backward_queries": int(res.meta.get("backward_total",
-                                                         res.backward_queries.sum())),
+                    "forward_queries": int(res.forward_queries.sum()),
+                    "backward_queries": int(res.backward_queries.sum()),
                     "mean_queries": s.summary()["mean_queries"]})
     return {
         "versions": versions,

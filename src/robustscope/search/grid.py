@@ -32,7 +32,8 @@ import torch
 from robustscope.core.checks import check_labels, check_seed, make_generator
 from robustscope.core.ecdf import share_above
 from robustscope.core.errors import InputError
-from robustscope.core.result import ATTACKED, CENSORED, MISCLASSIFIED
+from robustscope.core.numerics import PROBA_FLOOR
+from robustscope.core.result import ATTACKED, CENSORED, MISCLASSIFIED, RadiusResult
 from robustscope.core.statement import DECISION_CHANGE, Statement
 from robustscope.models.base import Classifier, QueryLedger
 from robustscope.models.wrap import wrap_model
@@ -58,7 +59,9 @@ class GridResult:
     was found (censored). ``x_adv[i]`` is the counterexample at that level (the input itself
     when censored or misclassified); ``strength[i]`` its measured strength (``nan`` when
     censored, 0 when misclassified). ``runs[i]``: attack runs spent on the input;
-    ``forward_queries[i]`` / ``backward_queries[i]``: the model's passes charged to it.
+    ``forward_queries[i]`` / ``backward_queries[i]``: the model's passes charged to it;
+    ``proba`` / ``proba_adv`` ``(n, K)``: the model's probabilities at the input and at the
+    counterexample (the input where there is none), as the search saw them.
     """
 
     threat: str
@@ -73,6 +76,8 @@ class GridResult:
     seconds: float
     forward_queries: np.ndarray
     backward_queries: np.ndarray
+    proba: np.ndarray
+    proba_adv: np.ndarray
     broken: np.ndarray | None = field(default=None, repr=False)
 
     @property
@@ -125,6 +130,27 @@ class GridResult:
     def runs_saved(self) -> int:
         return self.full_grid_runs - int(self.runs.sum())
 
+    def to_result(self, classes: np.ndarray | None = None, meta: dict | None = None
+                  ) -> RadiusResult:
+        """The per-input result every other path returns: the radius of an input is the
+        smallest grid level at which a verified counterexample was found (``inf`` censored
+        above the grid); queries are the passes charged to each input; ``seconds`` is the
+        search's time shared out equally (``meta['seconds_are']``)."""
+        n = self.n
+        rows = np.arange(n)
+        return RadiusResult(
+            radius=self.radius, lower_bound=np.zeros(n), status=self.status.astype(object),
+            x_adv=self.x_adv.detach().cpu().double().numpy(), label=self.label,
+            prediction=self.proba.argmax(1), adv_prediction=self.proba_adv.argmax(1),
+            proba=self.proba, proba_adv=self.proba_adv,
+            loss=-np.log(np.maximum(self.proba[rows, self.label], PROBA_FLOOR)),
+            forward_queries=self.forward_queries, backward_queries=self.backward_queries,
+            seconds=np.full(n, self.seconds / max(n, 1)), threat=self.threat,
+            solver=f"grid-{self.method}", max_radius=float(self.grid[-1]), classes=classes,
+            meta={"grid": self.grid.tolist(), "attack_runs": self.runs.tolist(),
+                  "attack_name": self.attack_name, "seconds_are": "batch average",
+                  **(meta or {})})
+
     def to_benchmark(self) -> dict:
         """``{"NoAttack": acc, attack_name: {"<eps>": acc}}`` with accuracies in percent."""
         curve = {str(float(round(float(e), 5))): float(100 * a)
@@ -174,8 +200,9 @@ class _Attacker:
 
     def __call__(self, idx: torch.Tensor, eps: torch.Tensor, init: torch.Tensor | None = None):
         """Attack inputs ``idx`` at strengths ``eps`` (optionally starting from parameters
-        ``init``); returns (verified (m,), x_adv, strength (m,), params)."""
-        oks, advs, strengths, params = [], [], [], []
+        ``init``); returns (verified (m,), x_adv, strength (m,), params, logits at x_adv
+        (m, K))."""
+        oks, advs, strengths, params, logits = [], [], [], [], []
         for start in range(0, len(idx), self.batch_size):
             sub = idx[start:start + self.batch_size]
             e = eps[start:start + self.batch_size]
@@ -186,8 +213,9 @@ class _Attacker:
             with self.clf.charging(self.ledger, sub.cpu().numpy()):
                 res = image_pgd(self.clf, xs, self.y[sub], self.threat, e, self.statement,
                                 gen, steps=self.steps, restarts=self.restarts, init=start_at)
-                with torch.no_grad():
-                    pred = self.clf.predict(res.x_adv)
+                with torch.no_grad():  # the verification: the model called again
+                    adv_logits = self.clf.logits(res.x_adv).detach().to(torch.float64)
+                pred = adv_logits.argmax(dim=1)
                 found = res.meta["params"]
                 strength = self.threat.strength(xs, found, res.x_adv)
                 ok = self.statement.holds(pred, self.y[sub])
@@ -196,7 +224,9 @@ class _Attacker:
             advs.append(res.x_adv)
             strengths.append(strength)
             params.append(found)
-        return torch.cat(oks), torch.cat(advs), torch.cat(strengths), torch.cat(params)
+            logits.append(adv_logits)
+        return (torch.cat(oks), torch.cat(advs), torch.cat(strengths), torch.cat(params),
+                torch.cat(logits))
 
 
 def grid_robustness(
@@ -258,7 +288,9 @@ def grid_robustness(
     grid_t = torch.as_tensor(g, dtype=x.dtype, device=x.device)
 
     with torch.no_grad(), clf.charging(ledger, np.arange(n)):
-        clean_wrong = statement.holds(clf.predict(x), yt)
+        clean_logits = clf.logits(x).detach().to(torch.float64)
+    clean_wrong = statement.holds(clean_logits.argmax(dim=1), yt)
+    adv_logits = clean_logits.clone()
     level = torch.full((n,), k_levels, dtype=torch.long, device=x.device)
     level[clean_wrong] = CLEAN_WRONG
     x_adv = x.clone()
@@ -272,7 +304,7 @@ def grid_robustness(
         broken = torch.zeros((n, k_levels), dtype=torch.bool, device=x.device)
         todo = torch.nonzero(~clean_wrong).flatten()
         for k in range(k_levels):
-            ok, adv, s, _ = attack(todo, grid_t[k].expand(len(todo)))
+            ok, adv, s, _, lg = attack(todo, grid_t[k].expand(len(todo)))
             runs[todo] += 1
             broken[todo, k] = ok
             first = todo[ok & (level[todo] == k_levels)]
@@ -280,6 +312,7 @@ def grid_robustness(
             level[first] = k
             x_adv[first] = adv[sel]
             strength[first] = s[sel]
+            adv_logits[first] = lg[sel]
     else:
         lo = torch.zeros(n, dtype=torch.long, device=x.device)
         hi = torch.full((n,), k_levels, dtype=torch.long, device=x.device)
@@ -292,7 +325,8 @@ def grid_robustness(
             if len(todo) == 0:
                 break
             mid = (lo[todo] + hi[todo]) // 2
-            ok, adv, s, par = attack(todo, grid_t[mid], cx_params[todo] if warm_start else None)
+            ok, adv, s, par, lg = attack(todo, grid_t[mid],
+                                         cx_params[todo] if warm_start else None)
             runs[todo] += 1
             # a counterexample of strength s settles every level whose strength is >= s
             settled = torch.searchsorted(grid_t, s * (1 - 1e-6))
@@ -302,6 +336,7 @@ def grid_robustness(
             lo[rows] = torch.minimum(lo[rows], new_hi[ok])
             x_adv[rows] = adv[ok]
             strength[rows] = s[ok]
+            adv_logits[rows] = lg[ok]
             cx_params[rows] = par[ok]
             fail = todo[~ok]
             lo[fail] = mid[~ok] + 1
@@ -314,6 +349,8 @@ def grid_robustness(
         strength=strength.detach().cpu().double().numpy(), runs=runs.cpu().numpy(),
         method=method, seconds=time.perf_counter() - t0,
         forward_queries=ledger.forward.copy(), backward_queries=ledger.backward.copy(),
+        proba=torch.softmax(clean_logits, dim=1).cpu().numpy(),
+        proba_adv=torch.softmax(adv_logits, dim=1).cpu().numpy(),
         broken=None if broken is None else broken.cpu().numpy(),
     )
 
