@@ -18,7 +18,7 @@ from robustscope.threats.registry import THREATS, implemented_threat, threat_nam
 
 #: Default ``--threats``: the benchmark's ranked attacks that need no feature network.
 DEFAULT_THREATS = ",".join(e.name for e in THREATS
-                           if e.ranked and e.implemented and not e.takes("features"))
+                           if e.ranked and e.implemented and not e.needs_features)
 
 
 def _write_atomic(path: Path, text: str) -> None:
