@@ -1,13 +1,17 @@
-"""The result of a radius search: plain arrays per input, with table and file export."""
+"""The result of a radius search: plain arrays per input, with table and file export.
+
+pandas is imported by the table export only, so that reading results' arrays (the scores,
+the command line) does not load it.
+"""
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from robustscope.core.ecdf import robust_accuracy
 from robustscope.core.fileio import atomic_write
@@ -19,6 +23,9 @@ from robustscope.core.statuses import (  # noqa: F401 - re-exported
     MISCLASSIFIED,
     STATUSES,
 )
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 #: Columns of the radius CSV, in order (more may follow).
 CSV_COLUMNS = ["sample", "label", "prediction", "radius", "lower_bound", "status", "loss",
@@ -84,6 +91,8 @@ class RadiusResult:
     def to_dataframe(self) -> pd.DataFrame:
         """One row per input: the CSV columns, then forward/backward queries and the
         counterexample's prediction."""
+        import pandas as pd
+
         return pd.DataFrame({
             "sample": self.sample,
             "label": self._label_values(self.label),
