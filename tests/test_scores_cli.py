@@ -90,3 +90,30 @@ def test_bad_csv_is_a_clear_error(app, tmp_path, mutate, message):
 def test_missing_file(app, tmp_path):
     out = CliRunner().invoke(app, ["scores", str(tmp_path / "nope.csv")])
     assert out.exit_code == 2 and "no such file" in out.output
+
+
+@pytest.mark.parametrize("text,message", [
+    ("", "cannot read it as CSV (the file is empty)"),
+    ("radius,loss,status\n1,0.5,exact\n2,0.4,exact,extra\n", "row 1 has 4 fields"),
+    ("radius,loss,status\n1,,exact\n2,0.4,exact\n", "row 0, column 'loss' = ''"),
+    ("radius,loss,status\nnan,0.5,exact\n2,0.4,exact\n", "row 0, column 'radius' = 'nan'"),
+])
+def test_csv_reader_errors(app, tmp_path, text, message):
+    path = tmp_path / "radii.csv"
+    path.write_text(text)
+    out = CliRunner().invoke(app, ["scores", str(path), "--json"])
+    assert out.exit_code == 2 and message in out.output, out.output
+
+
+def test_csv_reader_reads_what_pandas_reads(app, tmp_path):
+    # a byte-order mark, a blank line, padded statuses, quoted cells and inf: as pandas reads
+    # them (the command reads with the csv module so as not to import pandas)
+    path = tmp_path / "radii.csv"
+    path.write_bytes(b'\xef\xbb\xbfsample,radius,loss,status\n0,inf,0.1,censored\n\n'
+                     b'1,"0.5",0.2, exact \n2,0.25,0.3,attacked\n3,0,1.5,misclassified\n')
+    out = CliRunner().invoke(app, ["scores", str(path), "--json", "--bootstrap", "20"])
+    assert out.exit_code == 0, out.output
+    doc = json.loads(out.stdout)
+    df = pd.read_csv(path)
+    assert doc["n"] == len(df) == 4 and doc["n_censored"] == 1 and doc["n_misclassified"] == 1
+    assert doc["R_m"] == pytest.approx((0.5 + 0.25 + 0) / 3)

@@ -108,6 +108,18 @@ def test_lp_threats_give_their_norm_ball():
         get_threat("elastic")
 
 
+def test_every_reference_imports_and_matches_its_entry():
+    # the table names classes and norm balls as "module:attribute" strings, imported on use
+    for entry in IMPLEMENTED:
+        threat = entry.make(**({"features": lambda x: x} if entry.needs_features else {}))
+        assert threat.name == entry.name and threat.attack_name == entry.attack_name
+        assert entry.takes("features") == entry.needs_features
+        assert (entry.lp is not None) == (entry.kind == "lp")
+        if entry.lp is not None:
+            assert entry.lp.name == entry.name and threat.lp is entry.lp
+    assert not any(e.needs_features or e.factory or e.lp for e in THREATS if not e.implemented)
+
+
 def test_registry_options_are_checked():
     with pytest.raises(InputError, match="features"):
         get_image_threat("linf", features=object())

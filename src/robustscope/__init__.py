@@ -10,13 +10,7 @@ Layers (each a subpackage; imports point down this list only): ``cli`` → ``run
 from __future__ import annotations
 
 import importlib
-from importlib import metadata
 from typing import TYPE_CHECKING
-
-try:
-    __version__ = metadata.version("robustscope")
-except metadata.PackageNotFoundError:  # running from a source tree that is not installed
-    __version__ = "0+unknown"
 
 #: Public name -> the module that defines it.
 _PUBLIC = {
@@ -84,11 +78,25 @@ __all__ = [
 ]
 
 
+def _version() -> str:
+    """The installed distribution's version (reading the metadata costs a scan of the
+    environment's packages, so it is done on first use of ``__version__``)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("robustscope")
+    except metadata.PackageNotFoundError:  # running from a source tree that is not installed
+        return "0+unknown"
+
+
 def __getattr__(name: str) -> object:
     module = _PUBLIC.get(name)
-    if module is None:
+    if name == "__version__":
+        value: object = _version()
+    elif module is None:
         raise AttributeError(f"module 'robustscope' has no attribute '{name}'")
-    value = getattr(importlib.import_module(module), name)
+    else:
+        value = getattr(importlib.import_module(module), name)
     globals()[name] = value  # later look-ups skip this function
     return value
 

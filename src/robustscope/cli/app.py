@@ -158,3 +158,7 @@ def demo_command(
 
 for _name in COMMAND_MODULES:
     importlib.import_module(f"robustscope.cli.{_name}").register(app)
+
+
+if __name__ == "__main__":  # python -m robustscope.cli.app, as the console script does
+    app()

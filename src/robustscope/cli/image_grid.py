@@ -8,8 +8,6 @@ import os
 import tempfile
 from pathlib import Path
 
-import numpy as np
-import torch
 import typer
 
 from robustscope.cli.common import computing, reporting_errors
@@ -18,7 +16,7 @@ from robustscope.threats.registry import THREATS, implemented_threat, threat_nam
 
 #: Default ``--threats``: the benchmark's ranked attacks that need no feature network.
 DEFAULT_THREATS = ",".join(e.name for e in THREATS
-                           if e.ranked and e.implemented and not e.takes("features"))
+                           if e.ranked and e.implemented and not e.needs_features)
 
 
 def _write_atomic(path: Path, text: str) -> None:
@@ -42,6 +40,9 @@ def run_image_grid(model: Path, data: Path, out: Path, threats: str = DEFAULT_TH
     Problems with the inputs raise :class:`~robustscope.core.errors.RobustscopeError`; a
     model error while the threats are evaluated raises
     :class:`~robustscope.cli.common.ComputationFailed` (exit code 1 on the command line)."""
+    import numpy as np
+    import torch
+
     from robustscope.models.loaders import load_model
     from robustscope.runs.data import load_data
     from robustscope.search.grid import evaluate_threats

@@ -5,21 +5,18 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from robustscope.cli.common import reporting_errors
 from robustscope.core.errors import RobustscopeError
-from robustscope.scores.accuracy_grid import ModelAccuracies, read_accuracy_file
-from robustscope.scores.multiattack import (
-    CRReport,
-    best_reference,
-    competitiveness,
-    resolve_attacks,
-    resolve_reference,
-)
+
+if TYPE_CHECKING:  # imported by the command itself: numpy is not needed to show --help
+    from rich.table import Table
+
+    from robustscope.scores.accuracy_grid import ModelAccuracies
+    from robustscope.scores.multiattack import CRReport
 
 
 def _split_attacks(attacks: list[str] | None) -> list[str] | None:
@@ -32,6 +29,8 @@ def collect_models(db: str | Path | None, accuracies: list[Path] | None
                    ) -> list[ModelAccuracies]:
     """Models from a results store (latest grid of each; a SQLite file or a database URL)
     and from accuracy files; model names must be unique across all sources."""
+    from robustscope.scores.accuracy_grid import read_accuracy_file
+
     models: list[ModelAccuracies] = []
     if db is not None:
         from robustscope.runs.store import is_store_url, open_store
@@ -58,6 +57,13 @@ def rank(models: list[ModelAccuracies], reference: str | None = None,
     """Competitiveness report of every model, best first by CR_ind-avg (``sort="avg"``) or
     CR_ind-worst (``"worst"``), ties broken by the other. ``reference``: ``None`` /
     ``"published"``, ``"best"`` (best of the given models per point) or a file."""
+    from robustscope.scores.multiattack import (
+        best_reference,
+        competitiveness,
+        resolve_attacks,
+        resolve_reference,
+    )
+
     if sort not in ("avg", "worst"):
         raise RobustscopeError(f"--sort: expected 'avg' or 'worst', got {sort!r}")
     ref = (best_reference(m.grid for m in models) if reference == "best"
@@ -78,6 +84,8 @@ def _fmt(x: float | None) -> str:
 def render_table(reports: list[CRReport], single: bool = False) -> Table:
     """A rich table: rank, model, clean, CR_ind-avg/worst, worst point, and seen/unseen
     metrics where known; per-attack single-CR averages with ``single=True``."""
+    from rich.table import Table
+
     table = Table(title="MultiRobustBench competitiveness (percent of acc*)")
     for col in ("#", "model", "clean", "CR_ind-avg", "CR_ind-worst", "worst point"):
         table.add_column(col, justify="left" if col in ("model", "worst point") else "right")
@@ -133,6 +141,7 @@ def register(app: typer.Typer) -> None:
             reports = rank(models, reference, chosen, allow_missing, sort)
             if figures is not None:
                 from robustscope.report.multiattack_figures import write_multiattack_figures
+                from robustscope.scores.multiattack import best_reference, resolve_reference
 
                 ref = (best_reference(m.grid for m in models) if reference == "best"
                        else resolve_reference(reference))
@@ -141,6 +150,8 @@ def register(app: typer.Typer) -> None:
             if as_json:
                 typer.echo(json.dumps([r.to_dict() for r in reports], indent=1))
             else:
+                from rich.console import Console
+
                 Console().print(render_table(reports, single=single))
             if figures is not None:
                 typer.echo(f"figures: {', '.join(str(p) for p in written)}", err=as_json)

@@ -1,51 +1,77 @@
-"""``robustscope scores radii.csv``: difficulty-aware robustness scores of a radius CSV."""
+"""``robustscope scores radii.csv``: difficulty-aware robustness scores of a radius CSV.
+
+The table is read with the standard library's ``csv`` module and the scores are computed
+with numpy: the command imports neither pandas nor pyarrow, so that it starts quickly.
+"""
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import numpy as np
-import pandas as pd
 import typer
 
 from robustscope.cli.common import reporting_errors
 from robustscope.core.errors import InputError
-from robustscope.scores.intrinsic import (
-    IntrinsicScores,
-    SubsetComparison,
-    intrinsic_scores,
-    subset_independence,
-)
+
+if TYPE_CHECKING:  # imported by the command itself: --help needs no numpy
+    import numpy as np
+
+    from robustscope.scores.intrinsic import IntrinsicScores, SubsetComparison
 
 REQUIRED_COLUMNS = ("radius", "loss", "status")
 
 
-def read_radius_csv(path: str | Path) -> pd.DataFrame:
+def read_radius_csv(path: str | Path) -> dict[str, np.ndarray]:
     """Read a radius CSV (as written by ``RadiusResult.to_csv``) and check the columns that the
-    scores need: ``radius`` (``inf`` for censored inputs), ``loss`` and ``status``."""
+    scores need: ``radius`` (``inf`` for censored inputs), ``loss`` and ``status``.
+
+    Returns those three columns as arrays (``float64``, ``float64``, ``str``), one entry per
+    row in file order; other columns are ignored, blank lines skipped. Raises
+    :class:`InputError` naming the file, and the row (0 = the first row after the header) and
+    column of a cell that is empty or not a number."""
+    import numpy as np
+
     path = Path(path)
     if not path.is_file():
         raise InputError(f"radius file {path}: no such file")
     try:
-        df = pd.read_csv(path)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        with open(path, newline="", encoding="utf-8-sig") as fh:
+            lines = [row for row in csv.reader(fh) if row]
+    except (csv.Error, UnicodeDecodeError) as exc:
         raise InputError(f"radius file {path}: cannot read it as CSV ({exc})") from exc
-    missing = [c for c in REQUIRED_COLUMNS if c not in df.columns]
+    if not lines:
+        raise InputError(f"radius file {path}: cannot read it as CSV (the file is empty)")
+    header, rows = lines[0], lines[1:]
+    missing = [c for c in REQUIRED_COLUMNS if c not in header]
     if missing:
         raise InputError(f"radius file {path}: missing column(s) {', '.join(missing)} "
-                         f"(found: {', '.join(map(str, df.columns))})")
+                         f"(found: {', '.join(header)})")
+    for i, row in enumerate(rows):
+        if len(row) > len(header):
+            raise InputError(f"radius file {path}: cannot read it as CSV (row {i} has "
+                             f"{len(row)} fields, the header {len(header)})")
+    table: dict[str, np.ndarray] = {}
     for col in ("radius", "loss"):
-        values = pd.to_numeric(df[col], errors="coerce")
-        bad = values.isna()  # empty cells and text that is not a number
-        if bad.any():
-            row = int(np.flatnonzero(bad.to_numpy())[0])
-            raise InputError(f"radius file {path}: row {row}, column '{col}' = "
-                             f"{df[col].iloc[row]!r} is not a number")
-        df[col] = values.astype(np.float64)
-    df["status"] = df["status"].astype(str).str.strip()
-    return df
+        k = header.index(col)
+        values = np.empty(len(rows), dtype=np.float64)
+        for i, row in enumerate(rows):
+            cell = row[k] if k < len(row) else ""
+            try:
+                values[i] = float(cell)
+            except ValueError:
+                values[i] = math.nan
+            if math.isnan(values[i]):  # empty cells, NaN and text that is not a number
+                raise InputError(f"radius file {path}: row {i}, column '{col}' = {cell!r} is "
+                                 "not a number")
+        table[col] = values
+    k = header.index("status")
+    table["status"] = np.array([row[k].strip() if k < len(row) else "" for row in rows],
+                               dtype=str)
+    return table
 
 
 def _fmt(x: float) -> str:
@@ -90,14 +116,17 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """R_m, R_w, R_nu with bootstrap intervals, the line r ~ g(loss), and the easy/hard
         relative variations (Giraudon et al. 2021)."""
+        from robustscope.scores.intrinsic import intrinsic_scores, subset_independence
+
         with reporting_errors():
-            df = read_radius_csv(path)
+            table = read_radius_csv(path)
+            columns = (table["radius"], table["loss"], table["status"])
             kw = dict(censored=censored, censor_at=censor_at, n_bootstrap=n_bootstrap,
                       confidence=confidence, seed=seed)
-            s = intrinsic_scores(df["radius"], df["loss"], df["status"], **kw)
-            if len(df) < 2:
+            s = intrinsic_scores(*columns, **kw)
+            if len(table["radius"]) < 2:
                 raise InputError(f"radius file {path}: the easy/hard split needs >= 2 rows")
-            sub = subset_independence(df["radius"], df["loss"], df["status"], **kw)
+            sub = subset_independence(*columns, **kw)
             if as_json:
                 typer.echo(json.dumps(scores_document(s, sub)))
             else:

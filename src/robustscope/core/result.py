@@ -1,4 +1,8 @@
-"""The result of a radius search: plain arrays per input, with table and file export."""
+"""The result of a radius search: plain arrays per input, with table and file export.
+
+pandas is imported by the table export only, so that reading results' arrays (the scores,
+the command line) does not load it.
+"""
 
 from __future__ import annotations
 
@@ -7,9 +11,9 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from robustscope.core.ecdf import robust_accuracy
 from robustscope.core.errors import InputError
@@ -128,6 +132,10 @@ def _is_fill(values: np.ndarray, fill: object) -> np.ndarray:
     if isinstance(fill, float) and math.isnan(fill):
         return np.isnan(values.astype(np.float64))
     return values == fill
+
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 @dataclass
@@ -293,6 +301,8 @@ class RadiusResult:
         if hidden is None or not hidden.any():
             return values
         if values.dtype.kind in "iub":
+            import pandas as pd
+
             return pd.arrays.IntegerArray(values.astype(np.int64), hidden.copy())
         if values.dtype.kind == "f":
             return np.where(hidden, np.nan, values)
@@ -304,6 +314,8 @@ class RadiusResult:
         """One row per input, the :data:`TABLE_COLUMNS` of :data:`ROW_SCHEMA`: the CSV columns,
         then forward/backward queries and the counterexample's prediction. Failed rows keep
         their sample, status and (when known) label; their other columns are empty."""
+        import pandas as pd
+
         failed = np.asarray(self.failed)
         return pd.DataFrame({c.name: self._table_column(c, failed)
                              for c in ROW_SCHEMA if c.table})

@@ -3,11 +3,15 @@
 Each :class:`ThreatEntry` of :data:`THREATS` gives a threat's canonical name (the spelling
 the docs use), its kind (``"lp"``: a norm ball searched for a continuous radius by
 :func:`robustscope.search.engine.radius`, also usable on images; ``"image"``: an image threat
-searched on its strength grid by :mod:`robustscope.search.grid`), the factory that builds its
+searched on its strength grid by :mod:`robustscope.search.grid`), the class that builds its
 :class:`~robustscope.threats.image.ImageThreat` (``None`` for the MultiRobustBench attacks
 robustscope does not implement, which are known only to score accuracy files), the other
 spellings it accepts, its MultiRobustBench attack name and the step of its default 20-level
 strength grid.
+
+Reading the table imports neither torch nor any threat module: classes and norm balls are
+named ``"module:attribute"`` under this package and imported on first use (as the solver
+registry does), so that the command line can show the names at start-up cheaply.
 
 Every place that reads a threat name goes through :func:`canonical_threat` (or the lookups
 built on it): the radius search, the grid search, the spec, the command line and the mapping
@@ -16,42 +20,34 @@ spaces, so ``"jpeg-linf"``, ``"jpeg_linf"``, ``"JPEG Linf"`` and ``"JPEGLinfAtta
 ``jpeg-linf``.
 
 To add a threat: write its class (an :class:`ImageThreat` subclass in a module of this
-package) and add one entry to :data:`THREATS`.
+package) and add one entry to :data:`THREATS` naming it (``"module:ClassName"``).
 """
 
 from __future__ import annotations
 
+import importlib
 import inspect
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
-from typing import Literal
-
-import numpy as np
+from typing import TYPE_CHECKING, Literal
 
 from robustscope.core.errors import InputError
-from robustscope.threats.color import (
-    BrightnessThreat,
-    ContrastThreat,
-    HueThreat,
-    ReColorThreat,
-    SaturationThreat,
-)
-from robustscope.threats.grids import level_grid
-from robustscope.threats.image import ImageThreat
-from robustscope.threats.jpeg import JPEGL1Threat, JPEGLinfThreat
-from robustscope.threats.lp import L1, L2, LINF, LpThreat
-from robustscope.threats.lp_image import LpImageThreat
-from robustscope.threats.perceptual import LPIPSThreat
-from robustscope.threats.spatial import (
-    AffineWarpThreat,
-    ElasticThreat,
-    PerspectiveWarpThreat,
-    StAdvThreat,
-)
+
+if TYPE_CHECKING:  # imported on use: the threat modules import torch
+    import numpy as np
+
+    from robustscope.threats.image import ImageThreat
+    from robustscope.threats.lp import LpThreat
 
 ThreatKind = Literal["lp", "image"]
 KINDS: tuple[str, ...] = ("lp", "image")
+
+
+def _load(reference: str) -> object:
+    """The object a ``"module:attribute"`` reference under this package names (imported)."""
+    module, attribute = reference.split(":")
+    return getattr(importlib.import_module(f"robustscope.threats.{module}"), attribute)
 
 
 @dataclass(frozen=True)
@@ -60,29 +56,36 @@ class ThreatEntry:
 
     name : canonical name, the spelling the docs show (``"jpeg-linf"``).
     kind : ``"lp"`` (a norm ball; :attr:`lp` is its geometry) or ``"image"``.
-    factory : builds the threat's :class:`ImageThreat` (keyword options go to it), or
+    threat_class : ``"module:ClassName"`` of the threat's :class:`ImageThreat` under
+        ``robustscope.threats`` (imported on first use; :attr:`factory` builds it), or
         ``None`` where robustscope does not implement the threat (a MultiRobustBench attack
-        known only by its name and grid).
+        known only by its name and grid). The class of an ``"lp"`` threat takes its norm
+        ball first.
     aliases : other accepted spellings (beyond case, ``-``, ``_`` and spaces).
     attack_name : the attack's name in MultiRobustBench's accuracy files, if it has one.
     grid_step : the default grid is ``grid_step * (1, ..., 20)``; ``None`` = no default grid.
     ranked : one of the 9 attacks the MultiRobustBench leaderboard ranks by.
-    lp : the norm ball of an ``"lp"`` threat (searched by ``radius()``).
+    norm : ``"module:NAME"`` of the norm ball of an ``"lp"`` threat (searched by
+        ``radius()``; :attr:`lp` imports it).
+    needs_features : the threat compares images through a feature network, which its
+        factory takes as ``features=`` (LPIPS); declared here so that the command line can
+        choose its default threats without importing them.
     """
 
     name: str
     kind: ThreatKind
-    factory: Callable[..., ImageThreat] | None
+    threat_class: str | None
     aliases: tuple[str, ...] = ()
     attack_name: str | None = None
     grid_step: float | None = None
     ranked: bool = False
-    lp: LpThreat | None = field(default=None, repr=False)
+    norm: str | None = None
+    needs_features: bool = False
 
     @property
     def implemented(self) -> bool:
-        """robustscope can search this threat (it has a factory)."""
-        return self.factory is not None
+        """robustscope can search this threat (it has a class)."""
+        return self.threat_class is not None
 
     @property
     def spellings(self) -> tuple[str, ...]:
@@ -91,28 +94,53 @@ class ThreatEntry:
         return tuple(dict.fromkeys(names))
 
     @property
+    def lp(self) -> LpThreat | None:
+        """The norm ball of an ``"lp"`` threat (``None`` for an image threat)."""
+        if self.norm is None:
+            return None
+        ball = _load(self.norm)
+        if ball.name != self.name:
+            raise ValueError(f"threat '{self.name}': its norm ball is named '{ball.name}'")
+        return ball
+
+    @property
+    def factory(self) -> Callable[..., ImageThreat] | None:
+        """Builds the threat's :class:`ImageThreat` (keyword options go to it); ``None``
+        where robustscope does not implement the threat. Imports the threat's module."""
+        if self.threat_class is None:
+            return None
+        cls = _load(self.threat_class)
+        return partial(cls, self.lp) if self.kind == "lp" else cls
+
+    @property
     def default_grid(self) -> np.ndarray:
         """The default 20 strengths ``(20,)``; empty where the threat has none."""
+        import numpy as np
+
+        from robustscope.threats.grids import level_grid
+
         if self.grid_step is None:
             return np.empty(0)
         return level_grid(self.grid_step)
 
     def takes(self, option: str) -> bool:
         """The factory accepts the keyword ``option`` (``features`` for LPIPS)."""
-        if self.factory is None:
+        factory = self.factory
+        if factory is None:
             return False
-        return option in inspect.signature(self.factory).parameters
+        return option in inspect.signature(factory).parameters
 
     def make(self, **options) -> ImageThreat:
         """Build the threat (``options`` go to its factory, e.g. ``features=`` for LPIPS),
         named, benchmark-named and with its default grid as this entry declares."""
-        if self.factory is None:
+        factory = self.factory
+        if factory is None:
             raise _not_implemented(self)
         try:
-            inspect.signature(self.factory).bind(**options)
+            inspect.signature(factory).bind(**options)
         except TypeError as err:
             raise InputError(f"threat '{self.name}': {err}") from None
-        threat = self.factory(**options)
+        threat = factory(**options)
         threat.name = self.name
         if self.attack_name is not None:
             threat.attack_name = self.attack_name
@@ -123,35 +151,35 @@ class ThreatEntry:
 #: Every threat, in the MultiRobustBench leaderboard's order: the 9 ranked attacks, the
 #: parametric ones robustscope implements, then the benchmark's attacks it does not.
 THREATS: tuple[ThreatEntry, ...] = (
-    ThreatEntry("linf", "lp", partial(LpImageThreat, LINF), lp=LINF,
+    ThreatEntry("linf", "lp", "lp_image:LpImageThreat", norm="lp:LINF",
                 attack_name="AutoLinfAttack", grid_step=0.005, ranked=True),
-    ThreatEntry("l2", "lp", partial(LpImageThreat, L2), lp=L2,
+    ThreatEntry("l2", "lp", "lp_image:LpImageThreat", norm="lp:L2",
                 attack_name="AutoL2Attack", grid_step=0.125, ranked=True),
-    ThreatEntry("l1", "lp", partial(LpImageThreat, L1), lp=L1,
+    ThreatEntry("l1", "lp", "lp_image:LpImageThreat", norm="lp:L1",
                 attack_name="AutoL1Attack", grid_step=1.5, ranked=True),
-    ThreatEntry("elastic", "image", ElasticThreat,
+    ThreatEntry("elastic", "image", "spatial:ElasticThreat",
                 attack_name="ElasticAttack", grid_step=0.05, ranked=True),
-    ThreatEntry("jpeg-linf", "image", JPEGLinfThreat,
+    ThreatEntry("jpeg-linf", "image", "jpeg:JPEGLinfThreat",
                 attack_name="JPEGLinfAttack", grid_step=0.01, ranked=True),
-    ThreatEntry("jpeg-l1", "image", JPEGL1Threat,
+    ThreatEntry("jpeg-l1", "image", "jpeg:JPEGL1Threat",
                 attack_name="JPEGL1Attack", grid_step=1.0, ranked=True),
-    ThreatEntry("recolor", "image", ReColorThreat, aliases=("ReColorAdv",),
+    ThreatEntry("recolor", "image", "color:ReColorThreat", aliases=("ReColorAdv",),
                 attack_name="ReColorAdvAttack", grid_step=0.005, ranked=True),
-    ThreatEntry("stadv", "image", StAdvThreat,
+    ThreatEntry("stadv", "image", "spatial:StAdvThreat",
                 attack_name="StAdvAttack", grid_step=0.005, ranked=True),
-    ThreatEntry("lpips", "image", LPIPSThreat,
+    ThreatEntry("lpips", "image", "perceptual:LPIPSThreat", needs_features=True,
                 attack_name="LPIPSAttack", grid_step=0.025, ranked=True),
-    ThreatEntry("hue", "image", HueThreat, aliases=("HueAttack",),
+    ThreatEntry("hue", "image", "color:HueThreat", aliases=("HueAttack",),
                 attack_name="Hue", grid_step=0.025),
-    ThreatEntry("saturation", "image", SaturationThreat, aliases=("SaturationAttack",),
+    ThreatEntry("saturation", "image", "color:SaturationThreat", aliases=("SaturationAttack",),
                 attack_name="Saturation", grid_step=0.025),
-    ThreatEntry("brightness", "image", BrightnessThreat, aliases=("BrightnessAttack",),
+    ThreatEntry("brightness", "image", "color:BrightnessThreat", aliases=("BrightnessAttack",),
                 attack_name="Brightness", grid_step=0.015),
-    ThreatEntry("contrast", "image", ContrastThreat, aliases=("ContrastAttack",),
+    ThreatEntry("contrast", "image", "color:ContrastThreat", aliases=("ContrastAttack",),
                 attack_name="Contrast", grid_step=0.025),
-    ThreatEntry("affine", "image", AffineWarpThreat, aliases=("AffineWarpAttack",),
+    ThreatEntry("affine", "image", "spatial:AffineWarpThreat", aliases=("AffineWarpAttack",),
                 attack_name="AffineWarp", grid_step=0.005),
-    ThreatEntry("perspective", "image", PerspectiveWarpThreat,
+    ThreatEntry("perspective", "image", "spatial:PerspectiveWarpThreat",
                 aliases=("PerspectiveWarpAttack",),
                 attack_name="PerspectiveWarp", grid_step=0.0001),
     ThreatEntry("snow", "image", None, attack_name="SnowAttack", grid_step=0.005),
@@ -166,15 +194,16 @@ def _lookup_key(name: str) -> str:
 
 
 def _index(entries: tuple[ThreatEntry, ...]) -> dict[str, ThreatEntry]:
-    """Lookup key of every spelling -> its entry; checks the table is consistent."""
+    """Lookup key of every spelling -> its entry; checks the table is consistent (without
+    importing the threats: ``tests/test_threat_registry.py`` imports every one)."""
     index: dict[str, ThreatEntry] = {}
     for entry in entries:
         if entry.kind not in KINDS:
             raise ValueError(f"threat '{entry.name}': kind must be one of {KINDS}")
-        if (entry.kind == "lp") != (entry.lp is not None):
-            raise ValueError(f"threat '{entry.name}': an 'lp' threat, and only one, has lp=")
-        if entry.lp is not None and entry.lp.name != entry.name:
-            raise ValueError(f"threat '{entry.name}': its norm ball is named '{entry.lp.name}'")
+        if (entry.kind == "lp") != (entry.norm is not None):
+            raise ValueError(f"threat '{entry.name}': an 'lp' threat, and only one, has norm=")
+        if entry.needs_features and entry.threat_class is None:
+            raise ValueError(f"threat '{entry.name}': needs_features without a threat class")
         for spelling in entry.spellings:
             other = index.setdefault(_lookup_key(spelling), entry)
             if other is not entry:
@@ -269,8 +298,11 @@ RANKED_ATTACKS: tuple[str, ...] = tuple(e.attack_name for e in THREATS if e.rank
 def get_threat(name: str | LpThreat) -> LpThreat:
     """The norm ball of an Lp threat (``"linf"``, ``"l2"``, ``"l1"`` or another spelling),
     for the radius search; an :class:`LpThreat` is returned as is."""
-    if isinstance(name, LpThreat):
-        return name
+    if not isinstance(name, str):
+        from robustscope.threats.lp import LpThreat
+
+        if isinstance(name, LpThreat):
+            return name
     entry = threat_entry(name)
     if entry.lp is None:
         raise InputError(f"threat '{entry.name}' is an image threat, searched on its strength "
@@ -285,6 +317,8 @@ def get_image_threat(name: str | ImageThreat, **options) -> ImageThreat:
 
     ``options`` go to the threat's constructor (``features=`` for LPIPS).
     """
+    from robustscope.threats.image import ImageThreat
+
     if isinstance(name, ImageThreat):
         if options:
             raise InputError("options cannot be given together with a threat instance")
