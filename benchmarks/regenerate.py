@@ -161,6 +161,13 @@ SECTIONS: tuple[Section, ...] = (
         "which the benchmark starts and stops itself. Targets: with the neighbour, default "
         "at most 1.5x pinned; idle, no slower than pinned.", 12),
     Section(
+        "startup", "Start-up of the command line (issue 13)",
+        ("benchmarks/startup.py",),
+        "`robustscope --help` and `robustscope scores` on a small radius table, each run as "
+        "the installed console script in a fresh process; medians of 7 runs of wall and CPU "
+        "time, and which heavy libraries each command imports. Target: at most 0.5 s on an "
+        "idle machine.", 0.3),
+    Section(
         "demo", "Demo and report (issue 6)",
         ("benchmarks/report_demo.py", "--repeats", "3"),
         "`robustscope demo`'s work in-process: training and radius search (`run_demo`), then "
