@@ -28,6 +28,7 @@ import torch
 
 from robustscope.core.checks import (
     check_array,
+    check_columns,
     check_labels,
     check_positive,
     check_seed,
@@ -39,6 +40,7 @@ from robustscope.core.result import ATTACKED, CENSORED, EXACT, MISCLASSIFIED, Ra
 from robustscope.core.space import FeatureSpace
 from robustscope.core.statement import DECISION_CHANGE, Statement
 from robustscope.models.base import Classifier, QueryLedger
+from robustscope.models.names import feature_names
 from robustscope.models.torch_model import TorchClassifier
 from robustscope.models.wrap import wrap_model
 from robustscope.search.verify import Verifier
@@ -119,7 +121,9 @@ def radius(
     Parameters
     ----------
     model : anything :func:`robustscope.wrap_model` accepts.
-    X : array ``(n, d)`` (tabular) or ``(n, C, H, W)`` (images), original units.
+    X : array ``(n, d)`` (tabular) or ``(n, C, H, W)`` (images), original units; a
+        DataFrame's columns are matched by name to the model's feature names, where it has
+        them (a missing or unknown column is an error).
     y : array ``(n,)`` of labels (values of the model's ``classes_`` where it has them).
     threat : ``"linf"``, ``"l2"`` or ``"l1"``, measured on ``(x' - x) / scale``.
     space : feature space; default: the box [0, 1] for images, per-column data ranges for
@@ -138,7 +142,8 @@ def radius(
         raise InputError(f"rtol must be in (0, 1), got {rtol}")
     budget = check_positive(budget, "budget (passes per input)", integer=True, allow_none=True)
     seed = check_seed(seed)
-    X = check_array(X, "X")
+    # a DataFrame's columns are matched to the model's feature names (reordered)
+    X = check_array(check_columns(X, feature_names(model)), "X")
     threat = get_threat(threat)
     statement = statement or DECISION_CHANGE
     model = wrap_model(model, input_shape=X.shape[1:], device=device, example=X)
