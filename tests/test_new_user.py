@@ -153,3 +153,35 @@ def test_onnx_inputs_by_name_and_float32_probabilities(tmp_path):
     y = p.argmax(axis=1)
     res = radius(model, X, y, budget=300)  # columns reordered by name
     np.testing.assert_array_equal(res.prediction, y)
+
+
+# -- item 4: inputs that already satisfy a targeted statement ---------------------------------
+def test_targeted_statement_keeps_clean_accuracy_and_marks_satisfied_inputs():
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.preprocessing import minmax_scale
+
+    from robustscope import Statement
+    from robustscope.scores.intrinsic import scores_from_result
+
+    X, y = load_wine(return_X_y=True)
+    X = minmax_scale(X)
+    model = LogisticRegression(max_iter=2000).fit(X, y)
+    rows = np.r_[0:10, 60:70, 130:140]  # ten of each class
+    plain = radius(model, X[rows], y[rows], threat="l2")
+    res = radius(model, X[rows], y[rows], threat="l2", statement=Statement(target=2),
+                 solver="pgd", budget=400)
+    summary = res.summary()
+    assert summary["clean_accuracy"] == plain.summary()["clean_accuracy"]
+    correct = res.prediction == res.label
+    satisfied = correct & (res.label == 2)
+    assert satisfied.sum() > 5
+    np.testing.assert_array_equal(res.status == "satisfied", satisfied)
+    assert (res.status[~correct] == "misclassified").all()
+    assert summary["satisfied"] == satisfied.sum()
+    assert (res.radius[satisfied] == 0).all()
+    np.testing.assert_array_equal(res.x_adv[satisfied], X[rows][satisfied])
+    assert not np.isin(res.status[res.label != 2], ["satisfied"]).any()
+    # the scores accept the status: radius 0 in R_m, not counted as misclassified
+    scores = scores_from_result(res, n_bootstrap=0)
+    assert scores.n_misclassified == int((~correct).sum())
+    assert scores.R_w == 0.0

@@ -2,7 +2,8 @@
 
 For each batch the search
 
-1. predicts the clean inputs (misclassified ones get radius 0);
+1. predicts the clean inputs (misclassified ones, and correctly classified ones that already
+   satisfy a targeted statement, get radius 0);
 2. runs the exact solver where the model allows it (linear models: lower bound = radius);
 3. otherwise runs a minimum-norm solver, refines each counterexample by a line search back
    towards its input, then tightens the bracket with fixed-strength PGD (double-then-bisect,
@@ -36,7 +37,14 @@ from robustscope.core.checks import (
 )
 from robustscope.core.errors import InputError
 from robustscope.core.numerics import cross_entropy
-from robustscope.core.result import ATTACKED, CENSORED, EXACT, MISCLASSIFIED, RadiusResult
+from robustscope.core.result import (
+    ATTACKED,
+    CENSORED,
+    EXACT,
+    MISCLASSIFIED,
+    SATISFIED,
+    RadiusResult,
+)
 from robustscope.core.space import FeatureSpace
 from robustscope.core.statement import DECISION_CHANGE, Statement
 from robustscope.models.base import Classifier, QueryLedger
@@ -231,7 +239,10 @@ def _search_batch(model, X, labels, idx, space, threat, solver, kind, max_radius
     out.proba[idx] = proba.cpu().numpy()
     # accurate also for confident inputs, where -log(p_y) rounds to 0 (the scores need g(loss))
     out.loss[idx] = cross_entropy(logits.cpu().numpy(), labels)
-    wrong = (pred != y) | statement.holds(pred, y)
+    misclassified = pred != y
+    # a targeted statement whose target is the label holds already: radius 0, not an error
+    satisfied = statement.holds(pred, y) & ~misclassified
+    wrong = misclassified | satisfied
     state = _BatchState(model, space, threat, statement, ledger, x, y, idx, logits, wrong)
     active = ~wrong
     if active.any():
@@ -257,7 +268,8 @@ def _search_batch(model, X, labels, idx, space, threat, solver, kind, max_radius
     out.lower[idx] = np.where(wrong.cpu().numpy(), 0.0, state.lower.cpu().numpy())
     status = np.where(found, ATTACKED, CENSORED).astype(object)
     status[state.exact.cpu().numpy() & found] = EXACT
-    status[wrong.cpu().numpy()] = MISCLASSIFIED
+    status[misclassified.cpu().numpy()] = MISCLASSIFIED
+    status[satisfied.cpu().numpy()] = SATISFIED
     out.status[idx] = status
     out.x_adv[idx] = state.best_x.cpu().numpy().reshape(len(idx), *X.shape[1:])
     out.proba_adv[idx] = torch.softmax(state.best_logits, dim=1).cpu().numpy()
