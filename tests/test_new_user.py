@@ -185,3 +185,22 @@ def test_targeted_statement_keeps_clean_accuracy_and_marks_satisfied_inputs():
     scores = scores_from_result(res, n_bootstrap=0)
     assert scores.n_misclassified == int((~correct).sum())
     assert scores.R_w == 0.0
+
+
+# -- item 14: gradient attacks on models without gradients warn -------------------------------
+def test_gradient_solvers_on_trees_and_black_boxes_warn(wine_frame):
+    from sklearn.ensemble import RandomForestClassifier
+
+    from robustscope import RobustscopeWarning
+
+    X, y = wine_frame
+    X = X.to_numpy()
+    forest = RandomForestClassifier(n_estimators=3, random_state=0).fit(X, y)
+    for solver in ("pgd", "minnorm"):
+        with pytest.warns(RobustscopeWarning, match=r"2,769.*solver='exact'"):
+            radius(forest, X[:2], y[:2], solver=solver, budget=100)
+    with pytest.warns(RobustscopeWarning, match="gradient-free"):
+        radius(forest.predict_proba, X[:2], y[:2], solver="pgd", budget=100)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RobustscopeWarning)
+        radius(forest, X[:2], y[:2])  # auto: exact, no warning

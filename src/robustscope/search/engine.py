@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -35,7 +36,7 @@ from robustscope.core.checks import (
     check_seed,
     make_generator,
 )
-from robustscope.core.errors import InputError
+from robustscope.core.errors import InputError, RobustscopeWarning
 from robustscope.core.numerics import cross_entropy
 from robustscope.core.result import (
     ATTACKED,
@@ -166,6 +167,7 @@ def radius(
     if not (max_radius > 0 and math.isfinite(max_radius)):
         raise InputError(f"max_radius must be finite and > 0, got {max_radius}")
     kind = exact_kind(model, threat, statement)
+    _warn_if_weak(solver, model, kind)
     if solver == "exact" and kind is None:
         raise InputError(f"solver 'exact' needs a linear model, a tree ensemble or a small "
                          f"ReLU network (Linf or L1); {model.name} under {threat.name} is none "
@@ -196,6 +198,21 @@ def radius(
         meta={"seed": seed, "budget": budget, "rtol": rtol, "statement": statement.name,
               "model": model.name, "exact_solver": used_exact},
     )
+
+
+def _warn_if_weak(solver: str, model: Classifier, kind: str | None) -> None:
+    """Gradient attacks on a model without gradients (trees, black boxes) run on finite
+    differences of a piecewise-constant function: their radii can be far above the true ones
+    (up to 2,769 times the exact radius was measured on tree ensembles)."""
+    if solver not in ("pgd", "minnorm") or model.differentiable:
+        return
+    fits = ("solver='auto' or solver='exact' (the exact MILP of the tree ensemble)"
+            if kind == "trees" else
+            "solver='auto' (the gradient-free cascade: cube search, then HopSkipJump)")
+    warnings.warn(f"solver='{solver}' is a gradient attack and {model.name} has no gradients: "
+                  "its radii can be far larger than the true ones (up to 2,769x the exact "
+                  f"radius was measured on tree ensembles); use {fits}",
+                  RobustscopeWarning, stacklevel=3)
 
 
 class _Outputs:
