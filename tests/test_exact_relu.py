@@ -68,3 +68,45 @@ def test_unsupported_networks_and_norms_are_refused(digits):
     net = train_mlp(digits[0][:100], digits[1][:100], hidden=8, epochs=5)
     with pytest.raises(InputError, match="solver 'exact' needs"):
         radius(net, digits[0][:3], digits[1][:3], threat="l2", solver="exact")
+
+
+@pytest.mark.parametrize("fmt", ["script", "trace", "export"])
+def test_safe_formats_reach_the_exact_solver(toy_net, tmp_path, fmt):
+    """A Sequential(Linear, ReLU, Linear) saved as TorchScript (.pt) or torch.export (.pt2)
+    is read layer by layer from the saved module, as a pickled one is."""
+    from robustscope import load_model
+
+    net, X, y = toy_net
+    example = torch.tensor(X[:4], dtype=torch.float32)
+    if fmt == "export":
+        path = tmp_path / "net.pt2"
+        batch = torch.export.Dim("batch")
+        torch.export.save(torch.export.export(net, (example,),
+                                              dynamic_shapes={"input": {0: batch}}), path)
+    else:
+        path = tmp_path / "net.pt"
+        saved = torch.jit.script(net) if fmt == "script" else torch.jit.trace(net, example)
+        saved.save(str(path))
+    model = load_model(path, example=X[:2])
+    for (w, b), (w0, b0) in zip(relu_layers(model.module), relu_layers(net), strict=True):
+        np.testing.assert_array_equal(w, w0)
+        np.testing.assert_array_equal(b, b0)
+    res = radius(model, X[:6], y[:6], threat="linf", space=FeatureSpace.box(2), solver="exact")
+    assert res.meta["exact_solver"] == "relu"
+    correct = res.status != "misclassified"
+    assert correct.any() and (res.status[correct] == "exact").all()
+    reference = radius(net, X[:6], y[:6], threat="linf", space=FeatureSpace.box(2),
+                       solver="exact")
+    np.testing.assert_allclose(res.radius, reference.radius, rtol=1e-3)
+
+
+def test_a_saved_network_of_other_layers_is_refused_by_name(tmp_path):
+    net = torch.nn.Sequential(torch.nn.Linear(2, 4), torch.nn.Tanh(), torch.nn.Linear(4, 2))
+    path = tmp_path / "tanh.pt2"
+    torch.export.save(torch.export.export(net, (torch.zeros(3, 2),)), path)
+    module = torch.export.load(str(path)).module()
+    with pytest.raises(InputError, match="layer 1 is aten.tanh"):
+        relu_layers(module)
+    scripted = torch.jit.script(net)
+    with pytest.raises(InputError, match="layer 1 is Tanh"):
+        relu_layers(scripted)

@@ -20,7 +20,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.tree import DecisionTreeClassifier
 
 from robustscope.core.errors import InputError, ModelError
-from robustscope.core.result import ATTACKED, CENSORED, EXACT, MISCLASSIFIED
+from robustscope.core.result import ATTACKED, CENSORED, EXACT, MISCLASSIFIED, SATISFIED
 from robustscope.core.space import FeatureSpace
 from robustscope.models.trees import (
     check_parsed,
@@ -220,7 +220,7 @@ def test_targeted_radius_equals_brute_force(threat: str) -> None:
             res = exact_tree_radius(clf, rows, pred, space, threat, target=target)
             for k in range(len(rows)):
                 if pred[k] == target:
-                    assert res.status[k] == MISCLASSIFIED and res.radius[k] == 0.0
+                    assert res.status[k] == SATISFIED and res.radius[k] == 0.0
                     continue
                 truth = _brute_force(model, clf.ensemble, rows[k], int(pred[k]), space,
                                      NORMS[threat], target=target)

@@ -70,7 +70,8 @@ def test_single_model_file_named_by_stem_and_attack_subset(app, tmp_path):
     res = run(app, "--accuracies", f, "--reference", ref, "--attacks", "linf,l2", "--json")
     assert res.exit_code == 0, res.output
     [row] = json.loads(res.stdout)
-    assert row["model"] == "mynet" and set(row) == KEYS | {"missing"}  # no Attacks Used
+    # no Attacks Used: no seen metrics
+    assert row["model"] == "mynet" and set(row) == KEYS | {"missing", "excluded", "n_excluded"}
     assert row["CR_ind_avg"] == pytest.approx((100 + 200 + 100) / 3)
     assert row["CR_ind_worst"] == pytest.approx(100.0)
     assert row["worst_point"] == "NoAttack"

@@ -98,9 +98,10 @@ def test_reference_without_attack_is_an_error():
     ref = AccuracyGrid(90.0, {"A": {0.1: 50.0}})
     with pytest.raises(InputError, match="reference: no acc\\* values for attack 'B'"):
         competitiveness(AccuracyGrid(80.0, {"A": {0.1: 40.0}}), ref, attacks=["B"])
-    with pytest.raises(InputError, match="acc\\* > 0"):
-        competitiveness(AccuracyGrid(80.0, {"A": {0.1: 0.0}}),
-                        AccuracyGrid(90.0, {"A": {0.1: 0.0}}), attacks=["A"])
+    # acc* = 0 is no error: the point is excluded (test below)
+    rep = competitiveness(AccuracyGrid(80.0, {"A": {0.1: 0.0}}),
+                          AccuracyGrid(90.0, {"A": {0.1: 0.0}}), attacks=["A"])
+    assert rep.table.excluded == [("A", 0.1)]
     with pytest.raises(InputError, match="missing"):
         competitiveness(AccuracyGrid(80.0), ref, attacks=["A"], missing="ignore")
     with pytest.raises(InputError, match="training strength of 'A'"):
@@ -134,7 +135,24 @@ def test_untrained_report_has_no_seen_metrics():
     ref = AccuracyGrid(80.0, {"A": {0.1: 40.0}})
     d = competitiveness(AccuracyGrid(60.0, {"A": {0.1: 20.0}}), ref, attacks=["A"]).to_dict()
     assert set(d) == {"model", "clean", "CR_ind_avg", "CR_ind_worst", "worst_point", "single",
-                      "missing"}
+                      "missing", "excluded", "n_excluded"}
+
+
+def test_points_where_the_best_reference_is_zero_are_excluded_and_reported():
+    """--reference best: at the top strengths every stored model is at 0 accuracy."""
+    a = AccuracyGrid(80.0, {"A": {0.1: 40.0, 0.2: 0.0, 0.3: 0.0}})
+    b = AccuracyGrid(70.0, {"A": {0.1: 50.0, 0.2: 0.0, 0.3: 0.0}})
+    star = best_reference([a, b])
+    rep = competitiveness(a, star, attacks=["A"], trained_on={"A": 0.2})
+    assert rep.table.excluded == [("A", 0.2), ("A", 0.3)]
+    assert rep.cr_ind_avg == pytest.approx((100 + 80) / 2)  # clean and A@0.1 only
+    assert rep.cr_ind_worst == pytest.approx(80.0) and rep.worst_point == "A@0.1"
+    assert rep.single["A"] == {"avg": pytest.approx(90.0), "worst": pytest.approx(80.0)}
+    assert rep.pct_seen == pytest.approx(100 * 3 / 4)  # the full point set still counts
+    d = rep.to_dict()
+    assert d["excluded"] == ["A@0.2", "A@0.3"] and d["n_excluded"] == 2
+    with pytest.raises(InputError, match="accuracies lie in"):
+        competitiveness(a, AccuracyGrid(80.0, {"A": {0.1: -1.0}}), attacks=["A"])
 
 
 # -- properties ----------------------------------------------------------------------------

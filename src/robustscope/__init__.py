@@ -19,6 +19,7 @@ _PUBLIC = {
     "Statement": "robustscope.core.statement",
     "RadiusResult": "robustscope.core.result",
     "RobustscopeError": "robustscope.core.errors",
+    "RobustscopeWarning": "robustscope.core.errors",
     "InputError": "robustscope.core.errors",
     "ModelError": "robustscope.core.errors",
     "FeatureSpaceError": "robustscope.core.errors",
@@ -55,6 +56,7 @@ __all__ = [
     "ModelError",
     "RadiusResult",
     "RobustscopeError",
+    "RobustscopeWarning",
     "SearchConfig",
     "Statement",
     "__version__",
@@ -106,7 +108,13 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # static tools see the real names
-    from robustscope.core.errors import FeatureSpaceError, InputError, ModelError, RobustscopeError
+    from robustscope.core.errors import (
+        FeatureSpaceError,
+        InputError,
+        ModelError,
+        RobustscopeError,
+        RobustscopeWarning,
+    )
     from robustscope.core.result import RadiusResult
     from robustscope.core.space import FeatureSpace
     from robustscope.core.statement import Statement

@@ -112,3 +112,31 @@ def check_positive(value: object, name: str, integer: bool = False,
         kind = "a positive integer" if integer else "a finite number > 0"
         raise InputError(f"{name} must be {kind}, got {value!r}")
     return int(value) if integer else float(value)
+
+
+def check_columns(X: object, names: Sequence[str] | None, name: str = "X") -> object:
+    """``X`` with its columns in the order of ``names`` (the model's feature names), when
+    ``X`` is a DataFrame and the model has names; ``X`` unchanged otherwise.
+
+    Columns are matched by name: a column the model needs that ``X`` lacks, or one ``X`` has
+    that the model does not know, is an :class:`InputError` naming it.
+    """
+    columns = getattr(X, "columns", None)
+    if names is None or columns is None or torch.is_tensor(X):
+        return X
+    have = [str(c) for c in columns]
+    if len(set(have)) != len(have):
+        dup = sorted({c for c in have if have.count(c) > 1})
+        raise InputError(f"{name}: duplicate column(s) {', '.join(dup)}")
+    missing = [n for n in names if n not in have]
+    extra = [c for c in have if c not in set(names)]
+    if missing or extra:
+        parts = []
+        if missing:
+            parts.append(f"missing column(s) {', '.join(missing)}")
+        if extra:
+            parts.append(f"unknown column(s) {', '.join(extra)}")
+        raise InputError(f"{name}: {'; '.join(parts)} (the model was fitted on the columns "
+                         f"{', '.join(names)})")
+    position = {c: i for i, c in enumerate(have)}
+    return X.iloc[:, [position[n] for n in names]]

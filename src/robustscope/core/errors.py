@@ -25,3 +25,7 @@ class FeatureSpaceError(InputError):
 
 class BudgetExhausted(RobustscopeError):
     """A solver asked for more model calls than the per-input budget allows."""
+
+
+class RobustscopeWarning(UserWarning):
+    """A choice that runs but is likely to give poor results (e.g. a weak solver)."""

@@ -24,6 +24,7 @@ from robustscope.core.statuses import (  # noqa: F401 - re-exported
     EXACT,
     FAILED,
     MISCLASSIFIED,
+    SATISFIED,
     STATUSES,
 )
 
@@ -70,11 +71,12 @@ ROW_SCHEMA: tuple[Column, ...] = (
     Column("prediction", "int64", "predicted class of the clean input (index)",
            classes=True, fill=-1),
     Column("radius", "float64", "size of the verified counterexample in the threat's norm of "
-           "the scaled perturbation (x' - x) / scale; inf = censored, 0 = misclassified",
+           "the scaled perturbation (x' - x) / scale; inf = censored, 0 = misclassified or "
+           "satisfied",
            fill=math.nan),
     Column("lower_bound", "float64", "certified lower bound on the true radius (same units)",
            fill=math.nan),
-    Column("status", "str", "exact, attacked, censored, misclassified or failed"),
+    Column("status", "str", "exact, attacked, censored, misclassified, satisfied or failed"),
     Column("loss", "float64", "cross-entropy loss of the clean input (nats)", nullable=True,
            fill=math.nan),
     Column("queries", "int64", "forward + backward model passes spent on the input",
@@ -324,7 +326,8 @@ class RadiusResult:
         """Counts per status and radius statistics over the inputs with a radius."""
         counts = {s: int((self.status == s).sum()) for s in STATUSES}
         broken = self.status != CENSORED
-        r = self.radius[broken & (self.status != MISCLASSIFIED)]
+        # radii of the inputs that were searched (not those at 0 before any search)
+        r = self.radius[broken & (self.status != MISCLASSIFIED) & (self.status != SATISFIED)]
         return {
             "n": len(self),
             **counts,

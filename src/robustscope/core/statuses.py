@@ -10,7 +10,13 @@ ATTACKED = "attacked"
 CENSORED = "censored"
 #: The clean input is already misclassified: radius 0, the input itself is the counterexample.
 MISCLASSIFIED = "misclassified"
+#: The clean input is classified correctly and already satisfies the statement (a targeted
+#: statement whose target is the input's label): radius 0, the input itself is the
+#: counterexample; it counts as correctly classified.
+SATISFIED = "satisfied"
 #: The model raised on this input (sharded runs isolate such rows); no radius.
 FAILED = "failed"
 #: Statuses a search assigns (``failed`` is assigned by runs, which isolate model errors).
-STATUSES = (EXACT, ATTACKED, CENSORED, MISCLASSIFIED)
+STATUSES = (EXACT, ATTACKED, CENSORED, MISCLASSIFIED, SATISFIED)
+#: Statuses of radius 0 without a search: the clean input is already a counterexample.
+AT_ZERO = (MISCLASSIFIED, SATISFIED)

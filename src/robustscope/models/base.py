@@ -66,6 +66,9 @@ class Classifier:
     differentiable: bool = False
     #: True when the model is affine in its input and :meth:`linear_parameters` is available.
     is_linear: bool = False
+    #: Column names the wrapped model was fitted with (``None``: it has none); inputs given
+    #: as a DataFrame are matched to them by name.
+    feature_names: list[str] | None = None
 
     def __init__(
         self,

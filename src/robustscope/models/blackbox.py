@@ -10,8 +10,18 @@ import torch
 from robustscope.core.errors import ModelError
 from robustscope.models.base import PROBA_FLOOR, Classifier
 
-#: Largest tolerated deviation of a probability row's sum from 1.
-SUM_TOLERANCE = 1e-3
+#: Smallest tolerated deviation of a probability row from [0, 1] and of its sum from 1.
+SUM_TOLERANCE = 1e-9
+
+
+def probability_tolerance(dtype: np.dtype, n_classes: int) -> float:
+    """How far probabilities of ``dtype`` may stray from [0, 1] and their row sums from 1:
+    a few rounding errors per class of the precision they were computed in (about 1e-5 for
+    float32, :data:`SUM_TOLERANCE` for float64 and exact types)."""
+    dtype = np.dtype(dtype)
+    if not np.issubdtype(dtype, np.floating):
+        return SUM_TOLERANCE
+    return max(SUM_TOLERANCE, 16 * float(np.finfo(dtype).eps) * max(n_classes, 8))
 
 
 class ProbaClassifier(Classifier):
@@ -19,7 +29,8 @@ class ProbaClassifier(Classifier):
 
     The callable sees float64 numpy arrays with one row per input (images are flattened);
     nothing about it needs to be differentiable. Its logits are ``log(clamp(p, 1e-12))``.
-    Every output is checked: finite, in [0, 1], rows summing to 1.
+    Every output is checked: finite, in [0, 1], rows summing to 1, within the rounding of
+    the precision it is returned in (:func:`probability_tolerance`).
     """
 
     differentiable = False
@@ -40,17 +51,19 @@ class ProbaClassifier(Classifier):
     def probabilities_numpy(self, x: np.ndarray) -> np.ndarray:
         """Call the wrapped function and validate its output, shape ``(n, n_classes)``."""
         try:
-            p = np.asarray(self._predict_proba(x), dtype=np.float64)
+            p = np.asarray(self._predict_proba(x))
         except Exception as exc:
             raise ModelError(f"{self.name} raised {type(exc).__name__}: {exc}") from exc
+        tol = probability_tolerance(p.dtype, self.n_classes)
+        p = p.astype(np.float64, copy=False)
         if p.ndim == 1 and self.n_classes == 2:  # boosters that return P(class 1) only
             p = np.stack([1.0 - p, p], axis=1)
         if p.shape != (x.shape[0], self.n_classes):
             raise ModelError(
                 f"{self.name} returned shape {p.shape}; expected ({x.shape[0]}, {self.n_classes})"
             )
-        bad = ~np.isfinite(p).all(axis=1) | (p < -1e-9).any(axis=1) | (p > 1 + 1e-9).any(axis=1)
-        bad |= np.abs(p.sum(axis=1) - 1.0) > SUM_TOLERANCE
+        bad = ~np.isfinite(p).all(axis=1) | (p < -tol).any(axis=1) | (p > 1 + tol).any(axis=1)
+        bad |= np.abs(p.sum(axis=1) - 1.0) > tol
         if bad.any():
             row = int(np.flatnonzero(bad)[0])
             raise ModelError(

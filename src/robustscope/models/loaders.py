@@ -18,6 +18,7 @@ import torch
 from robustscope.core.errors import ModelError
 from robustscope.models.base import Classifier
 from robustscope.models.blackbox import ProbaClassifier
+from robustscope.models.names import feature_names, named_input
 from robustscope.models.trees import wrap_tree_model
 from robustscope.models.wrap import wrap_model
 
@@ -126,7 +127,10 @@ def _tree_or_black_box(booster, predict_proba, k: int, d: int, name: str,
         model.name = name
     except ModelError as exc:
         log.info("%s: trees not readable (%s); using it as a black box", name, exc)
-        model = ProbaClassifier(predict_proba, k, (d,), name=name, device=device)
+        names = feature_names(booster)
+        model = ProbaClassifier(named_input(predict_proba, names), k, (d,), name=name,
+                                device=device)
+        model.feature_names = names
     model.native = booster
     return model
 
@@ -165,7 +169,8 @@ def _load_onnx(path: Path, device: str) -> Classifier:
         session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     except Exception as exc:
         raise ModelError(f"{path}: not a valid ONNX model ({exc})") from exc
-    inp = session.get_inputs()[0]
+    inputs = session.get_inputs()
+    inp = inputs[0]
     outputs = session.get_outputs()
     # scikit-learn converters name it "probabilities" / "output_probability"; a network's
     # single float output is taken as logits (softmax keeps its argmax).
@@ -175,21 +180,36 @@ def _load_onnx(path: Path, device: str) -> Classifier:
     input_dtype = np.float64 if "double" in inp.type else np.float32
     shape = tuple(s if isinstance(s, int) else -1 for s in inp.shape[1:])
 
+    # one input per column (a converted pipeline fitted on a DataFrame): fed by name
+    per_column = len(inputs) > 1 and all(i.shape[1:] in ([], [1]) for i in inputs)
+    dtypes = [np.float64 if "double" in i.type else np.float32 for i in inputs]
+
+    def feed_of(x: np.ndarray) -> dict:
+        if per_column:
+            return {i.name: x[:, j:j + 1].astype(t)
+                    for j, (i, t) in enumerate(zip(inputs, dtypes, strict=True))}
+        feed = x.reshape(x.shape[0], *shape) if shape else x
+        return {inp.name: feed.astype(input_dtype)}
+
     def run(x: np.ndarray) -> np.ndarray:
-        feed = x.reshape(x.shape[0], *shape).astype(input_dtype) if shape else x
-        (out,) = session.run([out_name], {inp.name: feed.astype(input_dtype)})
-        if isinstance(out, list):  # ZipMap: a list of {class: probability}
+        (out,) = session.run([out_name], feed_of(x))
+        if isinstance(out, list):  # ZipMap: a list of {class: probability} (float32)
             keys = sorted(out[0])
-            out = np.array([[row[k] for k in keys] for row in out])
-        out = np.asarray(out, dtype=np.float64)
+            out = np.array([[row[k] for k in keys] for row in out], dtype=np.float32)
+        out = np.asarray(out)  # its own precision: the probability check's tolerance
         if prob_name is None:
+            out = out.astype(np.float64)
             out = np.exp(out - out.max(axis=1, keepdims=True))
             out = out / out.sum(axis=1, keepdims=True)
         return out
 
     probe_dim = int(np.prod([s for s in shape if s > 0])) if shape else 1
+    if per_column:
+        probe_dim = len(inputs)
     try:
         k = run(np.zeros((1, probe_dim))).shape[1]
     except Exception as exc:
         raise ModelError(f"{path}: could not run the ONNX model on a probe input ({exc})") from exc
-    return ProbaClassifier(run, k, (probe_dim,), name=f"onnx:{path.name}", device=device)
+    model = ProbaClassifier(run, k, (probe_dim,), name=f"onnx:{path.name}", device=device)
+    model.feature_names = [i.name for i in inputs] if per_column else None
+    return model

@@ -33,6 +33,7 @@ import torch
 
 from robustscope.core.errors import ModelError
 from robustscope.models.base import PROBA_FLOOR, Classifier
+from robustscope.models.names import feature_names, named_input
 
 #: Links from raw scores to probabilities (the decision is the argmax of the scores for all).
 LINKS = ("sigmoid", "softmax", "average")
@@ -298,7 +299,8 @@ def _has_best_iteration(model) -> bool:
 def _xgb_margin(booster, X: np.ndarray) -> np.ndarray:
     import xgboost
 
-    out = booster.predict(xgboost.DMatrix(X), output_margin=True)
+    out = booster.predict(xgboost.DMatrix(X, feature_names=booster.feature_names),
+                          output_margin=True)
     return np.asarray(out, dtype=np.float64).reshape(X.shape[0], -1)
 
 
@@ -457,6 +459,7 @@ class TreeEnsembleClassifier(Classifier):
         self.model = model
         self.ensemble = ens
         self.classes = None if ens.classes is None else np.asarray(ens.classes)
+        self.feature_names = feature_names(model)
         self._predict_proba = _proba_function(model)
 
     def probabilities_numpy(self, x: np.ndarray) -> np.ndarray:
@@ -479,12 +482,16 @@ class TreeEnsembleClassifier(Classifier):
 
 
 def _proba_function(model: object):
-    """The library's own class-probability call (a raw booster's ``predict``)."""
+    """The library's own class-probability call (a raw booster's ``predict``), given a
+    DataFrame with the model's column names when it was fitted with names."""
+    names = feature_names(model)
     if type(model).__name__ != "Booster":
-        return model.predict_proba
+        return named_input(model.predict_proba, names)
     if _kind(model) == "xgboost":
-        return lambda x: model.inplace_predict(np.asarray(x, dtype=np.float32))
-    return model.predict
+        if names is None:
+            return lambda x: model.inplace_predict(np.asarray(x, dtype=np.float32))
+        return named_input(model.inplace_predict, names)
+    return named_input(model.predict, names)
 
 
 def wrap_tree_model(obj: object, device: str | torch.device = "cpu") -> TreeEnsembleClassifier:

@@ -11,6 +11,7 @@ from robustscope.core.errors import ModelError
 from robustscope.models.base import Classifier
 from robustscope.models.blackbox import ProbaClassifier
 from robustscope.models.linear import LinearClassifier
+from robustscope.models.names import feature_names, named_input
 from robustscope.models.torch_model import TorchClassifier
 from robustscope.models.trees import is_tree_ensemble, wrap_tree_model
 
@@ -84,6 +85,13 @@ def wrap_model(
     """
     if isinstance(model, Classifier):
         return model
+    clf = _wrap(model, n_classes, input_shape, device, example)
+    if clf.feature_names is None:
+        clf.feature_names = feature_names(model)
+    return clf
+
+
+def _wrap(model, n_classes, input_shape, device, example) -> Classifier:
     if isinstance(model, torch.nn.Module):
         probed = 0
         if n_classes is None:
@@ -105,6 +113,8 @@ def wrap_model(
         return wrap_tree_model(model, device)
     predict_proba = getattr(model, "predict_proba", None)
     if callable(predict_proba):
+        # a model fitted on a DataFrame is called with one, under its own column names
+        predict_proba = named_input(predict_proba, feature_names(model))
         classes = getattr(model, "classes_", None)
         k = n_classes or (len(classes) if classes is not None else None)
         probed = 0

@@ -16,7 +16,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from robustscope.core.ecdf import robust_accuracy
-from robustscope.core.result import CENSORED, MISCLASSIFIED, RadiusResult
+from robustscope.core.result import CENSORED, RadiusResult
+from robustscope.core.statuses import AT_ZERO
 
 #: Colours of the curves of run A / run B (and further sections), colour-blind safe.
 PALETTE = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000")
@@ -110,7 +111,7 @@ def radius_distribution_figure(curves: Sequence[Curve], title: str = "Radius dis
     and misclassified counts in the legend."""
     fig = Figure(figsize=(6, 3.8))
     ax = fig.add_subplot()
-    finite = [c.radius[(c.status != CENSORED) & (c.status != MISCLASSIFIED)] for c in curves]
+    finite = [c.radius[(c.status != CENSORED) & ~np.isin(c.status, AT_ZERO)] for c in curves]
     top = max((float(f.max()) for f in finite if len(f)), default=1.0) or 1.0
     bins = np.linspace(0.0, top, 30)
     for k, (c, r) in enumerate(zip(curves, finite, strict=True)):
@@ -128,7 +129,7 @@ def radius_distribution_figure(curves: Sequence[Curve], title: str = "Radius dis
 def fragile_indices(result: RadiusResult, k: int) -> np.ndarray:
     """Indices of the ``k`` well-classified inputs with the smallest verified radius
     (ties by input order)."""
-    ok = np.flatnonzero((result.status != CENSORED) & (result.status != MISCLASSIFIED))
+    ok = np.flatnonzero((result.status != CENSORED) & ~np.isin(result.status, AT_ZERO))
     order = np.argsort(result.radius[ok], kind="stable")
     return ok[order[:k]]
 

@@ -19,6 +19,7 @@ import numpy as np
 
 from robustscope.core.fileio import atomic_write
 from robustscope.core.result import CENSORED, MISCLASSIFIED
+from robustscope.core.statuses import AT_ZERO, STATUSES
 from robustscope.report.figures import (
     Curve,
     accuracy_vs_strength_figure,
@@ -91,7 +92,7 @@ def _section_context(ev: Evaluation, sec: Section) -> dict:
             lambda: flip_rate_figure(res, class_names=dict(enumerate(class_names))
                                      if class_names else None,
                                      title=f"Flip rate vs strength — {sec.name}"))
-    broken = res.found & (res.status != MISCLASSIFIED)
+    broken = res.found & ~np.isin(res.status, AT_ZERO)
     if broken.any():
         _figure(figures, notes, "Score before and after the perturbation, coloured by radius",
                 lambda: score_scatter_figure(
@@ -122,8 +123,7 @@ def _section_context(ev: Evaluation, sec: Section) -> dict:
     return {"name": sec.name, "threat": res.threat, "solver": res.solver,
             "summary": sec.summary(), "figures": figures, "notes": notes, "scores": scores,
             "scores_meta": scores_meta, "accuracy": acc_rows,
-            "statuses": {s: int((res.status == s).sum()) for s in
-                         ("exact", "attacked", "censored", "misclassified")}}
+            "statuses": {s: int((res.status == s).sum()) for s in STATUSES}}
 
 
 def _ood_context(sec: Section) -> dict:

@@ -16,6 +16,7 @@ import numpy as np  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 from robustscope.core.result import CENSORED, MISCLASSIFIED  # noqa: E402
+from robustscope.core.statuses import AT_ZERO  # noqa: E402
 from robustscope.report.figures import drawn_note, points_to_draw  # noqa: E402
 from robustscope.scores.intrinsic import IntrinsicScores, SubsetComparison  # noqa: E402
 
@@ -28,7 +29,7 @@ def plot_radius_vs_g(scores: IntrinsicScores, title: str | None = None,
     subset of the points is drawn and the title says so."""
     fig, ax = plt.subplots(figsize=(5.5, 4.2))
     s = scores.status
-    ok = (s != MISCLASSIFIED) & (s != CENSORED) & np.isfinite(scores.g)
+    ok = ~np.isin(s, AT_ZERO) & (s != CENSORED) & np.isfinite(scores.g)
     wrong = (s == MISCLASSIFIED) & np.isfinite(scores.g)
     drawn = np.zeros(len(s), dtype=bool)
     drawn[points_to_draw(len(s))] = True

@@ -14,6 +14,7 @@ import numpy as np
 from robustscope.core.ecdf import robust_accuracy
 from robustscope.core.errors import InputError
 from robustscope.core.result import CENSORED, MISCLASSIFIED
+from robustscope.core.statuses import AT_ZERO
 from robustscope.scores.intrinsic import intrinsic_scores
 
 
@@ -51,7 +52,7 @@ METRICS = ("inputs", "clean_accuracy", "median_radius", "worst_radius", "R_m", "
 
 def threat_metrics(view: ThreatView, n_bootstrap: int = 1000, seed: int = 0) -> dict:
     """Headline numbers of one threat (same definitions as the report's summary)."""
-    ok = (view.status != CENSORED) & (view.status != MISCLASSIFIED)
+    ok = (view.status != CENSORED) & ~np.isin(view.status, AT_ZERO)
     r = view.radius[ok]
     out = {"inputs": len(view.radius),
            "clean_accuracy": float((view.status != MISCLASSIFIED).mean()),

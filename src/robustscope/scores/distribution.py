@@ -54,7 +54,8 @@ def flip_rate(
         whatever their radius field holds.
     include_misclassified : count inputs that are already misclassified (radius 0) as
         flipped at every strength; by default they are left out (a flip changes a correct
-        decision), so the denominator is the correctly classified inputs.
+        decision), so the denominator is the correctly classified inputs (``satisfied``
+        ones among them, flipped at every strength: the statement holds already).
 
     Returns a DataFrame with columns ``group`` (``"all"`` or the class), ``eps``,
     ``flip_rate`` and ``n`` (inputs in the group's denominator).

@@ -23,8 +23,9 @@ from importlib import metadata
 import numpy as np
 
 from robustscope.core.errors import RobustscopeError
-from robustscope.core.result import CENSORED, MISCLASSIFIED, RadiusResult
+from robustscope.core.result import CENSORED, RadiusResult
 from robustscope.core.space import FeatureSpace
+from robustscope.core.statuses import AT_ZERO
 from robustscope.scores.distribution import ood_check, proxy_a_distance
 from robustscope.scores.intrinsic import scores_from_result
 from robustscope.scores.multiattack import competitiveness, grid_from_radii
@@ -74,7 +75,7 @@ class Section:
         well-classified inputs, censored share, R_nu and its interval (when computed)."""
         res = self.result
         s = res.summary()
-        ok = (res.status != CENSORED) & (res.status != MISCLASSIFIED)
+        ok = (res.status != CENSORED) & ~np.isin(res.status, AT_ZERO)
         r = res.radius[ok]
         out = {
             "n": s["n"],
@@ -135,7 +136,7 @@ def compute_section(name: str, result: RadiusResult, X: np.ndarray,
                 confidence=options.confidence, seed=options.seed)
         except RobustscopeError as exc:
             sec.notes["scores"] = str(exc)
-    found = result.found & (result.status != MISCLASSIFIED)
+    found = result.found & ~np.isin(result.status, AT_ZERO)
     if options.ood or options.pad:
         if X_reference is None:
             sec.notes["ood"] = "no reference (training) data was given"

@@ -25,6 +25,10 @@ Treatment of special inputs (documented choices):
   *lower bounds* of the uncensored scores; ``result.lower_bounds`` is then True.
 - **misclassified**: radius 0; they count in every denominator and contribute 0 to R_m and
   R_nu (the paper's definition); they are left out of the line fit and of ``R_w_correct``.
+- **satisfied** (correctly classified, but a targeted statement already holds: the target is
+  the label): radius 0 without a search, treated as misclassified inputs are in the scores
+  (0 to R_m and R_nu, out of the line fit and ``R_w_correct``) but not counted in
+  ``n_misclassified`` (they are correctly classified).
 - **well-classified with g(loss) <= 0** (possible for K > 2 classes when ``p_y <= 1/2``) and
   well-classified inputs with ``g(loss) = inf`` (a loss that rounded to 0): ``r / g`` is
   meaningless there, so they are excluded from R_nu (numerator and denominator) and counted in
@@ -42,6 +46,7 @@ import numpy as np
 from robustscope.core.errors import InputError
 from robustscope.core.numerics import cross_entropy  # noqa: F401 - re-exported
 from robustscope.core.result import CENSORED, MISCLASSIFIED, STATUSES, RadiusResult
+from robustscope.core.statuses import AT_ZERO
 
 #: Score names, in report order.
 SCORE_NAMES = ("R_m", "R_w", "R_w_correct", "R_nu", "slope", "intercept", "r2")
@@ -169,10 +174,10 @@ def _check_inputs(radius, loss, status) -> tuple[np.ndarray, np.ndarray, np.ndar
         i = int(np.flatnonzero(bad)[0])
         raise InputError(f"radius: row {i} is censored but has a finite radius {r[i]}; "
                          "censored inputs must have radius inf")
-    bad = (s == MISCLASSIFIED) & (r != 0)
+    bad = np.isin(s, AT_ZERO) & (r != 0)
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
-        raise InputError(f"radius: row {i} is misclassified but has radius {r[i]} (expected 0)")
+        raise InputError(f"radius: row {i} is {s[i]} but has radius {r[i]} (expected 0)")
     bad = ~(ell >= 0)  # catches NaN too
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
@@ -187,7 +192,7 @@ def _weighted_scores(w: np.ndarray, r: np.ndarray, g: np.ndarray, s: np.ndarray,
 
     ``r`` already holds the censored treatment; ``keep`` marks inputs that enter the scores.
     """
-    wrong = s == MISCLASSIFIED
+    wrong = np.isin(s, AT_ZERO)  # radius 0 before any search: misclassified or satisfied
     correct = keep & ~wrong
     nu_ok = keep & (wrong | ((g > 0) & np.isfinite(g)))
     line = correct & np.isfinite(g)
@@ -244,7 +249,8 @@ def intrinsic_scores(
     radius : (n,) float, radii in the threat's norm (scaled units); ``inf`` for censored inputs,
         0 for misclassified ones.
     loss : (n,) float, cross-entropy loss ``-log p_y`` of the clean input, in nats.
-    status : (n,) str, one of ``exact``, ``attacked``, ``censored``, ``misclassified``.
+    status : (n,) str, one of ``exact``, ``attacked``, ``censored``, ``misclassified``,
+        ``satisfied``.
     censored : ``"exclude"`` (default) or ``"bound"`` (censored radius := ``censor_at``; scores
         become lower bounds). See the module docstring.
     n_bootstrap : resamples of the inputs for the percentile intervals (0 = no intervals).
@@ -269,13 +275,13 @@ def intrinsic_scores(
     else:
         keep = ~cens
     g = g_of_loss(ell)
-    wrong = s == MISCLASSIFIED
+    wrong = np.isin(s, AT_ZERO)
     correct = keep & ~wrong
     point = {k: float(v[0]) for k, v in
              _weighted_scores(np.ones((1, len(r))), r, g, s, keep).items()}
     intervals, draws = _bootstrap(r, g, s, keep, n_bootstrap, confidence, seed)
     return IntrinsicScores(
-        n=len(r), n_censored=int(cens.sum()), n_misclassified=int(wrong.sum()),
+        n=len(r), n_censored=int(cens.sum()), n_misclassified=int((s == MISCLASSIFIED).sum()),
         n_nonpositive_g=int((correct & (g <= 0)).sum()),
         n_infinite_g=int((correct & np.isinf(g)).sum()),
         n_used_R_nu=int((keep & (wrong | ((g > 0) & np.isfinite(g)))).sum()),

@@ -28,6 +28,13 @@ The point set is ``𝒫 = {clean} ∪ {(t, ε) : t in the chosen attacks, ε in 
 A model that lacks some points either raises an error naming them (default) or, with
 ``missing="skip"``, is scored over the points it has (as the published leaderboard does);
 ``pct_seen`` still counts the full ``𝒫``.
+
+A point where ``acc*(P) = 0`` (no reference model resists there: the usual case at the top
+strengths when acc* is the best of a few stored models) cannot discriminate and has no
+ratio. The published table has no such point, so the benchmark does not say how to treat
+one; here it is *excluded* from every metric (ratios and SC), and the report lists the
+excluded points (``PointTable.excluded``, ``excluded`` in :meth:`CRReport.to_dict`).
+``pct_seen`` counts the full ``𝒫``, as for missing points.
 """
 
 from __future__ import annotations
@@ -127,7 +134,8 @@ class PointTable:
     strengths increasing: ``attack`` (``"NoAttack"`` for clean), ``eps`` (0 for clean),
     ``acc`` and ``acc_star`` (percent), ``seen`` (bool; all False but clean when the
     training attacks are unknown). ``n_points`` / ``n_seen`` count the full ``𝒫`` and
-    ``S ∩ 𝒫`` including points the model lacks (listed in ``missing``).
+    ``S ∩ 𝒫`` including points the model lacks (listed in ``missing``) and points where
+    acc* is 0 (listed in ``excluded``: they have no ratio and enter no metric).
     """
 
     attack: np.ndarray
@@ -139,6 +147,7 @@ class PointTable:
     n_seen: int
     attacks: tuple[str, ...]
     missing: list[tuple[str, float]] = field(default_factory=list)
+    excluded: list[tuple[str, float]] = field(default_factory=list)
 
     @property
     def ratio(self) -> np.ndarray:
@@ -194,19 +203,22 @@ def point_table(grid: AccuracyGrid, reference: AccuracyGrid | str | Path | None 
         raise InputError("reference: clean acc* must be > 0")
     rows = [(CLEAN, 0.0, grid.clean, ref.clean)]
     absent: list[tuple[str, float]] = []
+    excluded: list[tuple[str, float]] = []
     n_points, n_seen = 1, 1
     for attack in chosen:
         if attack not in ref.attacks or not ref.attacks[attack]:
             raise InputError(f"reference: no acc* values for attack '{attack}'; it has "
                              f"{', '.join(sorted(ref.attacks)) or 'none'}")
         for eps, star in sorted(ref.attacks[attack].items()):
-            if star <= 0:
+            if star < 0 or not math.isfinite(star):
                 raise InputError(f"reference: acc* of {attack} at strength "
-                                 f"{eps_key(eps)} is {star}; a ratio needs acc* > 0")
+                                 f"{eps_key(eps)} is {star}; accuracies lie in [0, 100]")
             n_points += 1
             n_seen += _is_seen(attack, eps, trained)
             acc = grid.get(attack, eps)
-            if acc is None:
+            if star == 0:  # no ratio: the point cannot discriminate (see the module doc)
+                excluded.append((attack, eps))
+            elif acc is None:
                 absent.append((attack, eps))
             else:
                 rows.append((attack, eps, acc, star))
@@ -218,7 +230,7 @@ def point_table(grid: AccuracyGrid, reference: AccuracyGrid | str | Path | None 
     seen = np.array([_is_seen(a, e, trained) for a, e in zip(att, eps, strict=True)])
     return PointTable(np.array(att, dtype=object), np.array(eps, dtype=np.float64),
                       np.array(acc, dtype=np.float64), np.array(star, dtype=np.float64),
-                      seen, n_points, n_seen, chosen, absent)
+                      seen, n_points, n_seen, chosen, absent, excluded)
 
 
 def _describe_missing(absent: list[tuple[str, float]], ref: AccuracyGrid) -> str:
@@ -316,7 +328,8 @@ class CRReport:
 
     def to_dict(self) -> dict:
         """JSON-ready: keys ``model, clean, CR_ind_avg, CR_ind_worst, worst_point, single``,
-        ``missing`` (``"Attack@eps"`` list) and, when the training attacks are known,
+        ``missing`` and ``excluded`` (``"Attack@eps"`` lists: points the model lacks, points
+        where acc* is 0), ``n_excluded`` and, when the training attacks are known,
         ``CR_in_avg, CR_in_worst, CR_out_avg, CR_out_worst, pct_seen, SC``. NaN -> None."""
         def num(x: float | None) -> float | None:
             return None if x is None or not math.isfinite(x) else float(x)
@@ -329,6 +342,8 @@ class CRReport:
             "worst_point": self.worst_point,
             "single": {a: {k: num(v) for k, v in s.items()} for a, s in self.single.items()},
             "missing": [f"{a}@{eps_key(e)}" for a, e in self.table.missing],
+            "excluded": [f"{a}@{eps_key(e)}" for a, e in self.table.excluded],
+            "n_excluded": len(self.table.excluded),
         }
         if self.pct_seen is not None:
             out.update({"CR_in_avg": num(self.cr_in_avg), "CR_in_worst": num(self.cr_in_worst),

@@ -2,7 +2,8 @@
 
 For each batch the search
 
-1. predicts the clean inputs (misclassified ones get radius 0);
+1. predicts the clean inputs (misclassified ones, and correctly classified ones that already
+   satisfy a targeted statement, get radius 0);
 2. runs the exact solver where the model allows it (linear models: lower bound = radius);
 3. otherwise runs a minimum-norm solver, refines each counterexample by a line search back
    towards its input, then tightens the bracket with fixed-strength PGD (double-then-bisect,
@@ -20,6 +21,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -28,17 +30,26 @@ import torch
 
 from robustscope.core.checks import (
     check_array,
+    check_columns,
     check_labels,
     check_positive,
     check_seed,
     make_generator,
 )
-from robustscope.core.errors import InputError
+from robustscope.core.errors import InputError, RobustscopeWarning
 from robustscope.core.numerics import cross_entropy
-from robustscope.core.result import ATTACKED, CENSORED, EXACT, MISCLASSIFIED, RadiusResult
+from robustscope.core.result import (
+    ATTACKED,
+    CENSORED,
+    EXACT,
+    MISCLASSIFIED,
+    SATISFIED,
+    RadiusResult,
+)
 from robustscope.core.space import FeatureSpace
 from robustscope.core.statement import DECISION_CHANGE, Statement
 from robustscope.models.base import Classifier, QueryLedger
+from robustscope.models.names import feature_names
 from robustscope.models.torch_model import TorchClassifier
 from robustscope.models.wrap import wrap_model
 from robustscope.search.verify import Verifier
@@ -119,7 +130,9 @@ def radius(
     Parameters
     ----------
     model : anything :func:`robustscope.wrap_model` accepts.
-    X : array ``(n, d)`` (tabular) or ``(n, C, H, W)`` (images), original units.
+    X : array ``(n, d)`` (tabular) or ``(n, C, H, W)`` (images), original units; a
+        DataFrame's columns are matched by name to the model's feature names, where it has
+        them (a missing or unknown column is an error).
     y : array ``(n,)`` of labels (values of the model's ``classes_`` where it has them).
     threat : ``"linf"``, ``"l2"`` or ``"l1"``, measured on ``(x' - x) / scale``.
     space : feature space; default: the box [0, 1] for images, per-column data ranges for
@@ -138,7 +151,8 @@ def radius(
         raise InputError(f"rtol must be in (0, 1), got {rtol}")
     budget = check_positive(budget, "budget (passes per input)", integer=True, allow_none=True)
     seed = check_seed(seed)
-    X = check_array(X, "X")
+    # a DataFrame's columns are matched to the model's feature names (reordered)
+    X = check_array(check_columns(X, feature_names(model)), "X")
     threat = get_threat(threat)
     statement = statement or DECISION_CHANGE
     model = wrap_model(model, input_shape=X.shape[1:], device=device, example=X)
@@ -153,6 +167,7 @@ def radius(
     if not (max_radius > 0 and math.isfinite(max_radius)):
         raise InputError(f"max_radius must be finite and > 0, got {max_radius}")
     kind = exact_kind(model, threat, statement)
+    _warn_if_weak(solver, model, kind)
     if solver == "exact" and kind is None:
         raise InputError(f"solver 'exact' needs a linear model, a tree ensemble or a small "
                          f"ReLU network (Linf or L1); {model.name} under {threat.name} is none "
@@ -183,6 +198,21 @@ def radius(
         meta={"seed": seed, "budget": budget, "rtol": rtol, "statement": statement.name,
               "model": model.name, "exact_solver": used_exact},
     )
+
+
+def _warn_if_weak(solver: str, model: Classifier, kind: str | None) -> None:
+    """Gradient attacks on a model without gradients (trees, black boxes) run on finite
+    differences of a piecewise-constant function: their radii can be far above the true ones
+    (up to 2,769 times the exact radius was measured on tree ensembles)."""
+    if solver not in ("pgd", "minnorm") or model.differentiable:
+        return
+    fits = ("solver='auto' or solver='exact' (the exact MILP of the tree ensemble)"
+            if kind == "trees" else
+            "solver='auto' (the gradient-free cascade: cube search, then HopSkipJump)")
+    warnings.warn(f"solver='{solver}' is a gradient attack and {model.name} has no gradients: "
+                  "its radii can be far larger than the true ones (up to 2,769x the exact "
+                  f"radius was measured on tree ensembles); use {fits}",
+                  RobustscopeWarning, stacklevel=3)
 
 
 class _Outputs:
@@ -226,7 +256,10 @@ def _search_batch(model, X, labels, idx, space, threat, solver, kind, max_radius
     out.proba[idx] = proba.cpu().numpy()
     # accurate also for confident inputs, where -log(p_y) rounds to 0 (the scores need g(loss))
     out.loss[idx] = cross_entropy(logits.cpu().numpy(), labels)
-    wrong = (pred != y) | statement.holds(pred, y)
+    misclassified = pred != y
+    # a targeted statement whose target is the label holds already: radius 0, not an error
+    satisfied = statement.holds(pred, y) & ~misclassified
+    wrong = misclassified | satisfied
     state = _BatchState(model, space, threat, statement, ledger, x, y, idx, logits, wrong)
     active = ~wrong
     if active.any():
@@ -252,7 +285,8 @@ def _search_batch(model, X, labels, idx, space, threat, solver, kind, max_radius
     out.lower[idx] = np.where(wrong.cpu().numpy(), 0.0, state.lower.cpu().numpy())
     status = np.where(found, ATTACKED, CENSORED).astype(object)
     status[state.exact.cpu().numpy() & found] = EXACT
-    status[wrong.cpu().numpy()] = MISCLASSIFIED
+    status[misclassified.cpu().numpy()] = MISCLASSIFIED
+    status[satisfied.cpu().numpy()] = SATISFIED
     out.status[idx] = status
     out.x_adv[idx] = state.best_x.cpu().numpy().reshape(len(idx), *X.shape[1:])
     out.proba_adv[idx] = torch.softmax(state.best_logits, dim=1).cpu().numpy()

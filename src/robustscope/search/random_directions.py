@@ -18,7 +18,7 @@ import torch
 from robustscope.core.checks import check_labels, make_generator
 from robustscope.core.errors import InputError
 from robustscope.core.numerics import cross_entropy
-from robustscope.core.result import ATTACKED, CENSORED, MISCLASSIFIED, RadiusResult
+from robustscope.core.result import ATTACKED, CENSORED, MISCLASSIFIED, SATISFIED, RadiusResult
 from robustscope.core.space import FeatureSpace
 from robustscope.core.statement import DECISION_CHANGE, Statement
 from robustscope.models.base import Classifier, QueryLedger
@@ -65,9 +65,10 @@ def random_directions_radius(
         the best counterexample found so far (``attacked``) or is ``censored``.
 
     Returns a :class:`RadiusResult` with status ``attacked`` (verified counterexample),
-    ``censored`` or ``misclassified``. ``radius`` is the scaled norm of the counterexample
-    (<= the bracket's upper end; equal without bounds); ``lower_bound`` is 0 (random search
-    certifies nothing); ``meta`` holds the bracket (``isotropic_low``, ``isotropic_high``).
+    ``censored``, ``misclassified`` or ``satisfied``. ``radius`` is the scaled norm of the
+    counterexample (<= the bracket's upper end; equal without bounds); ``lower_bound`` is 0
+    (random search certifies nothing); ``meta`` holds the bracket (``isotropic_low``,
+    ``isotropic_high``).
     ``seconds`` is the total time shared equally among inputs.
     """
     t0 = time.perf_counter()
@@ -96,7 +97,9 @@ def random_directions_radius(
     proba = torch.softmax(logits.to(torch.float64), dim=1)
     pred = logits.argmax(dim=1)
     loss = cross_entropy(logits.detach().cpu().numpy(), yt.cpu().numpy())
-    wrong = statement.holds(pred, yt)
+    misclassified = pred != yt
+    satisfied = statement.holds(pred, yt) & ~misclassified
+    wrong = misclassified | satisfied
 
     first = init_radius if init_radius is not None else (
         max_radius if math.isfinite(max_radius) else 1.0)
@@ -150,7 +153,8 @@ def random_directions_radius(
     radius = np.where(has.numpy(), best_norm.numpy(), math.inf)
     radius[wrong_np] = 0.0
     status = np.where(has.numpy(), ATTACKED, CENSORED).astype(object)
-    status[wrong_np] = MISCLASSIFIED
+    status[misclassified.cpu().numpy()] = MISCLASSIFIED
+    status[satisfied.cpu().numpy()] = SATISFIED
     elapsed = time.perf_counter() - t0
     return RadiusResult(
         radius=radius, lower_bound=np.zeros(n), status=status.astype(str),

@@ -35,25 +35,28 @@ MAX_RELUS = 2000
 
 def relu_layers(module: torch.nn.Module) -> list[tuple[np.ndarray, np.ndarray]]:
     """``[(W, b), ...]`` (float64) of a feed-forward ReLU network, ReLU between consecutive
-    pairs; raises :class:`InputError` for any other architecture."""
-    mods = list(module.children()) if isinstance(module, torch.nn.Sequential) else [module]
+    pairs; raises :class:`InputError` for any other architecture.
+
+    Reads a ``torch.nn.Sequential``, the same saved as TorchScript (scripted or traced: the
+    scripted module keeps the Sequential's layers) or a ``torch.export`` program's module
+    (its graph of ``linear`` / ``relu`` calls)."""
+    ops = _operations(module)
     layers: list[tuple[np.ndarray, np.ndarray]] = []
     expect_relu = False
-    for i, m in enumerate(mods):
-        if isinstance(m, (torch.nn.Flatten, torch.nn.Identity)) and not layers:
+    for i, (kind, what, w, b) in enumerate(ops):
+        if kind == "skip" and not layers:
             continue
-        if isinstance(m, torch.nn.Linear) and not expect_relu:
-            w = m.weight.detach().cpu().double().numpy()
-            b = (m.bias.detach().cpu().double().numpy() if m.bias is not None
-                 else np.zeros(w.shape[0]))
+        if kind == "linear" and not expect_relu:
+            w = w.detach().cpu().double().numpy()
+            b = b.detach().cpu().double().numpy() if b is not None else np.zeros(w.shape[0])
             layers.append((w, b))
             expect_relu = True
-        elif isinstance(m, torch.nn.ReLU) and expect_relu and i < len(mods) - 1:
+        elif kind == "relu" and expect_relu and i < len(ops) - 1:
             expect_relu = False
         else:
             raise InputError(
                 f"the exact network solver takes Sequential(Flatten?, Linear, ReLU, ..., Linear); "
-                f"layer {i} is {type(m).__name__}")
+                f"layer {i} is {what}")
     if not layers or not expect_relu:
         raise InputError("the exact network solver needs a network ending in a Linear layer")
     relus = sum(w.shape[0] for w, _ in layers[:-1])
@@ -61,6 +64,77 @@ def relu_layers(module: torch.nn.Module) -> list[tuple[np.ndarray, np.ndarray]]:
         raise InputError(f"the network has {relus} ReLUs; the exact solver takes at most "
                          f"{MAX_RELUS}")
     return layers
+
+
+def _operations(module) -> list[tuple[str, str, torch.Tensor | None, torch.Tensor | None]]:
+    """The network as a chain of ``(kind, name, weight, bias)``, kind one of ``linear``,
+    ``relu``, ``skip`` (flatten, identity) or ``other``."""
+    if isinstance(module, torch.fx.GraphModule):
+        return _graph_operations(module)
+    script = isinstance(module, torch.jit.ScriptModule)
+    name = getattr(module, "original_name", None) if script else type(module).__name__
+    if isinstance(module, torch.nn.Sequential) or (script and name == "Sequential"):
+        return [_module_operation(m) for m in module.children()]
+    return [_module_operation(module)]
+
+
+def _module_operation(m) -> tuple:
+    """One layer of a Sequential, plain or TorchScript (whose type is its ``original_name``)."""
+    name = (getattr(m, "original_name", type(m).__name__)
+            if isinstance(m, torch.jit.ScriptModule) else type(m).__name__)
+    if name == "Linear":
+        return ("linear", name, m.weight, getattr(m, "bias", None))
+    if name == "ReLU":
+        return ("relu", name, None, None)
+    if name in ("Flatten", "Identity"):
+        return ("skip", name, None, None)
+    return ("other", name, None, None)
+
+
+def _graph_operations(gm: torch.fx.GraphModule) -> list[tuple]:
+    """A ``torch.export`` module's graph as a chain: every call takes the previous one's
+    output (the input first); parameters are read from the module."""
+    aten = torch.ops.aten
+    kinds = {aten.linear.default: "linear", aten.relu.default: "relu",
+             aten.flatten.using_ints: "skip"}
+    ops: list[tuple] = []
+    current = None
+    for node in gm.graph.nodes:
+        if node.op == "get_attr":
+            continue
+        if node.op == "placeholder":
+            if current is not None:
+                return [("other", "a second input", None, None)]
+            current = node
+            continue
+        if node.op == "call_module" and not node.users:
+            continue  # export's guard function
+        if node.op == "output":
+            outs = node.args[0]
+            outs = outs if isinstance(outs, (tuple, list)) else (outs,)
+            if len(outs) != 1 or outs[0] is not current:
+                ops.append(("other", "an output that is not the last layer's", None, None))
+            return ops
+        kind = kinds.get(node.target, "other") if node.op == "call_function" else "other"
+        name = str(node.target)
+        if not node.args or node.args[0] is not current or len(node.users) > 1:
+            kind = "other"
+        if kind == "linear":
+            params = [_attribute(gm, a.target) if getattr(a, "op", None) == "get_attr"
+                      else None for a in node.args[1:3]]
+            if params[0] is None or (len(node.args) > 2 and params[1] is None):
+                kind = "other"
+            ops.append((kind, name, params[0], params[1] if len(params) > 1 else None))
+        else:
+            ops.append((kind, name, None, None))
+        current = node
+    return ops
+
+
+def _attribute(module, target: str) -> torch.Tensor:
+    for part in target.split("."):
+        module = getattr(module, part)
+    return module
 
 
 def exact_relu_radius(

@@ -59,7 +59,7 @@ import torch
 from robustscope.core.checks import check_labels
 from robustscope.core.errors import InputError, ModelError
 from robustscope.core.space import FeatureSpace
-from robustscope.core.statuses import ATTACKED, CENSORED, EXACT, MISCLASSIFIED
+from robustscope.core.statuses import ATTACKED, CENSORED, EXACT, MISCLASSIFIED, SATISFIED
 from robustscope.models.base import QueryLedger
 from robustscope.models.trees import (
     TreeEnsemble,
@@ -580,8 +580,8 @@ def exact_tree_radius(
         ``presolve``).
     target : a class index: the counterexample must be predicted as ``target`` (the
         targeted statement) instead of anything but ``y``. Inputs already predicted as the
-        target (or not as ``y``) are reported ``misclassified`` with radius 0, as the radius
-        search does.
+        target are reported ``satisfied``, those not predicted as ``y`` ``misclassified``,
+        both with radius 0, as the radius search does.
     verify : ``verify(i, x_adv) -> class`` checks a counterexample ``(d,)`` of input ``i``
         with the model (the class there when the statement holds, else -1); the radius
         search passes its one verification here. Default: call the model, charged to
@@ -592,8 +592,9 @@ def exact_tree_radius(
     Returns a :class:`~robustscope.solvers.output.SolverOutput`: ``radius`` the norm of the
     verified counterexample (``inf`` where none), ``lower_bound`` the MILP's certified bound,
     ``status`` ``exact`` (bracket closed), ``attacked`` (open: time limit or failed
-    verification), ``censored`` or ``misclassified``; ``adv_prediction`` the model's class at
-    the counterexample; ``meta`` the program's size and the inputs whose verification failed.
+    verification), ``censored``, ``misclassified`` or ``satisfied``; ``adv_prediction`` the
+    model's class at the counterexample; ``meta`` the program's size and the inputs whose
+    verification failed.
     """
     clf = _as_classifier(model)
     ens = clf.ensemble
@@ -640,7 +641,7 @@ def exact_tree_radius(
             _model_check, clf, ledger, i, yi, target)
         if model_pred[i] != yi or (target is not None and model_pred[i] == target):
             out["radius"][i] = out["lower"][i] = 0.0
-            out["status"][i] = MISCLASSIFIED
+            out["status"][i] = MISCLASSIFIED if model_pred[i] != yi else SATISFIED
             out["adv_class"][i] = model_pred[i]
             out["seconds"][i] = time.perf_counter() - t0
             continue
