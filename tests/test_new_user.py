@@ -110,13 +110,15 @@ def test_float32_probabilities_within_their_rounding_are_accepted():
     assert not (res.status == "misclassified").any()
 
 
-def test_float64_tolerance_is_tight_and_float32_still_refuses_far_rows():
+def test_float64_bounds_are_tight_and_float32_still_refuses_far_rows():
     from robustscope import ModelError
 
     X = np.zeros((2, 2))
-    off64 = wrap_model(lambda x: np.full((len(x), 2), 0.5 + 1e-6), n_classes=2)
+    above64 = wrap_model(lambda x: np.tile([1 + 1e-6, -1e-6], (len(x), 1)), n_classes=2)
     with pytest.raises(ModelError, match="non-probabilities"):
-        off64.probabilities_numpy(X)
+        above64.probabilities_numpy(X)
+    rounded = wrap_model(lambda x: np.tile([0.333, 0.333, 0.333], (len(x), 1)), n_classes=3)
+    assert rounded.probabilities_numpy(X).shape == (2, 3)  # rounded rows still sum to ~1
     off32 = wrap_model(lambda x: np.full((len(x), 2), 0.51, dtype=np.float32), n_classes=2)
     with pytest.raises(ModelError, match="non-probabilities"):
         off32.probabilities_numpy(X)

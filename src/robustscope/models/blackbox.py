@@ -10,18 +10,21 @@ import torch
 from robustscope.core.errors import ModelError
 from robustscope.models.base import PROBA_FLOOR, Classifier
 
-#: Smallest tolerated deviation of a probability row from [0, 1] and of its sum from 1.
-SUM_TOLERANCE = 1e-9
+#: Smallest tolerated deviation of a probability from [0, 1] (exact and float64 outputs).
+BOUND_TOLERANCE = 1e-9
+#: Largest tolerated deviation of a row's sum from 1 at any precision: models that round
+#: their probabilities (to 3 decimals, say) are still probability models.
+SUM_TOLERANCE = 1e-3
 
 
 def probability_tolerance(dtype: np.dtype, n_classes: int) -> float:
-    """How far probabilities of ``dtype`` may stray from [0, 1] and their row sums from 1:
-    a few rounding errors per class of the precision they were computed in (about 1e-5 for
-    float32, :data:`SUM_TOLERANCE` for float64 and exact types)."""
+    """How far probabilities of ``dtype`` may stray from [0, 1]: a few rounding errors per
+    class of the precision they were computed in (about 1e-5 for float32,
+    :data:`BOUND_TOLERANCE` for float64 and exact types)."""
     dtype = np.dtype(dtype)
     if not np.issubdtype(dtype, np.floating):
-        return SUM_TOLERANCE
-    return max(SUM_TOLERANCE, 16 * float(np.finfo(dtype).eps) * max(n_classes, 8))
+        return BOUND_TOLERANCE
+    return max(BOUND_TOLERANCE, 16 * float(np.finfo(dtype).eps) * max(n_classes, 8))
 
 
 class ProbaClassifier(Classifier):
@@ -63,7 +66,7 @@ class ProbaClassifier(Classifier):
                 f"{self.name} returned shape {p.shape}; expected ({x.shape[0]}, {self.n_classes})"
             )
         bad = ~np.isfinite(p).all(axis=1) | (p < -tol).any(axis=1) | (p > 1 + tol).any(axis=1)
-        bad |= np.abs(p.sum(axis=1) - 1.0) > tol
+        bad |= np.abs(p.sum(axis=1) - 1.0) > max(tol, SUM_TOLERANCE)
         if bad.any():
             row = int(np.flatnonzero(bad)[0])
             raise ModelError(
