@@ -33,6 +33,7 @@ import torch
 
 from robustscope.core.errors import ModelError
 from robustscope.models.base import PROBA_FLOOR, Classifier
+from robustscope.models.threads import current_threads
 
 #: Links from raw scores to probabilities (the decision is the argmax of the scores for all).
 LINKS = ("sigmoid", "softmax", "average")
@@ -455,6 +456,7 @@ class TreeEnsembleClassifier(Classifier):
         ens = parse_tree_model(model) if ensemble is None else ensemble
         super().__init__(ens.n_classes, (ens.n_features,), device, torch.float64, ens.source)
         self.model = model
+        self.native = model
         self.ensemble = ens
         self.classes = None if ens.classes is None else np.asarray(ens.classes)
         self._predict_proba = _proba_function(model)
@@ -482,9 +484,10 @@ def _proba_function(model: object):
     """The library's own class-probability call (a raw booster's ``predict``)."""
     if type(model).__name__ != "Booster":
         return model.predict_proba
-    if _kind(model) == "xgboost":
+    if _kind(model) == "xgboost":  # the booster's nthread is set by a search (models.threads)
         return lambda x: model.inplace_predict(np.asarray(x, dtype=np.float32))
-    return model.predict
+    # a LightGBM booster takes its thread count per call (0: its default)
+    return lambda x: model.predict(x, num_threads=current_threads() or 0)
 
 
 def wrap_tree_model(obj: object, device: str | torch.device = "cpu") -> TreeEnsembleClassifier:
