@@ -9,6 +9,7 @@ input, forward and backward passes counted apart.
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -17,6 +18,7 @@ import torch
 
 from robustscope.core.errors import BudgetExhausted, ModelError
 from robustscope.core.numerics import PROBA_FLOOR  # noqa: F401 - re-exported
+from robustscope.models.threads import fit_threads
 
 
 class QueryLedger:
@@ -92,6 +94,9 @@ class Classifier:
         #: Example rows (the first inputs given to :func:`wrap_model`) the model was called on
         #: to learn its number of classes; a search charges them to those inputs once.
         self.probed_rows = 0
+        #: The library object behind the adapter (an XGBoost booster, a scikit-learn
+        #: estimator, ...) whose own thread setting a search limits; ``None`` when none.
+        self.native: object | None = None
 
     def charge_probe(self, ledger: QueryLedger) -> None:
         """Charge the wrapping probe's rows (one forward pass each) to the first inputs of
@@ -171,6 +176,7 @@ class Classifier:
     def logits(self, x: torch.Tensor) -> torch.Tensor:
         """Logits, shape ``(n, n_classes)``; charged as one forward pass per row."""
         self._count(x.shape[0], backward=False)
+        fit_threads(math.prod(x.shape), self.native)  # inside a search: its thread count
         out = self._logits(x)
         if out.ndim != 2 or out.shape[0] != x.shape[0] or out.shape[1] != self.n_classes:
             raise ModelError(

@@ -49,6 +49,8 @@ class ProbaClassifier(Classifier):
     ) -> None:
         super().__init__(n_classes, input_shape, device, torch.float64, name)
         self._predict_proba = predict_proba
+        # a bound method (``model.predict_proba``): its model's own threads are limited too
+        self.native = getattr(predict_proba, "__self__", None)
         self.classes = None if classes is None else np.asarray(classes)
 
     def probabilities_numpy(self, x: np.ndarray) -> np.ndarray:

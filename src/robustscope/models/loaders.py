@@ -19,6 +19,7 @@ from robustscope.core.errors import ModelError
 from robustscope.models.base import Classifier
 from robustscope.models.blackbox import ProbaClassifier
 from robustscope.models.names import feature_names, named_input
+from robustscope.models.threads import current_threads
 from robustscope.models.trees import wrap_tree_model
 from robustscope.models.wrap import wrap_model
 
@@ -112,7 +113,8 @@ def _load_lightgbm(path: Path, device: str) -> Classifier:
         raise ModelError(f"{path}: LightGBM objective '{objective}' is not a classifier's")
 
     def predict_proba(x: np.ndarray) -> np.ndarray:
-        return booster.predict(x)
+        # 0: LightGBM's default (OpenMP's count); inside a search, the search's count
+        return booster.predict(x, num_threads=current_threads() or 0)
 
     return _tree_or_black_box(booster, predict_proba, k, booster.num_feature(),
                               f"lightgbm:{path.name}", device)
@@ -169,6 +171,18 @@ def _load_onnx(path: Path, device: str) -> Classifier:
         session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     except Exception as exc:
         raise ModelError(f"{path}: not a valid ONNX model ({exc})") from exc
+    # a session's thread pool is fixed when it is made: one per thread count a search asks
+    # for (see models/threads.py), made on first use; None is the default session
+    sessions = {None: session}
+
+    def session_for(threads: int | None):
+        if threads not in sessions:
+            options = ort.SessionOptions()
+            options.intra_op_num_threads = threads
+            options.inter_op_num_threads = 1
+            sessions[threads] = ort.InferenceSession(str(path), options,
+                                                     providers=["CPUExecutionProvider"])
+        return sessions[threads]
     inputs = session.get_inputs()
     inp = inputs[0]
     outputs = session.get_outputs()
@@ -192,7 +206,7 @@ def _load_onnx(path: Path, device: str) -> Classifier:
         return {inp.name: feed.astype(input_dtype)}
 
     def run(x: np.ndarray) -> np.ndarray:
-        (out,) = session.run([out_name], feed_of(x))
+        (out,) = session_for(current_threads()).run([out_name], feed_of(x))
         if isinstance(out, list):  # ZipMap: a list of {class: probability} (float32)
             keys = sorted(out[0])
             out = np.array([[row[k] for k in keys] for row in out], dtype=np.float32)

@@ -34,6 +34,7 @@ import torch
 from robustscope.core.errors import ModelError
 from robustscope.models.base import PROBA_FLOOR, Classifier
 from robustscope.models.names import feature_names, named_input
+from robustscope.models.threads import current_threads
 
 #: Links from raw scores to probabilities (the decision is the argmax of the scores for all).
 LINKS = ("sigmoid", "softmax", "average")
@@ -457,6 +458,7 @@ class TreeEnsembleClassifier(Classifier):
         ens = parse_tree_model(model) if ensemble is None else ensemble
         super().__init__(ens.n_classes, (ens.n_features,), device, torch.float64, ens.source)
         self.model = model
+        self.native = model
         self.ensemble = ens
         self.classes = None if ens.classes is None else np.asarray(ens.classes)
         self.feature_names = feature_names(model)
@@ -487,11 +489,12 @@ def _proba_function(model: object):
     names = feature_names(model)
     if type(model).__name__ != "Booster":
         return named_input(model.predict_proba, names)
-    if _kind(model) == "xgboost":
+    if _kind(model) == "xgboost":  # the booster's nthread is set by a search (models.threads)
         if names is None:
             return lambda x: model.inplace_predict(np.asarray(x, dtype=np.float32))
         return named_input(model.inplace_predict, names)
-    return named_input(model.predict, names)
+    # a LightGBM booster takes its thread count per call (0: its default)
+    return named_input(lambda x: model.predict(x, num_threads=current_threads() or 0), names)
 
 
 def wrap_tree_model(obj: object, device: str | torch.device = "cpu") -> TreeEnsembleClassifier:

@@ -12,6 +12,7 @@ from robustscope.models.base import Classifier
 from robustscope.models.blackbox import ProbaClassifier
 from robustscope.models.linear import LinearClassifier
 from robustscope.models.names import feature_names, named_input
+from robustscope.models.threads import fit_threads
 from robustscope.models.torch_model import TorchClassifier
 from robustscope.models.trees import is_tree_ensemble, wrap_tree_model
 
@@ -152,8 +153,11 @@ def _probe_classes(fn: Callable, example: np.ndarray | None, name: str) -> int:
         raise ModelError(
             f"{name}: cannot tell the number of classes; pass n_classes= or example= (a few inputs)"
         )
+    rows = np.asarray(example[:PROBE_ROWS])
+    # inside a search, the probe runs under its thread count (and the bound model's n_jobs)
+    fit_threads(rows.size, getattr(fn, "__self__", None))
     try:
-        out = fn(np.asarray(example[:PROBE_ROWS]))
+        out = fn(rows)
     except Exception as exc:
         raise ModelError(f"{name} raised {type(exc).__name__} on an example input: {exc}") from exc
     out = out.detach().cpu().numpy() if torch.is_tensor(out) else np.asarray(out)

@@ -50,6 +50,7 @@ from robustscope.core.space import FeatureSpace
 from robustscope.core.statement import DECISION_CHANGE, Statement
 from robustscope.models.base import Classifier, QueryLedger
 from robustscope.models.names import feature_names
+from robustscope.models.threads import AUTO, check_threads, fit_threads, limited_threads
 from robustscope.models.torch_model import TorchClassifier
 from robustscope.models.wrap import wrap_model
 from robustscope.search.verify import Verifier
@@ -124,6 +125,7 @@ def radius(
     batch_size: int = 512,
     config: SearchConfig | None = None,
     progress: Callable[[int], None] | None = None,
+    threads: str | int | None = AUTO,
 ) -> RadiusResult:
     """Radius of robustness of each input.
 
@@ -145,14 +147,29 @@ def radius(
     rtol : relative width of the bracket at which bisection stops.
     seed : seeds every random choice; the same seed gives the same numbers.
     progress : optional callback, called with the number of inputs finished per batch.
+    threads : thread use while searching. ``"auto"``: one thread (torch, BLAS / OpenMP pools,
+        the model's own ``n_jobs`` / ``nthread``) for model calls and solver batches under
+        ``SMALL_WORK`` = 2^18 elements (rows × features), the caller's settings above; an
+        int: that many threads throughout; ``None``: leave every setting alone. The
+        caller's settings are restored on return. See ``docs/performance.md``.
     """
     check_search_solver(solver)
     if not (0 < rtol < 1):
         raise InputError(f"rtol must be in (0, 1), got {rtol}")
     budget = check_positive(budget, "budget (passes per input)", integer=True, allow_none=True)
     seed = check_seed(seed)
+    threads = check_threads(threads)
     # a DataFrame's columns are matched to the model's feature names (reordered)
     X = check_array(check_columns(X, feature_names(model)), "X")
+    batch_size = check_positive(batch_size, "batch_size", integer=True)
+    work = min(len(X), batch_size) * math.prod(X.shape[1:])
+    with limited_threads(threads, work):
+        return _radius(model, X, y, threat, space, solver, max_radius, budget, rtol, seed,
+                       statement, device, batch_size, config, progress)
+
+
+def _radius(model, X, y, threat, space, solver, max_radius, budget, rtol, seed, statement,
+            device, batch_size, config, progress) -> RadiusResult:
     threat = get_threat(threat)
     statement = statement or DECISION_CHANGE
     model = wrap_model(model, input_shape=X.shape[1:], device=device, example=X)
@@ -296,6 +313,7 @@ def _search_batch(model, X, labels, idx, space, threat, solver, kind, max_radius
 def _run_exact(model, space, threat, statement, ledger, state, active) -> torch.Tensor:
     sub = torch.nonzero(active).reshape(-1)
     weights, bias = model.linear_parameters()
+    fit_threads(len(sub) * weights.size)  # sorts over (rows, classes, features)
     res = EXACT_LINEAR(weights, bias, state.x[sub].cpu().numpy(),
                               state.y[sub].cpu().numpy(), space, threat, statement.target)
     state.lower[sub] = torch.as_tensor(res.lower_bound, device=state.x.device)

@@ -36,6 +36,7 @@ from robustscope.core.numerics import PROBA_FLOOR
 from robustscope.core.result import ATTACKED, CENSORED, MISCLASSIFIED, RadiusResult
 from robustscope.core.statement import DECISION_CHANGE, Statement
 from robustscope.models.base import Classifier, QueryLedger
+from robustscope.models.threads import AUTO, check_threads, limited_threads
 from robustscope.models.wrap import wrap_model
 from robustscope.solvers.image_pgd import image_pgd
 from robustscope.threats.image import ImageThreat
@@ -245,6 +246,7 @@ def grid_robustness(
     device: str | torch.device = "cpu",
     n_classes: int | None = None,
     warm_start: bool = True,
+    threads: str | int | None = AUTO,
     **threat_options,
 ) -> GridResult:
     """Breaking level per input, and robust accuracy on ``grid``, for an image threat.
@@ -263,8 +265,24 @@ def grid_robustness(
     steps, restarts : solver settings (see :func:`robustscope.solvers.image_pgd.image_pgd`).
     warm_start : in bisection, start the attack at a smaller level from the input's latest
         counterexample projected onto that level (it keeps the search closer to monotone).
+    threads : thread use, as for :func:`robustscope.radius`: ``"auto"`` (one thread for
+        batches under 2^18 elements, the caller's settings above), an int, or ``None`` (leave
+        every setting alone); the caller's settings are restored on return.
     """
     t0 = time.perf_counter()
+    threads = check_threads(threads)
+    if batch_size < 1:
+        raise InputError(f"batch_size must be >= 1, got {batch_size}")
+    work = min(len(X), batch_size) * int(np.prod(np.shape(X)[1:]))
+    with limited_threads(threads, work):
+        return _grid_robustness(model, X, y, threat, grid, method, statement, steps,
+                                restarts, batch_size, seed, device, n_classes, warm_start,
+                                threat_options, t0)
+
+
+def _grid_robustness(model, X, y, threat, grid, method, statement, steps, restarts,
+                     batch_size, seed, device, n_classes, warm_start, threat_options,
+                     t0) -> GridResult:
     threat = get_image_threat(threat, **threat_options)
     if grid is None and len(threat.default_grid) == 0:
         raise InputError(f"threat '{threat.name}' has no default grid; pass grid=")
@@ -272,8 +290,6 @@ def grid_robustness(
     seed = check_seed(seed)
     if method not in ("bisection", "full"):
         raise InputError(f"method must be 'bisection' or 'full', got {method!r}")
-    if batch_size < 1:
-        raise InputError(f"batch_size must be >= 1, got {batch_size}")
     statement = DECISION_CHANGE if statement is None else statement
     if not torch.is_tensor(X):
         X = torch.as_tensor(np.asarray(X))

@@ -22,6 +22,7 @@ from robustscope.core.result import ATTACKED, CENSORED, MISCLASSIFIED, SATISFIED
 from robustscope.core.space import FeatureSpace
 from robustscope.core.statement import DECISION_CHANGE, Statement
 from robustscope.models.base import Classifier, QueryLedger
+from robustscope.models.threads import AUTO, check_threads, limited_threads
 from robustscope.search.verify import Verifier
 from robustscope.solvers.random_directions import MAX_ELEMENTS, search_at_strength
 from robustscope.threats import LpThreat, get_threat
@@ -44,6 +45,7 @@ def random_directions_radius(
     statement: Statement = DECISION_CHANGE,
     ledger: QueryLedger | None = None,
     max_elements: int = MAX_ELEMENTS,
+    threads: str | int | None = AUTO,
 ) -> RadiusResult:
     """Isotropic radius of each input by dichotomy over random directions (the paper's estimator).
 
@@ -63,6 +65,9 @@ def random_directions_radius(
         (a private one is used otherwise; the counts are in the result either way). With a
         budget, an input stops when its next chunk of directions would exceed it: it keeps
         the best counterexample found so far (``attacked``) or is ``censored``.
+    threads : thread use, as for :func:`robustscope.radius`: ``"auto"`` (one thread for
+        model calls under 2^18 elements, the caller's settings above), an int, or ``None``
+        (leave every setting alone); the caller's settings are restored on return.
 
     Returns a :class:`RadiusResult` with status ``attacked`` (verified counterexample),
     ``censored``, ``misclassified`` or ``satisfied``. ``radius`` is the scaled norm of the
@@ -72,6 +77,16 @@ def random_directions_radius(
     ``seconds`` is the total time shared equally among inputs.
     """
     t0 = time.perf_counter()
+    threads = check_threads(threads)
+    with limited_threads(threads, math.prod(np.shape(X))):
+        return _random_directions_radius(model, X, y, threat, space, n_directions, max_radius,
+                                         init_radius, precision, rtol, max_steps, seed,
+                                         statement, ledger, max_elements, t0)
+
+
+def _random_directions_radius(model, X, y, threat, space, n_directions, max_radius, init_radius,
+                              precision, rtol, max_steps, seed, statement, ledger, max_elements,
+                              t0) -> RadiusResult:
     threat = get_threat(threat)
     x = model.as_tensor(X)
     n = x.shape[0]

@@ -61,6 +61,7 @@ from robustscope.core.errors import InputError, ModelError
 from robustscope.core.space import FeatureSpace
 from robustscope.core.statuses import ATTACKED, CENSORED, EXACT, MISCLASSIFIED, SATISFIED
 from robustscope.models.base import QueryLedger
+from robustscope.models.threads import AUTO, check_threads, limited_threads
 from robustscope.models.trees import (
     TreeEnsemble,
     TreeEnsembleClassifier,
@@ -555,6 +556,7 @@ def exact_tree_radius(
     target: int | None = None,
     verify: Callable[[int, np.ndarray], int] | None = None,
     clean_class: np.ndarray | None = None,
+    threads: str | int | None = AUTO,
 ) -> SolverOutput:
     """Exact radius of robustness of a tree ensemble, per input.
 
@@ -588,6 +590,10 @@ def exact_tree_radius(
         ``forward_queries`` of the result.
     clean_class : ``(n,)`` the model's decision at each input when already known (saves a
         query per input).
+    threads : thread use, as for :func:`robustscope.radius`: ``"auto"`` (HiGHS runs on one
+        thread; the model's checks, one row at a time, too), an int, or ``None`` (leave the
+        model's and the native pools' settings alone); restored on return. Inside a search
+        the search's setting holds.
 
     Returns a :class:`~robustscope.solvers.output.SolverOutput`: ``radius`` the norm of the
     verified counterexample (``inf`` where none), ``lower_bound`` the MILP's certified bound,
@@ -596,6 +602,16 @@ def exact_tree_radius(
     model's class at the counterexample; ``meta`` the program's size and the inputs whose
     verification failed.
     """
+    threads = check_threads(threads)
+    with limited_threads(threads, int(np.prod(np.shape(x)))):
+        return _exact_tree_radius(model, x, y, space, threat, time_limit, max_radius, backend,
+                                  growth, linf_search, highs_options, target, verify,
+                                  clean_class)
+
+
+def _exact_tree_radius(model, x, y, space, threat, time_limit, max_radius, backend, growth,
+                       linf_search, highs_options, target, verify,
+                       clean_class) -> SolverOutput:
     clf = _as_classifier(model)
     ens = clf.ensemble
     threat = get_threat(threat)
