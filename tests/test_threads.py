@@ -6,6 +6,8 @@ alone."""
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -251,3 +253,13 @@ def test_a_lightgbm_models_n_jobs_is_limited_and_restored(caller_threads, xgb_da
     rs.radius(model.predict_proba, X[:4], y[:4], budget=30)
     assert model.seen and set(model.seen) == {1}
     assert model.get_params()["n_jobs"] == CALLER
+
+
+def test_the_performance_page_example_runs():
+    page = (Path(__file__).resolve().parents[1] / "docs" / "performance.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", page, flags=re.S)
+    assert blocks
+    namespace: dict = {"__name__": "__docs__"}
+    for block in blocks:
+        exec(compile(block, "docs/performance.md", "exec"), namespace)
+    assert namespace["forest"].n_jobs == 2
