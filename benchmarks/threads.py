@@ -179,7 +179,8 @@ def load() -> str:
 
 
 def fmt(seconds: float) -> str:
-    return f"{seconds:.2f}" if seconds < 10 else f"{seconds:.1f}"
+    return f"{seconds:.3f}" if seconds < 1 else f"{seconds:.2f}" if seconds < 10 else \
+        f"{seconds:.1f}"
 
 
 def measure_small(args) -> list[str]:

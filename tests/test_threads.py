@@ -6,6 +6,8 @@ alone."""
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -251,3 +253,43 @@ def test_a_lightgbm_models_n_jobs_is_limited_and_restored(caller_threads, xgb_da
     rs.radius(model.predict_proba, X[:4], y[:4], budget=30)
     assert model.seen and set(model.seen) == {1}
     assert model.get_params()["n_jobs"] == CALLER
+
+
+def test_the_performance_page_example_runs():
+    page = (Path(__file__).resolve().parents[1] / "docs" / "performance.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", page, flags=re.S)
+    assert blocks
+    namespace: dict = {"__name__": "__docs__"}
+    for block in blocks:
+        exec(compile(block, "docs/performance.md", "exec"), namespace)
+    assert namespace["forest"].n_jobs == 2
+
+
+def test_an_onnx_model_runs_a_one_thread_session(tmp_path, monkeypatch, data):
+    onnx = pytest.importorskip("onnx")
+    ort = pytest.importorskip("onnxruntime")
+    from onnx import TensorProto, helper, numpy_helper
+
+    X, y, lin = data
+    w = np.vstack([np.zeros(6), lin.coef_[0]]).astype(np.float32)
+    b = np.array([0.0, lin.intercept_[0]], dtype=np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("Gemm", ["x", "W", "b"], ["z"], transB=1),
+         helper.make_node("Softmax", ["z"], ["probabilities"], axis=1)],
+        "linear", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 6])],
+        [helper.make_tensor_value_info("probabilities", TensorProto.FLOAT, [None, 2])],
+        [numpy_helper.from_array(w, "W"), numpy_helper.from_array(b, "b")])
+    path = tmp_path / "model.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), path)
+    made = []
+    real = ort.InferenceSession
+
+    def spy(*args, **kwargs):
+        options = args[1] if len(args) > 1 else kwargs.get("sess_options")
+        made.append(None if options is None else options.intra_op_num_threads)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(ort, "InferenceSession", spy)
+    clf = rs.load_model(path)
+    rs.radius(clf, X, y, budget=30)
+    assert made == [None, 1]  # the default session, then one thread for the search's calls
