@@ -161,6 +161,15 @@ SECTIONS: tuple[Section, ...] = (
         "which the benchmark starts and stops itself. Targets: with the neighbour, default "
         "at most 1.5x pinned; idle, no slower than pinned.", 12),
     Section(
+        "threads", "Threads while searching (issue 13)",
+        ("benchmarks/threads.py",),
+        "An XGBoost model (100 trees, depth 6) on breast-cancer, 60 inputs, budget 1,000: the "
+        "black-box cascade (its `predict_proba` as a callable) and the exact tree path, with "
+        "`threads=None` (the caller's settings, as before) against the default `threads=\"auto\"`, "
+        "idle, beside a spinning process and pinned; then large batches (exact linear radius "
+        "on 10^5 rows, a CNN forward at batch 512) under the caller's settings, `auto` and one "
+        "thread, to show that large work keeps its threads.", 6),
+    Section(
         "startup", "Start-up of the command line (issue 13)",
         ("benchmarks/startup.py",),
         "`robustscope --help` and `robustscope scores` on a small radius table, each run as "
