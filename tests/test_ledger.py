@@ -183,3 +183,15 @@ def test_a_call_past_the_budget_is_refused_and_charges_nothing():
         with pytest.raises(rs.RobustscopeError, match="budget"):
             clf.logits(torch.zeros(2, 1, dtype=torch.float64))
     assert ledger.used().tolist() == [3, 3] and seen.rows == 6
+
+
+def test_repeated_owners_are_charged_once_per_row_and_held_to_the_budget():
+    clf = rs.wrap_model(lambda a: np.full((len(a), 2), 0.5), n_classes=2)
+    ledger = QueryLedger(2, budget=4)
+    with clf.charging(ledger, np.array([0, 0, 1])):
+        clf.logits(torch.zeros(3, 1, dtype=torch.float64))
+        assert ledger.forward.tolist() == [2, 1]
+        clf.logits(torch.zeros(3, 1, dtype=torch.float64))  # input 0 at its budget of 4
+        with pytest.raises(rs.RobustscopeError, match="budget"):
+            clf.logits(torch.zeros(3, 1, dtype=torch.float64))
+    assert ledger.forward.tolist() == [4, 2]

@@ -53,6 +53,15 @@ class QueryLedger:
 class _Charge:
     ledger: QueryLedger
     owners: np.ndarray  # input index of each row of the batch being worked on
+    #: how often each owner appears among the owners (``None``: each once, the usual case)
+    repeats: np.ndarray | None = None
+
+    @classmethod
+    def of(cls, ledger: QueryLedger, owners: np.ndarray) -> _Charge:
+        owners = np.asarray(owners, dtype=np.int64)
+        counts = np.bincount(owners) if len(owners) else owners
+        repeats = counts[owners] if len(owners) and counts.max() > 1 else None
+        return cls(ledger, owners, repeats)
 
 
 class Classifier:
@@ -124,7 +133,7 @@ class Classifier:
         expand a batch (restarts, finite differences) keep rows grouped per input.
         """
         previous = self._charge
-        self._charge = _Charge(ledger, np.asarray(owners, dtype=np.int64))
+        self._charge = _Charge.of(ledger, owners)
         try:
             yield
         finally:
@@ -153,12 +162,8 @@ class Classifier:
                 raise RuntimeError(f"batch of {rows} rows cannot be charged to {m} inputs")
             ledger = charge.ledger
             if ledger.budget is not None:
-                after = ledger.used(charge.owners) + rows // m
-                # owners may repeat: count each input's share once per occurrence
-                if len(np.unique(charge.owners)) != m:
-                    after = ledger.used(charge.owners) + np.bincount(
-                        charge.owners, minlength=len(ledger.forward))[charge.owners] * (rows // m)
-                if after.max() > ledger.budget:
+                share = rows // m if charge.repeats is None else charge.repeats * (rows // m)
+                if (ledger.used(charge.owners) + share).max() > ledger.budget:
                     raise BudgetExhausted(
                         f"query budget of {ledger.budget} passes per input exceeded")
             counts = ledger.backward if backward else ledger.forward

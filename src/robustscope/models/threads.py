@@ -78,7 +78,7 @@ class ThreadScope:
         self.policy = policy
         self.current: int | None = None
         self._caller_torch = torch.get_num_threads()
-        self._controller = None  # threadpoolctl's, made on the first limit
+        self._controller = None  # threadpoolctl's, looked up on the first limit
         self._limiter = None
         #: id(native model) -> (the model, its setter); the model is kept alive meanwhile.
         self._natives: dict[int, tuple[object, Setter]] = {}
@@ -114,9 +114,7 @@ class ThreadScope:
                 self._limiter = None
         else:
             if self._controller is None:
-                from threadpoolctl import ThreadpoolController
-
-                self._controller = ThreadpoolController()
+                self._controller = _controller()
             if self._limiter is not None:
                 self._limiter.restore_original_limits()
             # threadpoolctl first: it records the caller's limits before torch changes its own
@@ -131,6 +129,22 @@ class ThreadScope:
         if self.current is not None:
             self._switch(None)
         self._natives.clear()
+
+
+_CONTROLLER: tuple[int, object] | None = None
+
+
+def _controller() -> object:
+    """threadpoolctl's controller of the native pools loaded in this process. Making one scans
+    the loaded libraries (about 10 ms), so it is kept and made again only after modules were
+    imported since (a new library may have brought a new pool)."""
+    global _CONTROLLER
+    loaded = len(sys.modules)
+    if _CONTROLLER is None or _CONTROLLER[0] != loaded:
+        from threadpoolctl import ThreadpoolController
+
+        _CONTROLLER = (loaded, ThreadpoolController())
+    return _CONTROLLER[1]
 
 
 def _quietly(setter: Setter, n: int | None) -> None:
