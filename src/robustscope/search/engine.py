@@ -96,12 +96,17 @@ BLACKBOX_BUDGET = 5000
 
 
 class _BatchState(Verifier):
-    """The verifier of one batch plus the search's bookkeeping (arrays of the batch's
-    length): certified lower bounds, closed brackets, the largest strength at which an
-    attack failed (not a certificate) and the bracketing PGD runs made per input."""
+    """The verifier of one batch (which holds the model, feature space, threat, statement and
+    ledger) plus the search's settings (``max_radius``, ``rtol``, ``generator``, ``config``)
+    and its bookkeeping (arrays of the batch's length): certified lower bounds, closed
+    brackets, the largest strength at which an attack failed (not a certificate) and the
+    bracketing PGD runs made per input."""
 
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, *args, max_radius: float, rtol: float, generator: torch.Generator,
+                 config: SearchConfig) -> None:
+        super().__init__(*args)
+        self.max_radius, self.rtol = max_radius, rtol
+        self.generator, self.config = generator, config
         n = len(self.x)
         self.lower = torch.zeros(n, dtype=torch.float64, device=self.x.device)
         self.exact = torch.zeros(n, dtype=torch.bool, device=self.x.device)
@@ -277,20 +282,19 @@ def _search_batch(model, X, labels, idx, space, threat, solver, kind, max_radius
     # a targeted statement whose target is the label holds already: radius 0, not an error
     satisfied = statement.holds(pred, y) & ~misclassified
     wrong = misclassified | satisfied
-    state = _BatchState(model, space, threat, statement, ledger, x, y, idx, logits, wrong)
+    state = _BatchState(model, space, threat, statement, ledger, x, y, idx, logits, wrong,
+                        max_radius=max_radius, rtol=rtol, generator=generator, config=config)
     active = ~wrong
     if active.any():
         # linear models and trees: exact by default; networks: a MILP only when asked for
         if kind == "linear" and solver in ("exact", "auto"):
-            active = _run_exact(model, space, threat, statement, ledger, state, active)
+            active = _run_exact(state, active)
         elif kind == "trees" and solver in ("exact", "auto"):
-            active = _run_exact_trees(model, space, threat, max_radius, statement, ledger,
-                                      config, state, active)
+            active = _run_exact_trees(state, active)
         if active.any():
-            _run_attacks(model, space, threat, "auto" if solver == "exact" else solver,
-                         max_radius, rtol, statement, ledger, generator, config, state, active)
+            _run_attacks(state, "auto" if solver == "exact" else solver, active)
         if kind == "relu" and solver == "exact":
-            _certify_relu(model, space, threat, statement, ledger, config, state, active)
+            _certify_relu(state, active)
 
     r = state.best_r.cpu().numpy()
     found = r <= max_radius  # a counterexample beyond the largest strength tried is censored
@@ -310,7 +314,8 @@ def _search_batch(model, X, labels, idx, space, threat, solver, kind, max_radius
     out.adv_prediction[idx] = state.best_logits.argmax(dim=1).cpu().numpy()
 
 
-def _run_exact(model, space, threat, statement, ledger, state, active) -> torch.Tensor:
+def _run_exact(state: _BatchState, active: torch.Tensor) -> torch.Tensor:
+    model, space, threat, statement = state.model, state.space, state.threat, state.statement
     sub = torch.nonzero(active).reshape(-1)
     weights, bias = model.linear_parameters()
     fit_threads(len(sub) * weights.size)  # sorts over (rows, classes, features)
@@ -327,9 +332,10 @@ def _run_exact(model, space, threat, statement, ledger, state, active) -> torch.
     return still
 
 
-def _run_exact_trees(model, space, threat, max_radius, statement, ledger, config, state,
-                     active) -> torch.Tensor:
+def _run_exact_trees(state: _BatchState, active: torch.Tensor) -> torch.Tensor:
     """Tree ensembles: the MILP of Kantchelian et al.; a closed bracket is exact."""
+    model, space, threat, statement, max_radius, config = (
+        state.model, state.space, state.threat, state.statement, state.max_radius, state.config)
     sub = torch.nonzero(active).reshape(-1)
     positions = sub.cpu().numpy()
     # the solver verifies inside its loop, through this batch's one verification
@@ -349,9 +355,10 @@ def _run_exact_trees(model, space, threat, max_radius, statement, ledger, config
     return still
 
 
-def _certify_relu(model, space, threat, statement, ledger, config, state, active) -> None:
+def _certify_relu(state: _BatchState, active: torch.Tensor) -> None:
     """ReLU networks: a MILP over the ball of the attack's radius certifies a lower bound
     (and may find a smaller counterexample); a bracket within 1e-4 is exact."""
+    model, space, threat, config = state.model, state.space, state.threat, state.config
     sub = torch.nonzero(active & torch.isfinite(state.best_r)).reshape(-1)
     if len(sub) == 0:
         return
@@ -378,16 +385,17 @@ def _runner_up_targets(logits: torch.Tensor, y: torch.Tensor, count: int) -> lis
     return [order[:, i] for i in range(min(count, logits.shape[1] - 1))]
 
 
-def _run_attacks(model, space, threat, solver, max_radius, rtol, statement, ledger, generator,
-                 config, state, active) -> None:
+def _run_attacks(state: _BatchState, solver: str, active: torch.Tensor) -> None:
+    model, space, threat, statement, ledger = (state.model, state.space, state.threat,
+                                               state.statement, state.ledger)
+    generator, config = state.generator, state.config
     d = space.n_features
     grad_cost = model.gradient_cost(d)
     sub = torch.nonzero(active).reshape(-1)
     if solver == "auto" and not model.differentiable:
-        _run_gradient_free(model, space, threat, max_radius, statement, ledger, generator,
-                           state, sub)
+        _run_gradient_free(state, sub)
         return
-    _start_from_other_inputs(model, space, threat, statement, ledger, state, sub)
+    _start_from_other_inputs(state, sub)
     use_minnorm = solver == "minnorm" or (solver == "auto" and model.differentiable)
     if use_minnorm:
         steps = config.minnorm_steps
@@ -399,17 +407,18 @@ def _run_attacks(model, space, threat, solver, max_radius, rtol, statement, ledg
                 out = MINNORM(model, state.x[run], state.y[run], space, threat, None, statement,
                               generator, steps=steps)
             state.check(run, out.x_adv)
-    _line_search(model, space, threat, statement, ledger, state, sub, config.line_search_steps)
+    _line_search(state, sub, config.line_search_steps)
     if solver == "minnorm":
         return
-    _bisect_with_pgd(model, space, threat, max_radius, rtol, statement, ledger, generator,
-                     config, state, sub, grad_cost)
+    _bisect_with_pgd(state, sub, grad_cost)
 
 
-def _run_gradient_free(model, space, threat, max_radius, statement, ledger, generator, state,
-                       sub) -> None:
+def _run_gradient_free(state: _BatchState, sub: torch.Tensor) -> None:
     """Black boxes: cube random search then HopSkipJump on one per-input budget, seeded by
     the batch's inputs of other predicted classes."""
+    model, space, threat, statement, ledger = (state.model, state.space, state.threat,
+                                               state.statement, state.ledger)
+    max_radius, generator = state.max_radius, state.generator
     left = ledger.remaining(state.owners[sub.cpu().numpy()]).min()
     budget = int(min(BLACKBOX_BUDGET, left - 1))  # one query kept for the verification
     if budget < 2:
@@ -423,9 +432,10 @@ def _run_gradient_free(model, space, threat, max_radius, statement, ledger, gene
         state.check(sub[found], run.x_adv.to(state.x.device)[found])
 
 
-def _start_from_other_inputs(model, space, threat, statement, ledger, state, sub) -> None:
+def _start_from_other_inputs(state: _BatchState, sub: torch.Tensor) -> None:
     """Seed each input with the nearest other input of the batch that the model assigns to
     another class: a valid counterexample (once verified) for any model, gradients or not."""
+    model, space, threat = state.model, state.space, state.threat
     if not space.has_discrete and model.differentiable:
         return  # gradient solvers find better seeds themselves; skip the extra query
     sub = state.affordable(sub, 1)
@@ -442,8 +452,9 @@ def _start_from_other_inputs(model, space, threat, statement, ledger, state, sub
         state.check(sub[has], state.x[nearest[has]])
 
 
-def _line_search(model, space, threat, statement, ledger, state, sub, steps: int) -> None:
+def _line_search(state: _BatchState, sub: torch.Tensor, steps: int) -> None:
     """Shrink each counterexample towards its input along the straight line (forward only)."""
+    space = state.space
     sub = sub[torch.isfinite(state.best_r[sub]) & (state.best_r[sub] > 0)]
     sub = state.affordable(sub, steps)
     if len(sub) == 0:
@@ -459,9 +470,10 @@ def _line_search(model, space, threat, statement, ledger, state, sub, steps: int
         lo = torch.where(ok, lo, mid)
 
 
-def _bisect_with_pgd(model, space, threat, max_radius, rtol, statement, ledger, generator,
-                     config, state, sub, grad_cost) -> None:
+def _bisect_with_pgd(state: _BatchState, sub: torch.Tensor, grad_cost: int) -> None:
     """Double-then-bisect on the strength with fixed-strength PGD, per input."""
+    model, space, threat, statement, ledger, max_radius, rtol, generator, config = (
+        state.model, state.space, state.threat, state.statement, state.ledger, state.max_radius, state.rtol, state.generator, state.config)
     run_cost = config.pgd_restarts * (config.pgd_steps * grad_cost + 1) + 1
     doubling_eps = torch.full((len(state.best_r),), max_radius / 64, dtype=torch.float64,
                               device=state.x.device)
