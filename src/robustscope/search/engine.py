@@ -334,8 +334,8 @@ def _run_exact(state: _BatchState, active: torch.Tensor) -> torch.Tensor:
 
 def _run_exact_trees(state: _BatchState, active: torch.Tensor) -> torch.Tensor:
     """Tree ensembles: the MILP of Kantchelian et al.; a closed bracket is exact."""
-    model, space, threat, statement, max_radius, config = (
-        state.model, state.space, state.threat, state.statement, state.max_radius, state.config)
+    model, space, threat, statement = state.model, state.space, state.threat, state.statement
+    max_radius, config = state.max_radius, state.config
     sub = torch.nonzero(active).reshape(-1)
     positions = sub.cpu().numpy()
     # the solver verifies inside its loop, through this batch's one verification
@@ -472,8 +472,10 @@ def _line_search(state: _BatchState, sub: torch.Tensor, steps: int) -> None:
 
 def _bisect_with_pgd(state: _BatchState, sub: torch.Tensor, grad_cost: int) -> None:
     """Double-then-bisect on the strength with fixed-strength PGD, per input."""
-    model, space, threat, statement, ledger, max_radius, rtol, generator, config = (
-        state.model, state.space, state.threat, state.statement, state.ledger, state.max_radius, state.rtol, state.generator, state.config)
+    model, space, threat, statement, ledger = (state.model, state.space, state.threat,
+                                               state.statement, state.ledger)
+    max_radius, rtol, generator, config = (state.max_radius, state.rtol, state.generator,
+                                           state.config)
     run_cost = config.pgd_restarts * (config.pgd_steps * grad_cost + 1) + 1
     doubling_eps = torch.full((len(state.best_r),), max_radius / 64, dtype=torch.float64,
                               device=state.x.device)
