@@ -34,10 +34,12 @@ from robustscope.core.ecdf import share_above
 from robustscope.core.errors import InputError
 from robustscope.core.numerics import PROBA_FLOOR
 from robustscope.core.result import ATTACKED, CENSORED, MISCLASSIFIED, RadiusResult
+from robustscope.core.space import FeatureSpace
 from robustscope.core.statement import DECISION_CHANGE, Statement
 from robustscope.models.base import Classifier, QueryLedger
 from robustscope.models.threads import AUTO, check_threads, limited_threads
 from robustscope.models.wrap import wrap_model
+from robustscope.search.verify import Verifier
 from robustscope.solvers.image_pgd import image_pgd
 from robustscope.threats.image import ImageThreat
 from robustscope.threats.registry import (
@@ -192,17 +194,21 @@ def _check_grid(grid) -> np.ndarray:
 
 
 class _Attacker:
-    """Runs the solver on a subset of inputs at per-input strengths and verifies results."""
+    """Runs the solver on a subset of inputs at per-input strengths; every candidate is
+    verified by the search's one verification (:class:`~robustscope.search.verify.Verifier`:
+    the model called again, charged, the threat's strength measured)."""
 
-    def __init__(self, clf, x, y, threat, statement, steps, restarts, batch_size, seed, ledger):
-        self.clf, self.x, self.y, self.threat, self.ledger = clf, x, y, threat, ledger
+    def __init__(self, clf, x, y, threat, statement, steps, restarts, batch_size, seed,
+                 verifier: Verifier):
+        self.clf, self.x, self.y, self.threat = clf, x, y, threat
         self.statement, self.steps, self.restarts = statement, steps, restarts
         self.batch_size, self.seed, self.calls = batch_size, seed, 0
+        self.verifier = verifier
 
     def __call__(self, idx: torch.Tensor, eps: torch.Tensor, init: torch.Tensor | None = None):
         """Attack inputs ``idx`` at strengths ``eps`` (optionally starting from parameters
-        ``init``); returns (verified (m,), x_adv, strength (m,), params, logits at x_adv
-        (m, K))."""
+        ``init``); returns (verified within ``eps`` (m,), x_adv, strength (m,), params,
+        logits at x_adv (m, K))."""
         oks, advs, strengths, params, logits = [], [], [], [], []
         for start in range(0, len(idx), self.batch_size):
             sub = idx[start:start + self.batch_size]
@@ -211,19 +217,16 @@ class _Attacker:
             self.calls += 1
             xs = self.x[sub]
             start_at = None if init is None else init[start:start + self.batch_size]
-            with self.clf.charging(self.ledger, sub.cpu().numpy()):
+            with self.clf.charging(self.verifier.ledger, sub.cpu().numpy()):
                 res = image_pgd(self.clf, xs, self.y[sub], self.threat, e, self.statement,
                                 gen, steps=self.steps, restarts=self.restarts, init=start_at)
-                with torch.no_grad():  # the verification: the model called again
-                    adv_logits = self.clf.logits(res.x_adv).detach().to(torch.float64)
-                pred = adv_logits.argmax(dim=1)
-                found = res.meta["params"]
-                strength = self.threat.strength(xs, found, res.x_adv)
-                ok = self.statement.holds(pred, self.y[sub])
-                ok &= self.threat.within(xs, found, e, res.x_adv)
+            found = res.meta["params"]
+            classes, adv_logits, strength = self.verifier.verify(sub, res.x_adv, params=found)
+            with torch.no_grad():
+                ok = (classes >= 0) & self.threat.within(xs, found, e, res.x_adv)
             oks.append(ok)
             advs.append(res.x_adv)
-            strengths.append(strength)
+            strengths.append(strength.to(xs.dtype))
             params.append(found)
             logits.append(adv_logits)
         return (torch.cat(oks), torch.cat(advs), torch.cat(strengths), torch.cat(params),
@@ -313,7 +316,10 @@ def _grid_robustness(model, X, y, threat, grid, method, statement, steps, restar
     strength = torch.full((n,), float("nan"), dtype=x.dtype, device=x.device)
     strength[clean_wrong] = 0.0
     runs = torch.zeros(n, dtype=torch.long, device=x.device)
-    attack = _Attacker(clf, x, yt, threat, statement, steps, restarts, batch_size, seed, ledger)
+    verifier = Verifier(clf, FeatureSpace.box(tuple(x.shape[1:])), threat, statement, ledger, x,
+                        yt, np.arange(n), clean_logits, clean_wrong)
+    attack = _Attacker(clf, x, yt, threat, statement, steps, restarts, batch_size, seed,
+                       verifier)
     broken = None
 
     if method == "full":

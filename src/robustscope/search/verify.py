@@ -3,8 +3,10 @@ radius.
 
 A candidate is projected into the feature space (bounds, integer / binary / one-hot /
 immutable features), the model is called again on it (charged to its input in the ledger),
-the statement is checked on the model's own decision, and the scaled norm of the projected
-perturbation is measured. Only then may it improve its input's best counterexample.
+the statement is checked on the model's own decision, and its size is measured: the scaled
+norm of the projected perturbation for an Lp threat, the threat's own strength of the
+parameters that made it for an image threat (whose ``apply`` already gives a valid image).
+Only then may it improve its input's best counterexample.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import torch
 from robustscope.core.space import FeatureSpace
 from robustscope.core.statement import Statement
 from robustscope.models.base import Classifier, QueryLedger
+from robustscope.threats.image import ImageThreat
 from robustscope.threats.lp import LpThreat
 
 
@@ -26,18 +29,21 @@ class Verifier:
     Parameters
     ----------
     model, space, threat, statement : what is searched (the model is called on every
-        candidate; calls are charged to ``owners`` in ``ledger``).
+        candidate; calls are charged to ``owners`` in ``ledger``). ``threat`` is an
+        :class:`LpThreat` (candidates projected into ``space``, measured by the threat's norm
+        of the scaled perturbation) or an :class:`ImageThreat` (candidates come with the
+        parameters that made them, measured by ``threat.strength``).
     x : ``(n, *shape)`` inputs in original units; ``y`` ``(n,)`` class indices.
     owners : ``(n,)`` positions of these inputs in ``ledger``.
     clean_logits : ``(n, K)`` the model's logits at ``x`` (already charged).
     broken : ``(n,)`` bool, inputs for which the clean input already satisfies the statement
         (their radius is 0 and the input itself is the counterexample).
 
-    Attributes ``best_x`` ``(n, *shape)``, ``best_r`` ``(n,)`` (scaled norm; ``inf`` where
-    nothing was verified) and ``best_logits`` ``(n, K)`` only ever hold verified candidates.
+    Attributes ``best_x`` ``(n, *shape)``, ``best_r`` ``(n,)`` (size; ``inf`` where nothing
+    was verified) and ``best_logits`` ``(n, K)`` only ever hold verified candidates.
     """
 
-    def __init__(self, model: Classifier, space: FeatureSpace, threat: LpThreat,
+    def __init__(self, model: Classifier, space: FeatureSpace, threat: LpThreat | ImageThreat,
                  statement: Statement, ledger: QueryLedger, x: torch.Tensor, y: torch.Tensor,
                  owners: np.ndarray, clean_logits: torch.Tensor, broken: torch.Tensor) -> None:
         self.model, self.space, self.threat, self.statement = model, space, threat, statement
@@ -57,38 +63,55 @@ class Verifier:
         """Verify ``candidates`` ``(len(sub), *shape)`` for inputs ``sub`` (batch positions).
 
         Returns a boolean ``(len(sub),)``: the projected candidate satisfies the statement.
-        See :meth:`classes`.
+        See :meth:`verify`.
         """
-        return self.classes(sub, candidates) >= 0
+        return self.verify(sub, candidates)[0] >= 0
 
-    def classes(self, sub: torch.Tensor, candidates: torch.Tensor) -> torch.Tensor:
-        """Verify ``candidates`` ``(len(sub), *shape)`` for inputs ``sub`` (batch positions).
+    def verify(self, sub: torch.Tensor, candidates: torch.Tensor,
+               params: torch.Tensor | None = None
+               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Verify ``candidates`` ``(len(sub), *shape)`` for inputs ``sub`` (batch positions);
+        ``params`` ``(len(sub), ...)``: the image threat's parameters that made them.
 
-        Inputs whose budget is spent are not queried and fail. Returns int64 ``(len(sub),)``:
-        the model's class at the projected candidate where the statement holds, else -1.
-        Improvements (smaller scaled norm) replace the input's best counterexample.
+        Inputs whose budget is spent are not queried and fail. Returns ``(classes, logits,
+        size)``, each with ``len(sub)`` rows: the model's class at the (projected) candidate
+        where the statement holds, else -1; the model's logits there (float64; NaN rows where
+        not queried); the candidate's size (``inf`` where not queried). Improvements (a
+        smaller size) replace the input's best counterexample.
         """
-        out = torch.full((len(sub),), -1, dtype=torch.int64, device=sub.device)
+        m = len(sub)
+        out = torch.full((m,), -1, dtype=torch.int64, device=sub.device)
+        size = torch.full((m,), math.inf, dtype=torch.float64, device=sub.device)
+        logits_out = torch.full((m, self.clean_logits.shape[1]), math.nan, dtype=torch.float64,
+                                device=sub.device)
         can = torch.as_tensor(self.ledger.remaining(self.owners[sub.cpu().numpy()]) >= 1,
                               device=sub.device)
         if not can.any():
-            return out
+            return out, logits_out, size
         rows, cand = sub[can], candidates[can]
         x = self.x[rows]
-        cand = self.space.project(cand.to(x.dtype).reshape(x.shape), x)
+        cand = cand.to(x.dtype).reshape(x.shape)
+        if params is None:
+            cand = self.space.project(cand, x)
         with self.model.charging(self.ledger, self.owners[rows.cpu().numpy()]), \
                 torch.no_grad():
             logits = self.model.logits(cand).detach().to(torch.float64)
+            if params is None:
+                norm = self.threat.norm(self.space.scaled_delta(cand, x))
+            else:
+                norm = self.threat.strength(x, params[can], cand)
+        norm = norm.detach().to(torch.float64)
         pred = logits.argmax(dim=1)
         holds = self.statement.holds(pred, self.y[rows])
-        norm = self.threat.norm(self.space.scaled_delta(cand, x))
         better = holds & (norm < self.best_r[rows])
         where = rows[better]
         self.best_r[where] = norm[better]
         self.best_x[where] = cand[better]
         self.best_logits[where] = logits[better]
         out[can] = torch.where(holds, pred, -1)
-        return out
+        logits_out[can] = logits
+        size[can] = norm
+        return out, logits_out, size
 
     def check_one(self, i: int, candidate: np.ndarray) -> int:
         """Verify one candidate (original units, ``d`` entries in any shape) for batch input
@@ -97,4 +120,4 @@ class Verifier:
         sub = torch.tensor([i], device=self.x.device)
         cand = torch.as_tensor(np.asarray(candidate), dtype=self.x.dtype,
                                device=self.x.device).reshape(self.x[sub].shape)
-        return int(self.classes(sub, cand)[0])
+        return int(self.verify(sub, cand)[0][0])
