@@ -120,3 +120,18 @@ def test_budget_stops_inputs_without_raising():
     hit = res.status == "attacked"
     assert (res.radius[hit] >= exact[hit] * (1 - 1e-9)).all()
     assert (model.predict(torch.as_tensor(res.x_adv[hit])).numpy() != y[hit]).all()
+
+
+def test_float32_networks_are_verified_in_float64():
+    """The verification measures in float64 whatever the model's dtype (a float32 network's
+    candidates once failed to enter the float64 record of the best radius)."""
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3))
+    from robustscope.models.torch_model import TorchClassifier
+
+    model = TorchClassifier(net, 3, (4,))
+    X = np.random.default_rng(0).uniform(size=(6, 4))
+    y = model.predict(model.as_tensor(X)).numpy()
+    res = random_directions_radius(model, X, y, "l2", FeatureSpace.box(4), n_directions=50,
+                                   max_radius=4.0)
+    assert res.radius.dtype == np.float64 and (res.status != "failed").all()
