@@ -1,6 +1,6 @@
 """Regenerate benchmarks/RESULTS.md: run every benchmark and assemble their sections.
 
-    python benchmarks/regenerate.py                                # everything (about 45 min)
+    python benchmarks/regenerate.py                                # everything (about an hour)
     python benchmarks/regenerate.py --only scale,core               # rerun some sections
     python benchmarks/regenerate.py --list                          # sections and commands
     python benchmarks/regenerate.py --assemble                      # only rebuild RESULTS.md
