@@ -132,10 +132,11 @@ def print_summary(result, title: str) -> None:
     s = result.summary()
     table = Table(title=title)
     for col in ("inputs", "clean acc.", "exact", "attacked", "censored", "misclassified",
-                "median radius", "min radius", "mean queries"):
+                "satisfied", "median radius", "min radius", "mean queries"):
         table.add_column(col, justify="right")
     table.add_row(str(s["n"]), f"{s['clean_accuracy']:.3f}", str(s["exact"]),
                   str(s["attacked"]), str(s["censored"]), str(s["misclassified"]),
+                  str(s["satisfied"]),
                   f"{s['median_radius']:.4g}", f"{s['min_radius']:.4g}",
                   f"{s['mean_queries']:.0f}")
     Console(width=max(Console().width, 120)).print(table)

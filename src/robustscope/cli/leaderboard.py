@@ -93,6 +93,9 @@ def render_table(reports: list[CRReport], single: bool = False) -> Table:
     if seen:
         for col in ("CR_in-avg", "CR_out-avg", "% seen", "SC"):
             table.add_column(col, justify="right")
+    excluded = any(r.table.excluded for r in reports)
+    if excluded:
+        table.add_column("excluded", justify="right")
     attacks = list(reports[0].single) if single and reports else []
     for a in attacks:
         table.add_column(f"{a} avg", justify="right")
@@ -101,10 +104,18 @@ def render_table(reports: list[CRReport], single: bool = False) -> Table:
                _fmt(r.cr_ind_avg), _fmt(r.cr_ind_worst), r.worst_point]
         if seen:
             row += [_fmt(r.cr_in_avg), _fmt(r.cr_out_avg), _fmt(r.pct_seen), _fmt(r.sc)]
+        if excluded:
+            row.append(str(len(r.table.excluded)))
         row += [_fmt(r.single[a]["avg"]) for a in attacks]
         table.add_row(*row)
+    notes = []
     if any(r.table.missing for r in reports):
-        table.caption = "* scored on the points it has (some attack/strength points missing)"
+        notes.append("* scored on the points it has (some attack/strength points missing)")
+    if excluded:
+        notes.append("excluded: points where acc* = 0 (no reference model resists there); "
+                     "they have no ratio and enter no metric")
+    if notes:
+        table.caption = "\n".join(notes)
     return table
 
 
