@@ -17,7 +17,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from robustscope.cli.common import OneLineErrorsGroup, computing, fail, reporting_errors
+from robustscope.cli.common import OneLineErrorsGroup, computing, reporting_errors
 from robustscope.solvers.registry import SEARCH_SOLVERS
 from robustscope.threats.registry import threat_names
 
@@ -39,6 +39,9 @@ COMMAND_MODULES: tuple[str, ...] = ("leaderboard", "scores", "image_grid", "run"
 #: Choices of ``radius --threat``: the registry's Lp threats (the radius search's norms).
 ThreatName = Enum("ThreatName", {name: name for name in threat_names("lp")}, type=str)
 
+
+#: Extensions of ``radius --out``: the formats of :meth:`RadiusResult.save`.
+RESULT_SUFFIXES = (".csv", ".parquet", ".json")
 
 SolverName = Enum("SolverName", {name: name for name in SEARCH_SOLVERS}, type=str)
 
@@ -75,17 +78,16 @@ def radius_command(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar or summary."),
 ) -> None:
     """Radius of robustness of every input, one row per input."""
+    from robustscope.core.fileio import check_outputs
     from robustscope.core.space import FeatureSpace
     from robustscope.models.loaders import load_model
     from robustscope.runs.data import load_data
     from robustscope.search.engine import radius
 
     with reporting_errors():
-        for path, what in ((out, "--out"), (adversarial_out, "--adversarial-out")):
-            if path is not None and not path.parent.is_dir():
-                fail(f"{what}: folder {path.parent} does not exist")
-        if out.suffix.lower() not in (".csv", ".parquet", ".json"):
-            fail(f"--out {out}: unknown extension '{out.suffix}'; use .csv, .parquet or .json")
+        check_outputs([("--out", out, RESULT_SUFFIXES), ("--adversarial-out", adversarial_out,
+                                                         (".npz",))],
+                      {"--model": model, "--data": data, "--features": features})
         dataset = load_data(data, label_column)
         space = None
         if features is not None:
@@ -148,11 +150,11 @@ def demo_command(
     quiet: bool = typer.Option(False, "--quiet", "-q"),
 ) -> None:
     """Train two models on scikit-learn's breast-cancer data and report their radii."""
+    from robustscope.core.fileio import check_output_folder
     from robustscope.runs.demo import run_demo
 
     with reporting_errors():
-        if out_dir.exists() and not out_dir.is_dir():
-            fail(f"--out-dir {out_dir}: is a file, not a folder")
+        check_output_folder("--out-dir", out_dir)
         with computing():  # the demo trains its own models: any model error is a failure
             run_demo(out_dir, quiet=quiet)
 

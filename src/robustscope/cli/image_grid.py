@@ -4,8 +4,6 @@ MultiRobustBench threat models, written as the benchmark's accuracy JSON."""
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 
 import typer
@@ -20,14 +18,9 @@ DEFAULT_THREATS = ",".join(e.name for e in THREATS
 
 
 def _write_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    from robustscope.core.fileio import atomic_write
+
+    atomic_write(path, lambda tmp: tmp.write_text(text))
 
 
 def run_image_grid(model: Path, data: Path, out: Path, threats: str = DEFAULT_THREATS,
@@ -43,13 +36,13 @@ def run_image_grid(model: Path, data: Path, out: Path, threats: str = DEFAULT_TH
     import numpy as np
     import torch
 
+    from robustscope.core.fileio import check_outputs
     from robustscope.models.loaders import load_model
     from robustscope.runs.data import load_data
     from robustscope.search.grid import evaluate_threats
 
-    for what, path in (("--out", out), ("--levels-out", levels_out)):
-        if path is not None and not path.parent.is_dir():
-            raise InputError(f"{what}: folder {path.parent} does not exist")
+    check_outputs([("--out", out, (".json",)), ("--levels-out", levels_out, (".csv",))],
+                  {"--model": model, "--data": data, "--features": features})
     names = [t.strip() for t in threats.split(",") if t.strip()]
     if not names:
         raise InputError("--threats: give at least one threat")

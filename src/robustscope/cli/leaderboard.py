@@ -147,6 +147,15 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Rank models by CR_ind-avg and CR_ind-worst (MultiRobustBench, Dai et al. 2023)."""
         with reporting_errors():
+            if figures is not None:
+                from robustscope.core.fileio import check_output_folder
+                from robustscope.report.multiattack_figures import FIGURE_FILES
+                from robustscope.runs.store import is_store_url
+
+                sources = {f"--accuracies {p.name}": p for p in accuracies or []}
+                if db is not None and not is_store_url(db):
+                    sources["--db"] = Path(db)
+                check_output_folder("--figures", figures, sources, FIGURE_FILES)
             models = collect_models(db, accuracies)
             chosen = _split_attacks(attacks)
             reports = rank(models, reference, chosen, allow_missing, sort)

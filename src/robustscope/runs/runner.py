@@ -33,6 +33,7 @@ from robustscope.report.html import render_report
 from robustscope.runs import journal
 from robustscope.runs.backends import run_shards
 from robustscope.runs.inputs import load_inputs
+from robustscope.runs.outputs import check_run_outputs
 from robustscope.runs.progress import RunProgress, run_progress
 from robustscope.runs.shards import (
     Shard,
@@ -74,6 +75,7 @@ def run_spec(spec: EvaluationSpec, spec_text: str | None = None, quiet: bool = F
     otherwise; ``False`` always starts afresh. Finished shards are never run again.
     """
     started = time.time()
+    check_run_outputs(spec)
     inputs = load_inputs(spec)
     out_dir = Path(spec.outputs.dir)
     ex = spec.execution
@@ -396,6 +398,7 @@ def run_spec_file(path: str | Path, quiet: bool = False, out_dir: Path | None = 
         spec.execution.workers = workers
     if address is not None:
         spec.execution.address = address
+    check_run_outputs(spec, path)
     return run_spec(spec, Path(path).read_text(), quiet=quiet, resume=resume)
 
 

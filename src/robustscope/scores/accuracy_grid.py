@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from robustscope.core.errors import InputError
+from robustscope.core.fileio import atomic_write
 from robustscope.threats.grids import CLEAN, canonical_eps, eps_key
 
 
@@ -178,11 +179,5 @@ def write_accuracy_file(path: str | Path, models: Iterable[ModelAccuracies],
                         single: bool = False) -> None:
     """Write ``models`` as benchmark JSON (see :func:`accuracy_document`)."""
     doc = accuracy_document(models, single=single)
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        tmp.write_text(json.dumps(doc, indent=1))
-        tmp.replace(path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    text = json.dumps(doc, indent=1)
+    atomic_write(path, lambda tmp: tmp.write_text(text))
