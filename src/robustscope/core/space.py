@@ -140,6 +140,11 @@ class FeatureSpace:
         X = np.asarray(X, dtype=np.float64)
         if X.ndim != 2 or X.shape[0] == 0:
             raise InputError(f"from_data: X must be a non-empty 2-D array, got shape {X.shape}")
+        if X.shape[0] == 1:
+            raise InputError("feature ranges are taken from the data when no feature space is "
+                             "given, and one row gives every feature a range of 0 (nothing "
+                             "could be perturbed); give a feature space (--features, "
+                             "features: in a spec, space= in Python) or at least 2 rows")
         if not np.isfinite(X).all():
             row, col = np.argwhere(~np.isfinite(X))[0]
             raise InputError(f"from_data: X has a non-finite value at row {row}, column {col}")
@@ -160,13 +165,18 @@ class FeatureSpace:
         """From a YAML file with a ``default`` entry and optional per-feature overrides.
 
         Overrides name a feature by ``name`` (a column name) or ``index``. Categorical
-        features take a ``group`` key naming their one-hot group.
+        features take a ``group`` key naming their one-hot group. An empty file is refused:
+        it would leave every feature unbounded with scale 1, which is rarely meant.
         """
         path = Path(path)
         try:
             spec = yaml.safe_load(path.read_text())
         except (OSError, yaml.YAMLError) as exc:
             raise FeatureSpaceError(f"feature file {path}: cannot read it ({exc})") from exc
+        if not spec:
+            raise FeatureSpaceError(f"feature file {path}: is empty; give a 'default' entry "
+                                    "(bounds, scale) and/or 'features', or leave the file out "
+                                    "to take the ranges from the data")
         return cls.from_dict(spec or {}, n_features, names, shape, source=str(path))
 
     @classmethod

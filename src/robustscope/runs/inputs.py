@@ -16,7 +16,6 @@ import numpy as np
 from robustscope.core.errors import InputError
 from robustscope.core.space import FeatureSpace
 from robustscope.models.loaders import load_model
-from robustscope.runs import datastream
 from robustscope.runs.data import Dataset, load_data
 from robustscope.runs.demo import LOGISTIC, TREES, demo_space, train_models
 from robustscope.runs.spec import EvaluationSpec
@@ -99,16 +98,11 @@ def load_inputs(spec: EvaluationSpec) -> LoadedInputs:
 
 
 def _load_data(spec: EvaluationSpec) -> Dataset:
-    """The spec's data file; a CSV or Parquet file of at least
-    :data:`robustscope.runs.datastream.STREAM_BYTES` is read in chunks into a memory-mapped
+    """The spec's data file; a Parquet file, or a CSV of at least
+    :data:`robustscope.runs.datastream.STREAM_BYTES`, is read in chunks into a memory-mapped
     cache in the run folder (``data/``)."""
-    path = Path(str(spec.data.path))
-    suffix = path.suffix.lower()
-    if suffix == ".parquet" or (suffix == ".csv" and path.is_file()
-                                and path.stat().st_size >= datastream.STREAM_BYTES):
-        return datastream.load_streamed(path, spec.data.label_column,
-                                        Path(spec.outputs.dir) / "data")
-    return load_data(path, spec.data.label_column)
+    return load_data(Path(str(spec.data.path)), spec.data.label_column,
+                     cache_dir=Path(spec.outputs.dir) / "data")
 
 
 def _space(spec: EvaluationSpec, inputs: LoadedInputs) -> FeatureSpace:
