@@ -78,31 +78,39 @@ def radius_command(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar or summary."),
 ) -> None:
     """Radius of robustness of every input, one row per input."""
+    from robustscope.core.checks import check_device
     from robustscope.core.fileio import check_outputs
     from robustscope.core.space import FeatureSpace
     from robustscope.models.loaders import load_model
+    from robustscope.runs.columns import match_columns
     from robustscope.runs.data import load_data
     from robustscope.search.engine import radius
 
     with reporting_errors():
+        check_device(device, "--device")
         check_outputs([("--out", out, RESULT_SUFFIXES), ("--adversarial-out", adversarial_out,
                                                          (".npz",))],
                       {"--model": model, "--data": data, "--features": features})
         dataset = load_data(data, label_column)
+        clf = load_model(model, trust_pickle=trust_pickle, device=device, example=dataset.X[:2])
+        dataset, order_note = match_columns(dataset, clf, f"--data {data}")
         space = None
         if features is not None:
             space = FeatureSpace.from_yaml(features, int(dataset.X[0].size),
                                            dataset.feature_names, dataset.X.shape[1:])
-        clf = load_model(model, trust_pickle=trust_pickle, device=device, example=dataset.X[:2])
         with computing(), _progress(len(dataset.X), quiet) as advance:
             result = radius(clf, dataset.X, dataset.y, threat=threat.value, space=space,
                             solver=solver.value, max_radius=max_radius, budget=budget,
                             rtol=rtol, seed=seed, device=device, progress=advance)
+        if order_note is not None:
+            result.meta["columns"] = order_note
         result.save(out)
         if adversarial_out is not None:
             result.save_adversarial(adversarial_out)
         if not quiet:
             print_summary(result, f"{model.name} · {threat.value} · solver {solver.value}")
+            if order_note is not None:
+                Console().print(f"note: {order_note}", highlight=False)
             Console().print(f"wrote {out}" + (f" and {adversarial_out}" if adversarial_out
                                               else ""))
 

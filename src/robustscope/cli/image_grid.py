@@ -36,11 +36,13 @@ def run_image_grid(model: Path, data: Path, out: Path, threats: str = DEFAULT_TH
     import numpy as np
     import torch
 
+    from robustscope.core.checks import check_device
     from robustscope.core.fileio import check_outputs
     from robustscope.models.loaders import load_model
     from robustscope.runs.data import load_data
     from robustscope.search.grid import evaluate_threats
 
+    check_device(device, "--device")
     check_outputs([("--out", out, (".json",)), ("--levels-out", levels_out, (".csv",))],
                   {"--model": model, "--data": data, "--features": features})
     names = [t.strip() for t in threats.split(",") if t.strip()]
@@ -54,7 +56,7 @@ def run_image_grid(model: Path, data: Path, out: Path, threats: str = DEFAULT_TH
     if ds.X.ndim != 4:
         raise InputError(f"--data {data}: images must be an NPZ array X of shape "
                          f"(n, C, H, W); got shape {ds.X.shape}")
-    X = torch.as_tensor(ds.X, dtype=torch.float32)
+    X = torch.as_tensor(np.asarray(ds.X, dtype=np.float32))  # a copy: ds.X may be read-only
     y = np.asarray(ds.y)
     clf = load_model(model, trust_pickle=trust_pickle, device=device, example=ds.X[:2])
     feats = None

@@ -74,4 +74,5 @@ def check_columns(path: Path, columns: Sequence[str], label_column: str) -> None
 def check_rows(path: Path, n: int) -> None:
     """Raise :class:`InputError` when the file holds no input."""
     if n == 0:
-        raise InputError(f"{path}: no rows (only a header); the data needs at least one input")
+        what = "X and y have no rows" if path.suffix.lower() == ".npz" else "only a header"
+        raise InputError(f"{path}: no rows ({what}); the data needs at least one input")

@@ -150,6 +150,7 @@ def run_spec(spec: EvaluationSpec, spec_text: str | None = None, quiet: bool = F
                                                           "shard_size": ex.shard_size,
                                                           "shards": len(shards),
                                                           "resumed": bool(plan.get("resumed"))}})
+    ev.notes.update(inputs.notes)
     for sec in ev.sections:
         sec.store_run_id = plan.get("store_runs", {}).get(sec.name)
         n_failed = len(results[sec.name].errors)

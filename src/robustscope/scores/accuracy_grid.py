@@ -151,6 +151,8 @@ def parse_accuracy_document(doc: object, default_name: str,
 def read_accuracy_file(path: str | Path) -> list[ModelAccuracies]:
     """Models in a benchmark accuracy JSON file (single model: named after the file stem)."""
     path = Path(path)
+    if path.is_dir():
+        raise InputError(f"accuracies file {path}: is a folder, not a file")
     if not path.is_file():
         raise InputError(f"accuracies file {path}: not found")
     try:
