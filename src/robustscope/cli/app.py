@@ -59,7 +59,8 @@ def radius_command(
     model: Path = typer.Option(..., help="Model file: .json/.ubj (XGBoost), .txt (LightGBM), "
                                ".skops, .pt (TorchScript), .onnx; .pkl/.joblib need "
                                "--trust-pickle."),
-    data: Path = typer.Option(..., help="CSV with a label column, or NPZ with arrays X and y."),
+    data: Path = typer.Option(..., help="CSV or Parquet with a label column, or NPZ with "
+                             "arrays X and y."),
     out: Path = typer.Option(..., help="Radius table: .csv, .parquet or .json."),
     threat: ThreatName = typer.Option(ThreatName.linf, help="Norm of the scaled perturbation."),
     label_column: str = typer.Option("label", help="Label column of a CSV."),
