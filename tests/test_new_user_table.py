@@ -283,7 +283,7 @@ def test_new_user_table(name: str, inputs: Path, tmp_path: Path) -> None:
         assert not Path(fill(path)).exists(), f"{path} was written"
     for path, digest in unchanged.items():
         assert _digest(path) == digest, f"{path} was changed"
-    assert not list(inputs.glob(".*.tmp")), "a temporary file was left behind"
+    assert not list(inputs.glob(".*.tmp*")), "a temporary file was left behind"
 
 
 def test_every_item_has_a_case() -> None:
@@ -322,3 +322,21 @@ def test_seed_none_is_refused_in_python(inputs: Path) -> None:
     data = pd.read_csv(inputs / "small.csv")
     with pytest.raises(InputError, match="seed"):
         radius(model, data[["a", "b", "c"]], data["label"].to_numpy(), seed=None)
+
+
+def test_a_failed_second_output_leaves_neither(inputs: Path, tmp_path: Path, monkeypatch) -> None:
+    """Item 2: when writing the counterexamples fails (a full disk, say) after the table
+    was written to its temporary file, neither output appears and no temporary is left."""
+    from robustscope.core.result import RadiusResult
+
+    def full_disk(self, path):
+        Path(path).write_bytes(b"partial")
+        raise OSError(28, "No space left on device", str(path))
+
+    monkeypatch.setattr(RadiusResult, "save_adversarial", full_disk)
+    result = runner.invoke(app, ["radius", "--model", str(inputs / "m.skops"), "--data",
+                                 str(inputs / "small.csv"), "--out", str(tmp_path / "r.csv"),
+                                 "--adversarial-out", str(tmp_path / "a.npz"), "-q"])
+    assert result.exit_code == 1, result.output
+    assert "No space left on device" in result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == []

@@ -80,7 +80,7 @@ def radius_command(
 ) -> None:
     """Radius of robustness of every input, one row per input."""
     from robustscope.core.checks import check_device
-    from robustscope.core.fileio import check_outputs
+    from robustscope.core.fileio import atomic_write_all, check_outputs
     from robustscope.core.space import FeatureSpace
     from robustscope.models.loaders import load_model
     from robustscope.runs.columns import match_columns
@@ -105,9 +105,10 @@ def radius_command(
                             rtol=rtol, seed=seed, device=device, progress=advance)
         if order_note is not None:
             result.meta["columns"] = order_note
-        result.save(out)
+        writes = [(out, result.save)]
         if adversarial_out is not None:
-            result.save_adversarial(adversarial_out)
+            writes.append((adversarial_out, result.save_adversarial))
+        atomic_write_all(writes)  # both files or neither
         if not quiet:
             print_summary(result, f"{model.name} · {threat.value} · solver {solver.value}")
             if order_note is not None:

@@ -17,12 +17,6 @@ DEFAULT_THREATS = ",".join(e.name for e in THREATS
                            if e.ranked and e.implemented and not e.needs_features)
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    from robustscope.core.fileio import atomic_write
-
-    atomic_write(path, lambda tmp: tmp.write_text(text))
-
-
 def run_image_grid(model: Path, data: Path, out: Path, threats: str = DEFAULT_THREATS,
                    features: Path | None = None, method: str = "bisection", steps: int = 20,
                    restarts: int = 1, seed: int = 0, device: str = "cpu",
@@ -37,7 +31,7 @@ def run_image_grid(model: Path, data: Path, out: Path, threats: str = DEFAULT_TH
     import torch
 
     from robustscope.core.checks import check_device
-    from robustscope.core.fileio import check_outputs
+    from robustscope.core.fileio import atomic_write_all, check_outputs
     from robustscope.models.loaders import load_model
     from robustscope.runs.data import load_data
     from robustscope.search.grid import evaluate_threats
@@ -72,12 +66,15 @@ def run_image_grid(model: Path, data: Path, out: Path, threats: str = DEFAULT_TH
         results, acc = evaluate_threats(clf, X, y, threats=names, features=feats,
                                         method=method, steps=steps, restarts=restarts,
                                         seed=seed, device=device)
-    _write_atomic(out, json.dumps(acc, indent=1))
+    texts = [(out, json.dumps(acc, indent=1))]
     if levels_out is not None:
         import pandas as pd
 
         frame = pd.concat([r.to_dataframe() for r in results], ignore_index=True)
-        _write_atomic(levels_out, frame.to_csv(index=False))
+        texts.append((levels_out, frame.to_csv(index=False)))
+    # both files or neither
+    atomic_write_all([(path, lambda tmp, text=text: tmp.write_text(text))
+                      for path, text in texts])
     return acc
 
 

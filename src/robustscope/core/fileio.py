@@ -20,17 +20,36 @@ def atomic_write(path: str | Path, write: Callable[[Path], None], durable: bool 
     the data is also flushed to disk (fsync) before the rename, so that it survives a crash
     of the machine, not only of the process (checkpoints need this).
     """
+    atomic_write_all([(path, write)], durable=durable)
+
+
+def temporary_name(path: str | Path) -> Path:
+    """The temporary file beside ``path`` that :func:`atomic_write` writes first: hidden,
+    unique to this process, with ``path``'s extension (writers that choose a format by
+    extension see the right one)."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    return path.with_name(f".{path.stem}.{os.getpid()}.tmp{path.suffix}")
+
+
+def atomic_write_all(writes: Sequence[tuple[str | Path, Callable[[Path], None]]],
+                     durable: bool = False) -> None:
+    """Several files written together: every ``write(tmp)`` runs first, and only when all
+    succeeded are the temporary files renamed to their paths. A failure in any writer leaves
+    none of the files written (the old ones stay), so a command never leaves one output
+    without the other."""
+    pending = [(Path(path), temporary_name(path), write) for path, write in writes]
     try:
-        write(tmp)
-        if durable:
-            with open(tmp, "rb") as fh:
-                os.fsync(fh.fileno())
-        tmp.replace(path)
+        for _, tmp, write in pending:
+            write(tmp)
+            if durable:
+                with open(tmp, "rb") as fh:
+                    os.fsync(fh.fileno())
+        for path, tmp, _ in pending:
+            tmp.replace(path)
     finally:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
+        for _, tmp, _ in pending:
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()
 
 
 #: An output to check: (what the user called it, e.g. "--out"; its path or None; the
