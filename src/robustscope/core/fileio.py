@@ -39,11 +39,16 @@ def atomic_write_all(writes: Sequence[tuple[str | Path, Callable[[Path], None]]]
     without the other."""
     pending = [(Path(path), temporary_name(path), write) for path, write in writes]
     try:
-        for _, tmp, write in pending:
-            write(tmp)
-            if durable:
-                with open(tmp, "rb") as fh:
-                    os.fsync(fh.fileno())
+        for path, tmp, write in pending:
+            try:
+                write(tmp)
+                if durable:
+                    with open(tmp, "rb") as fh:
+                        os.fsync(fh.fileno())
+            except OSError as exc:  # name the file the user asked for, not the temporary
+                if exc.filename is None or Path(exc.filename).name != tmp.name:
+                    raise
+                raise type(exc)(exc.errno, exc.strerror, str(path)) from exc
         for path, tmp, _ in pending:
             tmp.replace(path)
     finally:
