@@ -16,6 +16,7 @@ code  name         when
                    cannot be loaded, an unknown or invalid option value (every
                    :class:`~robustscope.core.errors.RobustscopeError` outside the computation)
 130   INTERRUPTED  interrupted (Ctrl-C): 128 + SIGINT, as shells report it
+143   TERMINATED   stopped by SIGTERM (``robustscope run``): 128 + SIGTERM
 ====  ===========  ========================================================================
 
 A :class:`~robustscope.core.errors.ModelError` is bad input while the model is loaded and
@@ -48,6 +49,7 @@ class ExitCode(IntEnum):
     FAILURE = 1
     BAD_INPUT = 2
     INTERRUPTED = 130
+    TERMINATED = 143
 
 
 #: The exit-code policy, code -> what it means; the table the documentation shows.
@@ -59,6 +61,7 @@ EXIT_CODES: dict[int, str] = {
     ExitCode.BAD_INPUT: "bad input: a missing or unreadable file, invalid data, labels, "
                         "features, spec or model file, a bad option value",
     ExitCode.INTERRUPTED: "interrupted (Ctrl-C)",
+    ExitCode.TERMINATED: "stopped by SIGTERM (robustscope run; the resume command is printed)",
 }
 
 #: OS errors that say a path given by the user is wrong, not that the system failed.

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from robustscope.cli.common import computing, fail, quiet_logging, reporting_errors
+from robustscope.cli.common import ExitCode, computing, fail, quiet_logging, reporting_errors
 
 err_console = Console(stderr=True)
 
@@ -57,24 +58,32 @@ def register(app: typer.Typer) -> None:
         on local worker processes or a Ray cluster; each finished shard is written at once,
         so a run that stops (killed, a full disk, a failing worker) continues where it
         stopped when started again. A run that stops part-way exits with code 1 and says how
-        to resume it; inputs on which the model raises get status `failed` and the run goes
-        on."""
+        to resume it (Ctrl-C: code 130, SIGTERM: code 143, with the same line); inputs on
+        which the model raises get status `failed` and the run goes on."""
         from robustscope.runs.runner import RunIncomplete, run_spec_file
+        from robustscope.runs.stopping import RunInterrupted, Terminated, terminate_raises
 
         quiet_logging(quiet)
-        with reporting_errors():
-            if resume is not None and out_dir is not None and \
-                    Path(resume).resolve() != Path(out_dir).resolve():
-                fail("give --resume DIR or --out-dir DIR, not two different folders")
-            # a model error here comes from loading the spec's model (bad input); one raised
-            # while evaluating marks its inputs `failed` instead of stopping the run
-            with computing(RunIncomplete):
-                outcome = run_spec_file(spec, quiet=quiet, out_dir=resume or out_dir,
-                                        resume=True if resume is not None else None,
-                                        backend=backend, workers=workers, address=address)
-            console = Console(width=max(Console().width, 130))
-            if not quiet:
-                print_run_summary(outcome, console)
-                for key, note in outcome.manifest.get("notes", {}).items():
-                    err_console.print(f"note ({key}): {note}", highlight=False)
-            console.print(str(outcome.report), highlight=False, soft_wrap=True)
+        try:
+            with reporting_errors(), terminate_raises():
+                if resume is not None and out_dir is not None and \
+                        Path(resume).resolve() != Path(out_dir).resolve():
+                    fail("give --resume DIR or --out-dir DIR, not two different folders")
+                # a model error here comes from loading the spec's model (bad input); one raised
+                # while evaluating marks its inputs `failed` instead of stopping the run
+                try:
+                    with computing(RunIncomplete):
+                        outcome = run_spec_file(spec, quiet=quiet, out_dir=resume or out_dir,
+                                                resume=True if resume is not None else None,
+                                                backend=backend, workers=workers, address=address)
+                except RunInterrupted as exc:
+                    fail(exc, ExitCode.INTERRUPTED if exc.signum == signal.SIGINT
+                         else ExitCode.TERMINATED)
+                console = Console(width=max(Console().width, 130))
+                if not quiet:
+                    print_run_summary(outcome, console)
+                    for key, note in outcome.manifest.get("notes", {}).items():
+                        err_console.print(f"note ({key}): {note}", highlight=False)
+                console.print(str(outcome.report), highlight=False, soft_wrap=True)
+        except Terminated:  # before or after the run itself: nothing to resume
+            fail("terminated by SIGTERM", ExitCode.TERMINATED)

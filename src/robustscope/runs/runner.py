@@ -18,6 +18,7 @@ import contextlib
 import json
 import logging
 import math
+import signal
 import time
 import zipfile
 from dataclasses import dataclass
@@ -44,6 +45,7 @@ from robustscope.runs.shards import (
     write_shard,
 )
 from robustscope.runs.spec import EvaluationSpec, load_spec
+from robustscope.runs.stopping import RunInterrupted, Terminated, resume_command
 from robustscope.runs.store import open_store
 from robustscope.scores.evaluation import Evaluation, ReadingOptions, build_evaluation
 
@@ -64,7 +66,8 @@ class RunOutcome:
 
 
 def run_spec(spec: EvaluationSpec, spec_text: str | None = None, quiet: bool = False,
-             progress: RunProgress | None = None, resume: bool | None = None) -> RunOutcome:
+             progress: RunProgress | None = None, resume: bool | None = None,
+             spec_path: str | Path = "SPEC") -> RunOutcome:
     """Run every threat of ``spec`` shard by shard, write the run folder and the report,
     record the store. Paths in ``spec`` must already be resolved (see
     :func:`robustscope.runs.spec.load_spec`).
@@ -72,6 +75,7 @@ def run_spec(spec: EvaluationSpec, spec_text: str | None = None, quiet: bool = F
     ``resume``: ``True`` continues the incomplete run in ``outputs.dir`` (an error when there
     is none); ``None`` (the default) continues it when the folder holds one and starts afresh
     otherwise; ``False`` always starts afresh. Finished shards are never run again.
+    ``spec_path`` names the spec file in the resume command of an error message.
     """
     started = time.time()
     inputs = load_inputs(spec)
@@ -80,6 +84,7 @@ def run_spec(spec: EvaluationSpec, spec_text: str | None = None, quiet: bool = F
     log.info("evaluating %s on %d inputs of %s", inputs.model_name, len(inputs.X),
              inputs.data_name)
     jobs = _threat_jobs(spec)
+    again = resume_command(spec_path, out_dir)
     plan = journal.open_run(out_dir, spec, len(inputs.X), resume)
     if plan.get("resumed"):
         log.info("resuming the run in %s", out_dir)
@@ -90,11 +95,13 @@ def run_spec(spec: EvaluationSpec, spec_text: str | None = None, quiet: bool = F
     errors: dict[str, str] = {}
     n_rows = sum(len(s) for s in todo)
     try:
+        # closing: an exception in the loop (Ctrl-C, SIGTERM) stops the workers at once
         with (run_progress(1, quiet) if progress is None else _given(progress)) as prog, \
-                prog.stage("shards", n_rows) as advance:
+                prog.stage("shards", n_rows) as advance, \
+                contextlib.closing(run_shards(inputs, jobs, todo, ex.backend, ex.workers,
+                                              ex.address, spec)) as outputs:
             store.catch_up(shards, todo)
-            for shard, out in run_shards(inputs, jobs, todo, ex.backend, ex.workers,
-                                         ex.address, spec):
+            for shard, out in outputs:
                 if isinstance(out, BaseException):
                     errors[shard.key] = _shard_error(shard, out)
                     log.error("%s", errors[shard.key])
@@ -107,8 +114,8 @@ def run_spec(spec: EvaluationSpec, spec_text: str | None = None, quiet: bool = F
                 except OSError as exc:
                     raise RunIncomplete(
                         f"cannot write shard {shard.key} to {out_dir} ({exc}); the shards "
-                        f"written so far are kept: free space, then resume with "
-                        f"robustscope run SPEC --resume {out_dir}") from exc
+                        f"written so far are kept: free space, then resume with: {again}"
+                    ) from exc
                 store.record(out)
                 advance(len(shard))
     finally:
@@ -116,8 +123,7 @@ def run_spec(spec: EvaluationSpec, spec_text: str | None = None, quiet: bool = F
     if errors:
         lines = "\n".join(errors.values())
         raise RunIncomplete(f"{len(errors)} of {len(shards)} shard(s) failed; the others are "
-                            f"kept in {out_dir}:\n{lines}\nresume with: robustscope run SPEC "
-                            f"--resume {out_dir}")
+                            f"kept in {out_dir}:\n{lines}\nresume with: {again}")
     results, seconds = assemble(out_dir, spec, shards, inputs.X.shape[1:], inputs.y)
     strengths = {}
     for t in spec.threats:
@@ -386,7 +392,11 @@ def run_spec_file(path: str | Path, quiet: bool = False, out_dir: Path | None = 
                   resume: bool | None = None, backend: str | None = None,
                   workers: int | None = None, address: str | None = None) -> RunOutcome:
     """Load, validate and run the spec at ``path``; ``out_dir`` overrides ``outputs.dir``,
-    ``backend``/``workers``/``address`` the spec's ``execution`` block."""
+    ``backend``/``workers``/``address`` the spec's ``execution`` block.
+
+    Ctrl-C (:class:`KeyboardInterrupt`) or SIGTERM (:class:`~robustscope.runs.stopping.
+    Terminated`, under :func:`~robustscope.runs.stopping.terminate_raises`) raise
+    :class:`~robustscope.runs.stopping.RunInterrupted`, which gives the resume command."""
     spec = load_spec(path)
     if out_dir is not None:
         spec.outputs.dir = Path(out_dir)
@@ -396,7 +406,15 @@ def run_spec_file(path: str | Path, quiet: bool = False, out_dir: Path | None = 
         spec.execution.workers = workers
     if address is not None:
         spec.execution.address = address
-    return run_spec(spec, Path(path).read_text(), quiet=quiet, resume=resume)
+    text = Path(path).read_text()
+    try:
+        return run_spec(spec, text, quiet=quiet, resume=resume, spec_path=path)
+    except KeyboardInterrupt as exc:
+        raise RunInterrupted(signal.SIGINT, spec.outputs.dir,
+                             resume_command(path, spec.outputs.dir)) from exc
+    except Terminated as exc:
+        raise RunInterrupted(exc.signum, spec.outputs.dir,
+                             resume_command(path, spec.outputs.dir)) from exc
 
 
 # -- outputs ---------------------------------------------------------------------------------
