@@ -25,7 +25,7 @@ app = typer.Typer(
     name="robustscope",
     help="Radius of robustness for any classifier, with verified counterexamples. "
          "Exit codes: 0 done, 1 runtime failure (the model raised, a full disk, a bug), "
-         "2 bad input or option, 130 interrupted.",
+         "2 bad input or option, 130 interrupted (Ctrl-C), 143 stopped by SIGTERM.",
     cls=OneLineErrorsGroup,
     no_args_is_help=True,
     add_completion=False,
@@ -43,9 +43,24 @@ ThreatName = Enum("ThreatName", {name: name for name in threat_names("lp")}, typ
 SolverName = Enum("SolverName", {name: name for name in SEARCH_SOLVERS}, type=str)
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from importlib import metadata
+
+        try:
+            version = metadata.version("robustscope")
+        except metadata.PackageNotFoundError:  # run from a source tree that is not installed
+            version = "unknown (not installed)"
+        typer.echo(f"robustscope {version}")
+        raise typer.Exit()
+
+
 @app.callback()
 def main(verbose: bool = typer.Option(False, "--verbose", "-v", help="Log debug messages; "
-                                      "show the traceback of a runtime failure.")) -> None:
+                                      "show the traceback of a runtime failure."),
+         version: bool = typer.Option(False, "--version", callback=_print_version,
+                                      is_eager=True, help="Print the version and exit.")
+         ) -> None:
     """robustscope: how far is each input from a decision change?"""
     logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
@@ -54,8 +69,8 @@ def main(verbose: bool = typer.Option(False, "--verbose", "-v", help="Log debug 
 @app.command("radius")
 def radius_command(
     model: Path = typer.Option(..., help="Model file: .json/.ubj (XGBoost), .txt (LightGBM), "
-                               ".skops, .pt (TorchScript), .onnx; .pkl/.joblib need "
-                               "--trust-pickle."),
+                               ".skops, .pt (TorchScript), .pt2 (torch.export), "
+                               ".onnx; .pkl/.joblib need --trust-pickle."),
     data: Path = typer.Option(..., help="CSV with a label column, or NPZ with arrays X and y."),
     out: Path = typer.Option(..., help="Radius table: .csv, .parquet or .json."),
     threat: ThreatName = typer.Option(ThreatName.linf, help="Norm of the scaled perturbation."),
@@ -144,7 +159,8 @@ def print_summary(result, title: str) -> None:
 @app.command("demo")
 def demo_command(
     out_dir: Path = typer.Option(Path("robustscope-demo"), help="Folder for the outputs."),
-    quiet: bool = typer.Option(False, "--quiet", "-q"),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars or tables; "
+                               "only the report path."),
 ) -> None:
     """Train two models on scikit-learn's breast-cancer data and report their radii."""
     from robustscope.runs.demo import run_demo

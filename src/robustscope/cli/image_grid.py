@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from enum import Enum
 from pathlib import Path
 
 import typer
@@ -17,6 +18,10 @@ from robustscope.threats.registry import THREATS, implemented_threat, threat_nam
 #: Default ``--threats``: the benchmark's ranked attacks that need no feature network.
 DEFAULT_THREATS = ",".join(e.name for e in THREATS
                            if e.ranked and e.implemented and not e.needs_features)
+
+
+#: Choices of ``--method``.
+GridMethod = Enum("GridMethod", {"bisection": "bisection", "full": "full"}, type=str)
 
 
 def _write_atomic(path: Path, text: str) -> None:
@@ -67,12 +72,13 @@ def run_image_grid(model: Path, data: Path, out: Path, threats: str = DEFAULT_TH
     feats = None
     if features is not None:
         if not features.is_file():
-            raise InputError(f"--features {features}: no such file")
+            raise InputError(f"--feature-network {features}: no such file")
         try:
             feats = torch.jit.load(str(features), map_location=device).eval()
         except (RuntimeError, ValueError) as exc:
             reason = (str(exc).splitlines() or [type(exc).__name__])[0]
-            raise InputError(f"--features {features}: not a TorchScript file ({reason})") from exc
+            raise InputError(f"--feature-network {features}: not a TorchScript file "
+                             f"({reason})") from exc
     with computing():
         results, acc = evaluate_threats(clf, X, y, threats=names, features=feats,
                                         method=method, steps=steps, restarts=restarts,
@@ -97,9 +103,14 @@ def register(app: typer.Typer) -> None:
         out: Path = typer.Option(..., help="Accuracy JSON (MultiRobustBench format)."),
         threats: str = typer.Option(DEFAULT_THREATS, help="Comma-separated threats (names or "
                                     "benchmark names): " + ", ".join(threat_names()) + "."),
-        features: Path = typer.Option(None, help="TorchScript feature network for LPIPS "
-                                      "(images -> feature map(s)); required for lpips."),
-        method: str = typer.Option("bisection", help="'bisection' or 'full' (every level)."),
+        features: Path = typer.Option(None, "--feature-network", help="TorchScript feature "
+                                      "network for LPIPS (images -> feature map(s)); "
+                                      "required for lpips."),
+        old_features: Path = typer.Option(None, "--features", hidden=True,
+                                          help="Deprecated spelling of --feature-network."),
+        method: GridMethod = typer.Option(GridMethod.bisection, help="'bisection' (about "
+                                          "log2(20) + 1 attack runs per input) or 'full' "
+                                          "(every level)."),
         steps: int = typer.Option(20, min=1, help="PGD steps per attack run."),
         restarts: int = typer.Option(1, min=1, help="PGD restarts per attack run."),
         seed: int = typer.Option(0, help="Random seed."),
@@ -110,6 +121,10 @@ def register(app: typer.Typer) -> None:
         """Robust accuracy at the 20 benchmark strengths of each threat (per-input bisection
         over the grid; every counterexample verified)."""
         with reporting_errors():
-            acc = run_image_grid(model, data, out, threats, features, method, steps, restarts,
-                                 seed, device, levels_out, trust_pickle)
+            if old_features is not None:
+                typer.echo("note: --features is deprecated here; use --feature-network",
+                           err=True)
+                features = features if features is not None else old_features
+            acc = run_image_grid(model, data, out, threats, features, method.value, steps,
+                                 restarts, seed, device, levels_out, trust_pickle)
             typer.echo(f"clean accuracy {acc['NoAttack']:.2f}%; wrote {out}")

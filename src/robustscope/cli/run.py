@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+from enum import Enum
 from pathlib import Path
 
 import typer
@@ -12,6 +13,9 @@ from rich.table import Table
 from robustscope.cli.common import ExitCode, computing, fail, quiet_logging, reporting_errors
 
 err_console = Console(stderr=True)
+
+#: Choices of ``--backend`` (runs.backends.BACKENDS, not imported: --help stays fast).
+Backend = Enum("Backend", {"local": "local", "ray": "ray"}, type=str)
 
 
 def print_run_summary(outcome, console: Console) -> None:
@@ -41,8 +45,9 @@ def register(app: typer.Typer) -> None:
         out_dir: Path | None = typer.Option(None, "--out-dir", help="Override outputs.dir."),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars or summary; "
                                    "only the report path."),
-        backend: str | None = typer.Option(None, "--backend", help="Where shards run: 'local' "
-                                           "(process pool, the default) or 'ray'."),
+        backend: Backend | None = typer.Option(None, "--backend", help="Where shards run: "
+                                               "'local' (process pool) or 'ray'; default: "
+                                               "the spec's execution.backend."),
         workers: int | None = typer.Option(None, "--workers", min=1, help="Worker processes "
                                            "(default: all cores, or the Ray cluster's CPUs)."),
         address: str | None = typer.Option(None, "--address", help="Ray cluster address "
@@ -75,7 +80,8 @@ def register(app: typer.Typer) -> None:
                     with computing(RunIncomplete):
                         outcome = run_spec_file(spec, quiet=quiet, out_dir=resume or out_dir,
                                                 resume=True if resume is not None else None,
-                                                backend=backend, workers=workers, address=address)
+                                                backend=backend and backend.value, workers=workers,
+                                                address=address)
                 except RunInterrupted as exc:
                     fail(exc, ExitCode.INTERRUPTED if exc.signum == signal.SIGINT
                          else ExitCode.TERMINATED)
