@@ -38,9 +38,14 @@ def _write_atomic(path: Path, text: str) -> None:
 def run_image_grid(model: Path, data: Path, out: Path, threats: str = DEFAULT_THREATS,
                    features: Path | None = None, method: str = "bisection", steps: int = 20,
                    restarts: int = 1, seed: int = 0, device: str = "cpu",
-                   levels_out: Path | None = None, trust_pickle: bool = False) -> dict:
+                   levels_out: Path | None = None, trust_pickle: bool = False,
+                   notes: list[str] | None = None) -> dict:
     """Evaluate, write ``out`` (accuracy JSON) and optionally ``levels_out`` (CSV, one row per
     input and threat); return the accuracy dict.
+
+    A threat that needs more colour channels than the images have (the colour and JPEG
+    threats on grayscale images) is skipped when it came from the default ``threats``, with
+    a line appended to ``notes``; named in ``threats``, it is an error that names it.
 
     Problems with the inputs raise :class:`~robustscope.core.errors.RobustscopeError`; a
     model error while the threats are evaluated raises
@@ -66,6 +71,7 @@ def run_image_grid(model: Path, data: Path, out: Path, threats: str = DEFAULT_TH
     if ds.X.ndim != 4:
         raise InputError(f"--data {data}: images must be an NPZ array X of shape "
                          f"(n, C, H, W); got shape {ds.X.shape}")
+    names = _fitting_threats(names, int(ds.X.shape[1]), threats == DEFAULT_THREATS, notes)
     X = torch.as_tensor(ds.X, dtype=torch.float32)
     y = np.asarray(ds.y)
     clf = load_model(model, trust_pickle=trust_pickle, device=device, example=ds.X[:2])
@@ -90,6 +96,24 @@ def run_image_grid(model: Path, data: Path, out: Path, threats: str = DEFAULT_TH
         frame = pd.concat([r.to_dataframe() for r in results], ignore_index=True)
         _write_atomic(levels_out, frame.to_csv(index=False))
     return acc
+
+
+def _fitting_threats(names: list[str], channels: int, default: bool,
+                     notes: list[str] | None) -> list[str]:
+    """``names`` without the threats that need another number of colour channels than
+    ``channels``: dropped with a note when ``default``, an :class:`InputError` otherwise."""
+    entries = {name: implemented_threat(name) for name in names}
+    misfit = [n for n, e in entries.items() if e.channels not in (None, channels)]
+    if not misfit:
+        return names
+    need = ", ".join(f"{n} ({entries[n].channels} channels)" for n in misfit)
+    if not default:
+        raise InputError(f"--threats: {need} cannot run on images with {channels} "
+                         f"channel(s); leave {'it' if len(misfit) == 1 else 'them'} out")
+    if notes is not None:
+        notes.append(f"skipped {', '.join(misfit)}: they need 3 colour channels (RGB); "
+                     f"the images have {channels}")
+    return [n for n in names if n not in misfit]
 
 
 def register(app: typer.Typer) -> None:
@@ -125,6 +149,9 @@ def register(app: typer.Typer) -> None:
                 typer.echo("note: --features is deprecated here; use --feature-network",
                            err=True)
                 features = features if features is not None else old_features
+            notes: list[str] = []
             acc = run_image_grid(model, data, out, threats, features, method.value, steps,
-                                 restarts, seed, device, levels_out, trust_pickle)
+                                 restarts, seed, device, levels_out, trust_pickle, notes)
+            for note in notes:
+                typer.echo(f"note: {note}", err=True)
             typer.echo(f"clean accuracy {acc['NoAttack']:.2f}%; wrote {out}")
