@@ -132,7 +132,7 @@ def _progress(total: int, quiet: bool):
     @contextlib.contextmanager
     def bar():
         columns = (TextColumn("radius"), BarColumn(),
-                   TextColumn("{task.completed}/{task.total}"), TimeRemainingColumn())
+                   TextColumn("{task.completed}/{task.total} inputs"), TimeRemainingColumn())
         with Progress(*columns, console=err_console, transient=True) as prog:
             task = prog.add_task("radius", total=total)
             yield lambda k: prog.advance(task, k)
@@ -141,19 +141,18 @@ def _progress(total: int, quiet: bool):
 
 
 def print_summary(result, title: str) -> None:
-    """A one-table summary of a :class:`RadiusResult` on stdout."""
-    from rich.table import Table
+    """A one-table summary of a :class:`RadiusResult` on stdout, fitted to the terminal."""
+    from robustscope.report.terminal import Col, fitted_table
 
     s = result.summary()
-    table = Table(title=title)
-    for col in ("inputs", "clean acc.", "exact", "attacked", "censored", "misclassified",
-                "median radius", "min radius", "mean queries"):
-        table.add_column(col, justify="right")
-    table.add_row(str(s["n"]), f"{s['clean_accuracy']:.3f}", str(s["exact"]),
-                  str(s["attacked"]), str(s["censored"]), str(s["misclassified"]),
-                  f"{s['median_radius']:.4g}", f"{s['min_radius']:.4g}",
-                  f"{s['mean_queries']:.0f}")
-    Console(width=max(Console().width, 120)).print(table)
+    columns = (Col("inputs"), Col("clean acc."), Col("exact"), Col("attacked"),
+               Col("censored"), Col("misclassified", priority=1), Col("median radius"),
+               Col("min radius", priority=2), Col("mean queries", priority=3))
+    row = [str(s["n"]), f"{s['clean_accuracy']:.3f}", str(s["exact"]), str(s["attacked"]),
+           str(s["censored"]), str(s["misclassified"]), f"{s['median_radius']:.4g}",
+           f"{s['min_radius']:.4g}", f"{s['mean_queries']:.0f}"]
+    console = Console()
+    console.print(fitted_table(title, columns, [row], console))
 
 
 @app.command("demo")

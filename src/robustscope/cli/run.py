@@ -8,7 +8,6 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from robustscope.cli.common import ExitCode, computing, fail, quiet_logging, reporting_errors
 
@@ -19,20 +18,40 @@ Backend = Enum("Backend", {"local": "local", "ray": "ray"}, type=str)
 
 
 def print_run_summary(outcome, console: Console) -> None:
-    """Per-threat headline numbers of a finished run."""
+    """Per-threat headline numbers of a finished run, fitted to ``console``'s width (the
+    least important columns are left out first)."""
     from robustscope.report.html import fmt, pct
+    from robustscope.report.terminal import Col, fitted_table
 
-    table = Table(title=outcome.evaluation.title)
-    for col in ("threat", "solver", "inputs", "clean acc.", "median r", "worst r", "R_ν",
-                "R_ν interval", "censored", "queries/input", "seconds"):
-        table.add_column(col, justify="right")
+    columns = (Col("threat", "left"), Col("solver", "left", 2), Col("inputs", priority=3),
+               Col("clean acc."), Col("median r"), Col("worst r", priority=1), Col("R_ν"),
+               Col("R_ν interval", priority=4), Col("censored", priority=1),
+               Col("queries/input", priority=2), Col("shard time (s)", priority=5))
+    rows = []
     for sec in outcome.evaluation.sections:
         s = sec.summary()
-        table.add_row(sec.name, sec.result.solver, str(s["n"]), pct(s["clean_accuracy"]),
-                      fmt(s["median_radius"]), fmt(s["worst_radius"]), fmt(s["R_nu"]),
-                      f"[{fmt(s['R_nu_low'])}, {fmt(s['R_nu_high'])}]",
-                      pct(s["censored_share"]), fmt(s["mean_queries"], 5), fmt(sec.seconds, 3))
-    console.print(table)
+        rows.append([sec.name, sec.result.solver, str(s["n"]), pct(s["clean_accuracy"]),
+                     fmt(s["median_radius"]), fmt(s["worst_radius"]), fmt(s["R_nu"]),
+                     f"[{fmt(s['R_nu_low'])}, {fmt(s['R_nu_high'])}]",
+                     pct(s["censored_share"]), fmt(s["mean_queries"], 5),
+                     fmt(sec.seconds, 3)])
+    console.print(fitted_table(outcome.evaluation.title, columns, rows, console,
+                               caption="shard time: the threat's shards' durations, summed "
+                                       "over workers"))
+
+
+def warn_failed_rows(outcome) -> None:
+    """One line on stderr per threat on whose inputs the model raised: how many, and where
+    their messages are (shown with ``--quiet`` too)."""
+    run_json = outcome.out_dir / "run.json"
+    for name, info in outcome.manifest["threats"].items():
+        failed = info.get("failed") or []
+        if failed:
+            err_console.print(
+                f"warning: the model raised on {len(failed)} input(s) under threat {name}; "
+                f"they have status 'failed' in {outcome.out_dir / info['radii']} and are left "
+                f"out of the scores; messages in {run_json} (threats.{name}.failed)",
+                highlight=False, soft_wrap=True)
 
 
 def register(app: typer.Typer) -> None:
@@ -85,7 +104,8 @@ def register(app: typer.Typer) -> None:
                 except RunInterrupted as exc:
                     fail(exc, ExitCode.INTERRUPTED if exc.signum == signal.SIGINT
                          else ExitCode.TERMINATED)
-                console = Console(width=max(Console().width, 130))
+                console = Console()
+                warn_failed_rows(outcome)
                 if not quiet:
                     print_run_summary(outcome, console)
                     for key, note in outcome.manifest.get("notes", {}).items():

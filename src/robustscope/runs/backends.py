@@ -17,6 +17,7 @@ worker are in flight at once, so results stream to the driver instead of piling 
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterator
 
@@ -180,19 +181,33 @@ def _import_ray():
     return ray
 
 
+def ray_init_options(workers: int | None, address: str | None, quiet: bool) -> dict:
+    """Keyword arguments of ``ray.init`` for a run: no dashboard, workers' output kept off the
+    driver's terminal, ``workers`` CPUs for a local cluster (or the cluster at ``address``),
+    the driver's ``PYTHONPATH`` in the workers; ``quiet`` (``robustscope run -q``, which sets
+    robustscope's loggers to ERROR) leaves out Ray's banner and info lines."""
+    kwargs: dict = {"include_dashboard": False, "log_to_driver": False}
+    if address is not None:
+        kwargs["address"] = address
+    else:
+        kwargs["num_cpus"] = workers or default_workers()
+    env = {k: v for k, v in os.environ.items() if k in ("PYTHONPATH",)}
+    if env:
+        kwargs["runtime_env"] = {"env_vars": env}
+    if quiet:
+        kwargs["logging_level"] = logging.ERROR
+    return kwargs
+
+
 def _ray(spec: EvaluationSpec, jobs: dict[str, ThreatJob], shards: list[Shard],
          workers: int | None, address: str | None) -> Iterator[tuple[Shard, object]]:
     ray = _import_ray()
     started_here = False
     if not ray.is_initialized():
-        kwargs: dict = {"include_dashboard": False, "log_to_driver": False}
-        if address is not None:
-            kwargs["address"] = address
-        else:
-            kwargs["num_cpus"] = workers or default_workers()
-        env = {k: v for k, v in os.environ.items() if k in ("PYTHONPATH",)}
-        if env:
-            kwargs["runtime_env"] = {"env_vars": env}
+        quiet = logging.getLogger("robustscope").getEffectiveLevel() >= logging.ERROR
+        kwargs = ray_init_options(workers, address, quiet)
+        if quiet:  # Ray logs its banner (and notes) before init applies logging_level
+            logging.getLogger("ray").setLevel(logging.ERROR)
         try:
             ray.init(**kwargs)
         except (ConnectionError, RuntimeError, ValueError) as exc:

@@ -88,6 +88,9 @@ def run_spec(spec: EvaluationSpec, spec_text: str | None = None, quiet: bool = F
     plan = journal.open_run(out_dir, spec, len(inputs.X), resume)
     if plan.get("resumed"):
         log.info("resuming the run in %s", out_dir)
+    if plan.get("replaced"):
+        log.warning("%s held a completed run: this run replaces it (give another --out-dir "
+                    "to keep it)", out_dir)
     shards = plan_shards(len(inputs.X), [t.name for t in spec.threats], ex.shard_size,
                          spec.seed)
     store = _StoreWriter(spec, plan, out_dir, jobs)
@@ -97,7 +100,7 @@ def run_spec(spec: EvaluationSpec, spec_text: str | None = None, quiet: bool = F
     try:
         # closing: an exception in the loop (Ctrl-C, SIGTERM) stops the workers at once
         with (run_progress(1, quiet) if progress is None else _given(progress)) as prog, \
-                prog.stage("shards", n_rows) as advance, \
+                prog.stage(f"inputs ({len(todo)} shards)", n_rows) as advance, \
                 contextlib.closing(run_shards(inputs, jobs, todo, ex.backend, ex.workers,
                                               ex.address, spec)) as outputs:
             store.catch_up(shards, todo)
