@@ -53,7 +53,7 @@ def run_image_grid(model: Path, data: Path, out: Path, threats: str = DEFAULT_TH
     import numpy as np
     import torch
 
-    from robustscope.models.loaders import load_model
+    from robustscope.models.loaders import load_model, load_torchscript
     from robustscope.runs.data import load_data
     from robustscope.search.grid import evaluate_threats
 
@@ -80,7 +80,7 @@ def run_image_grid(model: Path, data: Path, out: Path, threats: str = DEFAULT_TH
         if not features.is_file():
             raise InputError(f"--feature-network {features}: no such file")
         try:
-            feats = torch.jit.load(str(features), map_location=device).eval()
+            feats = load_torchscript(features, device).eval()
         except (RuntimeError, ValueError) as exc:
             reason = (str(exc).splitlines() or [type(exc).__name__])[0]
             raise InputError(f"--feature-network {features}: not a TorchScript file "
