@@ -26,7 +26,9 @@ def print_run_summary(outcome, console: Console) -> None:
     columns = (Col("threat", "left"), Col("solver", "left", 2), Col("inputs", priority=3),
                Col("clean acc."), Col("median r"), Col("worst r", priority=1), Col("R_ν"),
                Col("R_ν interval", priority=4), Col("censored", priority=1),
-               Col("queries/input", priority=2), Col("shard time (s)", priority=5))
+               Col("queries/input", priority=2),
+               Col("shard time (s)", priority=5, note="shard time: the threat's shards' "
+                   "durations, summed over workers"))
     rows = []
     for sec in outcome.evaluation.sections:
         s = sec.summary()
@@ -35,9 +37,7 @@ def print_run_summary(outcome, console: Console) -> None:
                      f"[{fmt(s['R_nu_low'])}, {fmt(s['R_nu_high'])}]",
                      pct(s["censored_share"]), fmt(s["mean_queries"], 5),
                      fmt(sec.seconds, 3)])
-    console.print(fitted_table(outcome.evaluation.title, columns, rows, console,
-                               caption="shard time: the threat's shards' durations, summed "
-                                       "over workers"))
+    console.print(fitted_table(outcome.evaluation.title, columns, rows, console))
 
 
 def warn_failed_rows(outcome) -> None:

@@ -20,12 +20,14 @@ from rich.table import Table
 
 @dataclass(frozen=True)
 class Col:
-    """A column of a :func:`fitted_table`: header, alignment and priority (0 = always
-    shown; columns of higher priority are left out first when the table is too wide)."""
+    """A column of a :func:`fitted_table`: header, alignment, priority (0 = always shown;
+    columns of higher priority are left out first when the table is too wide) and a note
+    that explains it in the caption (while it is shown)."""
 
     header: str
     justify: str = "right"
     priority: int = 0
+    note: str | None = None
 
 
 def fitted_table(title: str, columns: Sequence[Col], rows: Sequence[Sequence[str]],
@@ -36,10 +38,12 @@ def fitted_table(title: str, columns: Sequence[Col], rows: Sequence[Sequence[str
     shown = list(range(len(columns)))
     while True:
         table = _build(title, columns, rows, shown, caption)
+        notes = [caption] if caption else []
+        notes += [columns[i].note for i in shown if columns[i].note]
         dropped = [columns[i].header for i in range(len(columns)) if i not in shown]
         if dropped:
-            note = f"left out to fit {console.width} columns: {', '.join(dropped)}"
-            table.caption = f"{caption}; {note}" if caption else note
+            notes.append(f"left out to fit {console.width} columns: {', '.join(dropped)}")
+        table.caption = "; ".join(notes) or None
         optional = [i for i in shown if columns[i].priority > 0]
         if not optional or _min_width(console, table) <= console.width:
             return table
@@ -58,4 +62,5 @@ def _build(title: str, columns: Sequence[Col], rows: Sequence[Sequence[str]],
 
 
 def _min_width(console: Console, table: Table) -> int:
-    return Measurement.get(console, console.options, table).minimum
+    # measured unbounded: a measurement is capped at the width it is given
+    return Measurement.get(console, console.options.update_width(10**6), table).minimum
