@@ -59,6 +59,9 @@ def files(tmp_path_factory) -> Path:
     images = torch.rand(3, 1, 8, 8)
     np.savez(d / "gray.npz", X=images.numpy(), y=net(images).argmax(1).numpy())
     (d / "run.yaml").write_text(SPEC.format(model="builtin: breast-cancer-logreg", out="out"))
+    (d / "gray.yaml").write_text("model: {path: gray.pt}\ndata: {path: gray.npz}\n"
+                                 "threats: [{name: linf}, {name: HueAttack}]\n"
+                                 "outputs: {dir: gray-out, store: null}\n")
     flaky = FlakyModel(_fitted_gbm(), threshold=15.0)  # raises on some of the first 8 rows
     joblib.dump(flaky, d / "flaky.pkl")
     (d / "flaky.yaml").write_text(SPEC.format(model="path: flaky.pkl, trust_pickle: true",
@@ -119,6 +122,10 @@ CASES = [
           "{d}/hue.json", "--threats", "linf,hue", "--steps", "1"], 2,
          ["--threats: hue (3 channels) cannot run on images with 1 channel(s)"],
          absent=["hue.json"]),
+    Case("grayscale: a colour threat in a spec is named before any work",
+         ["run", "{d}/gray.yaml"], 2,
+         ["threats[1] (hue): needs 3 colour channels (RGB); the images have 1"],
+         absent=["gray-out/shards"]),
     # item 13: tables at 80 columns, failed rows, re-running a completed spec
     Case("radius summary fits 80 columns",
          ["radius", "--model", "{d}/logreg.joblib", "--trust-pickle", "--data",

@@ -48,6 +48,7 @@ from robustscope.runs.spec import EvaluationSpec, load_spec
 from robustscope.runs.stopping import RunInterrupted, Terminated, resume_command
 from robustscope.runs.store import open_store
 from robustscope.scores.evaluation import Evaluation, ReadingOptions, build_evaluation
+from robustscope.threats.registry import implemented_threat
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +84,7 @@ def run_spec(spec: EvaluationSpec, spec_text: str | None = None, quiet: bool = F
     ex = spec.execution
     log.info("evaluating %s on %d inputs of %s", inputs.model_name, len(inputs.X),
              inputs.data_name)
+    _check_channels(spec, inputs.X.shape)
     jobs = _threat_jobs(spec)
     again = resume_command(spec_path, out_dir)
     plan = journal.open_run(out_dir, spec, len(inputs.X), resume)
@@ -179,6 +181,19 @@ class RunIncomplete(InputError):
 def _shard_error(shard: Shard, exc: BaseException) -> str:
     return (f"threat {shard.threat}, shard {shard.index} (rows {shard.start}..{shard.stop - 1})"
             f": {type(exc).__name__}: {exc}")
+
+
+def _check_channels(spec: EvaluationSpec, shape: tuple[int, ...]) -> None:
+    """Before any shard runs: an image threat that needs colour channels the images
+    ``(n, C, H, W)`` lack (a colour threat on grayscale images) is an :class:`InputError`
+    naming it."""
+    if len(shape) != 4:
+        return
+    for i, t in enumerate(spec.threats):
+        need = implemented_threat(t.name).channels if t.is_grid else None
+        if need is not None and need != shape[1]:
+            raise InputError(f"threats[{i}] ({t.name}): needs {need} colour channels (RGB); "
+                             f"the images have {shape[1]}")
 
 
 def _threat_jobs(spec: EvaluationSpec) -> dict[str, ThreatJob]:
