@@ -28,6 +28,7 @@ seed: 0
 model: {{{model}}}
 data: {{builtin: breast-cancer, limit: 8}}
 threats: [{{name: linf}}]
+solver: {{budget: 200}}
 scores: {{n_bootstrap: 20, ood: false, pad: false}}
 outputs: {{dir: {out}, store: null}}
 execution: {{shard_size: 4, workers: 1}}
