@@ -147,7 +147,7 @@ CASES: dict[str, Case] = {
                                              "is a folder, not a file"),
     "leaderboard empty accuracies": _c("11", "leaderboard --accuracies {d}/empty.json", 2,
                                        "not valid JSON"),
-    "leaderboard db not a store": _c("11", "leaderboard --db {d}/d.csv", 2,
+    "leaderboard db not a store": _c("11", "leaderboard --store {d}/d.csv", 2,
                                      "not a SQLite database"),
     "leaderboard bad sort": _c("11", "leaderboard --accuracies {d}/a.json --sort x", 2,
                                "--sort"),

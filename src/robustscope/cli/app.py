@@ -25,7 +25,7 @@ app = typer.Typer(
     name="robustscope",
     help="Radius of robustness for any classifier, with verified counterexamples. "
          "Exit codes: 0 done, 1 runtime failure (the model raised, a full disk, a bug), "
-         "2 bad input or option, 130 interrupted.",
+         "2 bad input or option, 130 interrupted (Ctrl-C), 143 stopped by SIGTERM.",
     cls=OneLineErrorsGroup,
     no_args_is_help=True,
     add_completion=False,
@@ -46,9 +46,24 @@ RESULT_SUFFIXES = (".csv", ".parquet", ".json")
 SolverName = Enum("SolverName", {name: name for name in SEARCH_SOLVERS}, type=str)
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from importlib import metadata
+
+        try:
+            version = metadata.version("robustscope")
+        except metadata.PackageNotFoundError:  # run from a source tree that is not installed
+            version = "unknown (not installed)"
+        typer.echo(f"robustscope {version}")
+        raise typer.Exit()
+
+
 @app.callback()
 def main(verbose: bool = typer.Option(False, "--verbose", "-v", help="Log debug messages; "
-                                      "show the traceback of a runtime failure.")) -> None:
+                                      "show the traceback of a runtime failure."),
+         version: bool = typer.Option(False, "--version", callback=_print_version,
+                                      is_eager=True, help="Print the version and exit.")
+         ) -> None:
     """robustscope: how far is each input from a decision change?"""
     logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
@@ -57,8 +72,8 @@ def main(verbose: bool = typer.Option(False, "--verbose", "-v", help="Log debug 
 @app.command("radius")
 def radius_command(
     model: Path = typer.Option(..., help="Model file: .json/.ubj (XGBoost), .txt (LightGBM), "
-                               ".skops, .pt (TorchScript), .onnx; .pkl/.joblib need "
-                               "--trust-pickle."),
+                               ".skops, .pt (TorchScript), .pt2 (torch.export), "
+                               ".onnx; .pkl/.joblib need --trust-pickle."),
     data: Path = typer.Option(..., help="CSV or Parquet with a label column, or NPZ with "
                              "arrays X and y."),
     out: Path = typer.Option(..., help="Radius table: .csv, .parquet or .json."),
@@ -129,7 +144,7 @@ def _progress(total: int, quiet: bool):
     @contextlib.contextmanager
     def bar():
         columns = (TextColumn("radius"), BarColumn(),
-                   TextColumn("{task.completed}/{task.total}"), TimeRemainingColumn())
+                   TextColumn("{task.completed}/{task.total} inputs"), TimeRemainingColumn())
         with Progress(*columns, console=err_console, transient=True) as prog:
             task = prog.add_task("radius", total=total)
             yield lambda k: prog.advance(task, k)
@@ -138,26 +153,26 @@ def _progress(total: int, quiet: bool):
 
 
 def print_summary(result, title: str) -> None:
-    """A one-table summary of a :class:`RadiusResult` on stdout."""
-    from rich.table import Table
+    """A one-table summary of a :class:`RadiusResult` on stdout, fitted to the terminal."""
+    from robustscope.report.terminal import Col, fitted_table
 
     s = result.summary()
-    table = Table(title=title)
-    for col in ("inputs", "clean acc.", "exact", "attacked", "censored", "misclassified",
-                "satisfied", "median radius", "min radius", "mean queries"):
-        table.add_column(col, justify="right")
-    table.add_row(str(s["n"]), f"{s['clean_accuracy']:.3f}", str(s["exact"]),
-                  str(s["attacked"]), str(s["censored"]), str(s["misclassified"]),
-                  str(s["satisfied"]),
-                  f"{s['median_radius']:.4g}", f"{s['min_radius']:.4g}",
-                  f"{s['mean_queries']:.0f}")
-    Console(width=max(Console().width, 120)).print(table)
+    columns = (Col("inputs"), Col("clean acc."), Col("exact"), Col("attacked"),
+               Col("censored"), Col("misclassified", priority=1),
+               Col("satisfied", priority=1), Col("median radius"),
+               Col("min radius", priority=2), Col("mean queries", priority=3))
+    row = [str(s["n"]), f"{s['clean_accuracy']:.3f}", str(s["exact"]), str(s["attacked"]),
+           str(s["censored"]), str(s["misclassified"]), str(s["satisfied"]),
+           f"{s['median_radius']:.4g}", f"{s['min_radius']:.4g}", f"{s['mean_queries']:.0f}"]
+    console = Console()
+    console.print(fitted_table(title, columns, [row], console))
 
 
 @app.command("demo")
 def demo_command(
     out_dir: Path = typer.Option(Path("robustscope-demo"), help="Folder for the outputs."),
-    quiet: bool = typer.Option(False, "--quiet", "-q"),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars or tables; "
+                               "only the report path."),
 ) -> None:
     """Train two models on scikit-learn's breast-cancer data and report their radii."""
     from robustscope.core.fileio import check_output_folder

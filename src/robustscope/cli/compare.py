@@ -85,7 +85,7 @@ def register(app: typer.Typer) -> None:
             cmp = compare_runs(load_run(run_a, store), load_run(run_b, store),
                                n_bootstrap=n_bootstrap, seed=seed)
             path = render_compare(cmp, out) if out is not None else None
-            console = Console(width=max(Console().width, 100))
+            console = Console()
             if not quiet:
                 print_comparison(cmp, console)
             if path is not None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -17,6 +18,10 @@ if TYPE_CHECKING:  # imported by the command itself: numpy is not needed to show
 
     from robustscope.scores.accuracy_grid import ModelAccuracies
     from robustscope.scores.multiattack import CRReport
+
+
+#: Choices of ``--sort``.
+SortBy = Enum("SortBy", {"avg": "avg", "worst": "worst"}, type=str)
 
 
 def _split_attacks(attacks: list[str] | None) -> list[str] | None:
@@ -36,13 +41,13 @@ def collect_models(db: str | Path | None, accuracies: list[Path] | None
         from robustscope.runs.store import is_store_url, open_store
 
         if not is_store_url(str(db)) and not Path(db).is_file():
-            raise RobustscopeError(f"--db {db}: no such file")
+            raise RobustscopeError(f"--store {db}: no such file")
         with open_store(str(db)) as store:
             models.extend(store.model_accuracies())
     for path in accuracies or []:
         models.extend(read_accuracy_file(path))
     if not models:
-        raise RobustscopeError("no models: give --db with stored accuracy grids and/or "
+        raise RobustscopeError("no models: give --store with stored accuracy grids and/or "
                                "--accuracies FILE.json")
     names = [m.name for m in models]
     dup = sorted({n for n in names if names.count(n) > 1})
@@ -124,9 +129,11 @@ def register(app: typer.Typer) -> None:
 
     @app.command("leaderboard")
     def leaderboard(
-        db: str = typer.Option(None, "--db", help="Results store to read the latest "
+        db: str = typer.Option(None, "--store", help="Results store to read the latest "
                                "accuracy grid of each model from: a SQLite file or a URL "
                                "postgresql://user:password@host:port/database."),
+        old_db: str = typer.Option(None, "--db", hidden=True,
+                                   help="Deprecated spelling of --store."),
         accuracies: list[Path] = typer.Option(None, "--accuracies", help="Benchmark accuracy "
                                               "JSON: one model (named after the file) or "
                                               "{model: {accuracies, details}}. Repeatable."),
@@ -138,7 +145,8 @@ def register(app: typer.Typer) -> None:
                                           "names). Default: the 9 ranked attacks."),
         allow_missing: bool = typer.Option(False, "--allow-missing", help="Score models on "
                                            "the points they have instead of failing."),
-        sort: str = typer.Option("avg", "--sort", help="Rank by 'avg' or 'worst'."),
+        sort: SortBy = typer.Option(SortBy.avg, "--sort", help="Rank by CR_ind-avg ('avg') "
+                                    "or CR_ind-worst ('worst')."),
         single: bool = typer.Option(False, "--single", help="Add single-CR columns."),
         as_json: bool = typer.Option(False, "--json", help="Print a JSON list instead of a "
                                      "table."),
@@ -147,6 +155,9 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Rank models by CR_ind-avg and CR_ind-worst (MultiRobustBench, Dai et al. 2023)."""
         with reporting_errors():
+            if old_db is not None:
+                typer.echo("note: --db is deprecated; use --store", err=True)
+                db = db if db is not None else old_db
             if figures is not None:
                 from robustscope.core.fileio import check_output_folder
                 from robustscope.report.multiattack_figures import FIGURE_FILES
@@ -154,11 +165,11 @@ def register(app: typer.Typer) -> None:
 
                 sources = {f"--accuracies {p.name}": p for p in accuracies or []}
                 if db is not None and not is_store_url(db):
-                    sources["--db"] = Path(db)
+                    sources["--store"] = Path(db)
                 check_output_folder("--figures", figures, sources, FIGURE_FILES)
             models = collect_models(db, accuracies)
             chosen = _split_attacks(attacks)
-            reports = rank(models, reference, chosen, allow_missing, sort)
+            reports = rank(models, reference, chosen, allow_missing, sort.value)
             if figures is not None:
                 from robustscope.report.multiattack_figures import write_multiattack_figures
                 from robustscope.scores.multiattack import best_reference, resolve_reference

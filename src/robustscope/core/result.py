@@ -81,7 +81,9 @@ ROW_SCHEMA: tuple[Column, ...] = (
            fill=math.nan),
     Column("queries", "int64", "forward + backward model passes spent on the input",
            store=False, derived=True, fill=0),
-    Column("seconds", "float64", "wall time spent on the input (s)", fill=0.0),
+    Column("seconds", "float64", "batch average: wall time of the batch the input was "
+           "searched in, divided by the batch's size (s); not a per-input measurement",
+           fill=0.0),
     Column("forward_queries", "int64", "forward model passes", table=EXTRA, fill=0),
     Column("backward_queries", "int64", "backward (gradient) passes", table=EXTRA, fill=0),
     Column("adv_prediction", "int64", "predicted class of the counterexample (index)",

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -171,9 +172,20 @@ def _load_skops(path: Path, trust_pickle: bool):
     return sio.load(path, trusted=untrusted)
 
 
+def load_torchscript(path: str | Path, device: str = "cpu") -> torch.jit.ScriptModule:
+    """``torch.jit.load`` without torch's notice that TorchScript is deprecated (a file the
+    user gives in a format robustscope reads is no reason for a warning on every load)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r".*torch\.jit\.load.* is deprecated",
+                                category=DeprecationWarning)
+        warnings.filterwarnings("ignore", message=r".*torch\.jit\.load.* is deprecated",
+                                category=FutureWarning)
+        return torch.jit.load(str(path), map_location=device)
+
+
 def _load_torch(path: Path, trust_pickle: bool, device: str, example) -> Classifier:
     try:
-        module = torch.jit.load(str(path), map_location=device)
+        module = load_torchscript(path, device)
     except RuntimeError as exc:
         if not trust_pickle:
             raise ModelError(f"{path}: not a TorchScript file ({str(exc).splitlines()[0]}); "
