@@ -23,6 +23,7 @@ from robustscope.core.statuses import (  # noqa: F401 - re-exported
     CENSORED,
     EXACT,
     FAILED,
+    INVALID,
     MISCLASSIFIED,
     SATISFIED,
     STATUSES,
@@ -189,9 +190,9 @@ class RadiusResult:
 
     @property
     def found(self) -> np.ndarray:
-        """Inputs with a verified counterexample (every status but ``censored`` and
-        ``failed``)."""
-        return (self.status != CENSORED) & (self.status != FAILED)
+        """Inputs with a verified counterexample (every status but ``censored``, ``failed``
+        and ``invalid``)."""
+        return (self.status != CENSORED) & (self.status != FAILED) & (self.status != INVALID)
 
     @property
     def failed(self) -> np.ndarray:
@@ -201,8 +202,10 @@ class RadiusResult:
     def robust_accuracy(self, eps: np.ndarray | float) -> np.ndarray:
         """Share of inputs whose radius exceeds each ``eps`` (exact for the solver used,
         since threat sets are nested). Censored inputs count as robust up to ``max_radius``;
-        strengths above it are reported as NaN."""
-        return robust_accuracy(self.radius, self.status, self.max_radius, eps)
+        strengths above it are reported as NaN. Inputs with status ``invalid`` (they break
+        a relation of the feature space) are left out."""
+        keep = self.status != INVALID
+        return robust_accuracy(self.radius[keep], self.status[keep], self.max_radius, eps)
 
     # -- rows ---------------------------------------------------------------------------------
     def _header(self, meta: dict | None = None, errors: dict[int, str] | None = None) -> dict:

@@ -72,7 +72,7 @@ def minnorm(
         step_len = alpha * radius.clamp_max(best_norm)
         step_len = torch.where(torch.isfinite(step_len), step_len, norm + to_boundary)
         u = u - step_len[:, None] * threat.steepest_direction(grad)
-        u = problem.clip(threat.project(u, radius))
+        u = problem.clip(threat.project(u, radius), threat, radius)
     found = torch.isfinite(best_norm)
     cand = problem.candidate(torch.where(found[:, None], best_u, u))
     return SolverOutput.of_candidates(x, cand, found.cpu().numpy(), space, threat)
