@@ -141,14 +141,15 @@ def test_counterexamples_satisfy_relations_on_every_path():
         def predict_proba(self, Z):
             return lr.predict_proba(np.asarray(Z))
 
-    runs = [(lr, "exact"), (lr, "pgd"), (lr, "minnorm"), (BlackBox(), "auto")]
-    for model, solver in runs:
-        res = radius(model, X[:15], y[:15], space=space, solver=solver, threat="linf")
-        assert res.found.sum() >= 10, solver
+    runs = [(lr, "exact", 15), (lr, "pgd", 15), (lr, "minnorm", 15), (BlackBox(), "auto", 4)]
+    for model, solver, n in runs:
+        res = radius(model, X[:n], y[:n], space=space, solver=solver, threat="linf",
+                     budget=600 if solver == "auto" else None)
+        assert res.found.sum() >= n - 2, solver
         assert space.relations_hold(res.x_adv[res.found]).all(), solver
     space_mlp = FeatureSpace.from_data(X / 100, names=NAMES).constrain(
         ["debt <= 0.6 * income", "debt + savings == total"])
-    res = radius(mlp, X[:10] / 100, y[:10], space=space_mlp, threat="l2")
+    res = radius(mlp, X[:6] / 100, y[:6], space=space_mlp, threat="l2")
     assert space_mlp.relations_hold(res.x_adv[res.found]).all()
 
 
@@ -212,7 +213,8 @@ def test_invalid_clean_inputs_error_or_status():
     with pytest.raises(InputError) as err:
         radius(lr, X, y, space=space)
     text = str(err.value)
-    assert "'debt <= 0.6 * income'" in text and "3, 7" in text and "'debt + savings == total'" in text
+    assert "'debt <= 0.6 * income'" in text and "3, 7" in text
+    assert "'debt + savings == total'" in text
     res = radius(lr, X, y, space=space, invalid="status")
     assert list(np.flatnonzero(res.status == "invalid")) == [3, 7]
     assert np.isnan(res.radius[[3, 7]]).all() and not res.found[[3, 7]].any()
@@ -249,3 +251,69 @@ def test_verifier_rejects_without_a_query():
     cand[:, 2] = 45.0  # breaks the predicate
     assert not ver.check(torch.arange(2), cand).any()
     assert ledger.forward.sum() == 0 and ver.rejected.tolist() == [1, 1]
+
+
+# -- what the relations change: scores, the run summary and the report -------------------------
+RUN_SPEC = """\
+name: relations
+seed: 0
+model: {builtin: breast-cancer-logreg}
+data: {builtin: breast-cancer, limit: 8}
+features:
+  constraints:
+    - "`worst radius` >= `mean radius`"
+    - "`worst area` >= `mean area`"
+    - "`worst texture` >= `mean texture`"
+threats:
+  - name: linf
+    strengths: {max: 0.3, num: 6}
+scores: {n_bootstrap: 20}
+outputs: {dir: out}
+execution: {workers: 1}
+"""
+
+
+@pytest.mark.slow
+def test_run_summary_and_report_show_what_relations_change(tmp_path):
+    import typer
+    from typer.testing import CliRunner
+
+    from robustscope.cli import run as run_cmd
+
+    app = typer.Typer()
+
+    @app.callback()
+    def main() -> None:
+        """test app"""
+
+    run_cmd.register(app)
+    (tmp_path / "spec.yaml").write_text(RUN_SPEC)
+    result = CliRunner().invoke(app, ["run", str(tmp_path / "spec.yaml")])
+    assert result.exit_code == 0, result.output
+    assert "relations between features" in result.output
+    assert "break a relation" in result.output
+    html = (tmp_path / "out" / "report.html").read_text()
+    assert 'id="relations-table"' in html
+
+
+def test_relation_effect_counts_and_growth():
+    from sklearn.linear_model import LogisticRegression
+
+    from robustscope.scores.relations import relation_effect
+
+    X, y = credit_like(60)
+    space = constrained_space(X)
+    lr = LogisticRegression(max_iter=2000).fit(X, y)
+    res = radius(lr, X[:25], y[:25], space=space, compare_unconstrained=True)
+    free = radius(lr, X[:25], y[:25], space=space.unconstrained())
+    effect = relation_effect(res)
+    searched = ~np.isin(res.status, ("misclassified", "satisfied"))
+    assert effect["n"] == searched.sum()
+    breaks = free.found & ~space.relations_hold(free.x_adv) & searched
+    assert effect["unconstrained_invalid"] == breaks.sum() > 0
+    np.testing.assert_allclose(res.meta["unconstrained_radius"], free.radius)
+    both = searched & np.isfinite(res.radius) & np.isfinite(free.radius) & (free.radius > 0)
+    assert math.isclose(effect["median_growth"],
+                        float(np.median(res.radius[both] / free.radius[both])))
+    assert effect["median_growth"] >= 1 - 1e-9
+    assert relation_effect(free) is None

@@ -28,6 +28,27 @@ def print_run_summary(outcome, console: Console) -> None:
                       f"[{fmt(s['R_nu_low'])}, {fmt(s['R_nu_high'])}]",
                       pct(s["censored_share"]), fmt(s["mean_queries"], 5), fmt(sec.seconds, 3))
     console.print(table)
+    print_relation_summary(outcome, console)
+
+
+def print_relation_summary(outcome, console: Console) -> None:
+    """Per threat, what the feature space's relations change (only when compared)."""
+    from robustscope.report.html import fmt, pct
+
+    rows = [(sec.name, sec.summary().get("relations")) for sec in outcome.evaluation.sections]
+    rows = [(name, e) for name, e in rows if e is not None]
+    if not rows:
+        return
+    table = Table(title="relations between features: unconstrained search vs constrained")
+    for col in ("threat", "inputs", "unconstrained counterexamples", "break a relation",
+                "no valid counterexample", "median radius growth", "mean growth"):
+        table.add_column(col, justify="right")
+    for name, e in rows:
+        table.add_row(name, str(e["n"]), str(e["unconstrained_found"]),
+                      f"{e['unconstrained_invalid']} ({pct(e['unconstrained_invalid_share'])})",
+                      str(e["lost"]), f"x{fmt(e['median_growth'], 4)}",
+                      f"x{fmt(e['mean_growth'], 4)}")
+    console.print(table)
 
 
 def register(app: typer.Typer) -> None:

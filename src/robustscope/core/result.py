@@ -104,7 +104,10 @@ CSV_COLUMNS: list[str] = [c.name for c in ROW_SCHEMA if c.table == LEAD]
 
 #: ``meta`` entries that hold one value per input (a list), joined and subset with the rows
 #: (0 on failed rows). Other entries are taken from the first result that searched an input.
-PER_INPUT_META: tuple[str, ...] = ("attack_runs",)
+#: ``unconstrained_radius`` / ``unconstrained_breaks``: the radius found without the feature
+#: space's relations and whether that counterexample breaks one (``radius(...,
+#: compare_unconstrained=True)``).
+PER_INPUT_META: tuple[str, ...] = ("attack_runs", "unconstrained_radius", "unconstrained_breaks")
 
 
 def join_meta(template: Mapping, parts: Sequence[tuple[Mapping, int]]) -> dict:

@@ -133,6 +133,7 @@ def radius(
     progress: Callable[[int], None] | None = None,
     threads: str | int | None = AUTO,
     invalid: str = "error",
+    compare_unconstrained: bool = False,
 ) -> RadiusResult:
     """Radius of robustness of each input.
 
@@ -163,6 +164,12 @@ def radius(
         (``space.relations``): ``"error"`` raises an :class:`InputError` naming the rows and
         the constraint; ``"status"`` gives them the status ``invalid`` (radius and lower
         bound NaN, no model call) and searches the others.
+    compare_unconstrained : with relations in ``space``, also search every input without
+        them (same seed and settings; its queries are not added to the result's) and keep,
+        per input, that radius (``meta['unconstrained_radius']``: ``inf`` where censored,
+        NaN for invalid rows) and whether its counterexample breaks a relation
+        (``meta['unconstrained_breaks']``, 0 / 1); read them with
+        :func:`robustscope.scores.relations.relation_effect`.
     """
     if invalid not in ("error", "status"):
         raise InputError(f"invalid must be 'error' or 'status', got {invalid!r}")
@@ -177,8 +184,18 @@ def radius(
     batch_size = check_positive(batch_size, "batch_size", integer=True)
     work = min(len(X), batch_size) * math.prod(X.shape[1:])
     with limited_threads(threads, work):
-        return _radius(model, X, y, threat, space, solver, max_radius, budget, rtol, seed,
-                       statement, device, batch_size, config, progress, invalid)
+        res = _radius(model, X, y, threat, space, solver, max_radius, budget, rtol, seed,
+                      statement, device, batch_size, config, progress, invalid)
+        if compare_unconstrained and space is not None and space.has_relations:
+            free = _radius(model, X, y, threat, space.unconstrained(), solver,
+                           res.max_radius, budget, rtol, seed, statement, device, batch_size,
+                           config, None)
+            invalid_rows = res.status == INVALID
+            breaks = free.found & ~space.relations_hold(free.x_adv) & ~invalid_rows
+            res.meta["unconstrained_radius"] = np.where(invalid_rows, np.nan,
+                                                        free.radius).tolist()
+            res.meta["unconstrained_breaks"] = breaks.astype(int).tolist()
+        return res
 
 
 def _radius(model, X, y, threat, space, solver, max_radius, budget, rtol, seed, statement,
