@@ -35,8 +35,10 @@ from robustscope.core.errors import FeatureSpaceError, InputError
 #: Relative tolerance of a relation's residual (see the module docstring).
 RELATION_TOLERANCE = 1e-9
 #: Dykstra iterations of :func:`project_relations` at most, and its stopping tolerance.
-DYKSTRA_ITERATIONS = 200
+DYKSTRA_ITERATIONS = 100
 DYKSTRA_TOLERANCE = 1e-10
+#: Dykstra stops early once every bound and inequality holds within this (scaled units).
+FEASIBLE_SLACK = 1e-9
 
 _COMPARE = {ast.LtE: "<=", ast.GtE: ">=", ast.Eq: "=="}
 _QUOTED = re.compile(r"`([^`]+)`")
@@ -324,7 +326,10 @@ def project_relations(relations: Relations, cand: torch.Tensor, anchor: torch.Te
     Rows already feasible are returned unchanged. Others get Dykstra's alternating
     projection (Euclidean in scaled units ``x / scale``) onto the box, each half-space and
     the affine set of the equalities, up to :data:`DYKSTRA_ITERATIONS` rounds, ending on the
-    affine set. Where the candidate's fixed features equal the anchor's and the anchor is
+    affine set, and stopping early once the point is feasible within
+    :data:`FEASIBLE_SLACK` (so the result is a nearby feasible point, the Euclidean
+    projection only where Dykstra converged first). Where the candidate's fixed features
+    equal the anchor's and the anchor is
     feasible (the clean input), the result is then pulled back along the segment towards
     the anchor just far enough to satisfy every row and bound: feasible up to rounding,
     whatever Dykstra's residual. Returns ``(projected (n, d), feasible (n,) bool)``;
@@ -373,6 +378,13 @@ def project_relations(relations: Relations, cand: torch.Tensor, anchor: torch.Te
             corr[k] = z - new
             w = new
         if (w - prev).abs().max() <= DYKSTRA_TOLERANCE:
+            break
+        # a feasible point is all an attack or a verification needs (the pull-back below
+        # makes it exact); the rows' projection is then approximate, not the nearest point
+        slack = torch.maximum((lo - w).clamp_min(0).amax(dim=1), (w - hi).clamp_min(0).amax(dim=1))
+        if G.shape[0]:
+            slack = torch.maximum(slack, (w @ G.T - h).clamp_min(0).amax(dim=1))
+        if (slack <= FEASIBLE_SLACK).all():
             break
     proj = p.clone()
     proj[:, fi] = w * s

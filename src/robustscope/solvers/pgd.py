@@ -72,8 +72,8 @@ def pgd(
                 break
             grad = problem.descent_gradient(u, grad)
             alpha = cosine_schedule(k, steps, step_start, step_end)
-            u = u - alpha * eps[:, None] * threat.steepest_direction(grad)
-            u = problem.clip(threat.project(u, eps), threat, eps)
+            step = u - alpha * eps[:, None] * threat.steepest_direction(grad)
+            u = problem.clip(threat.project(step, eps), threat, eps, anchor=u)
     return SolverOutput.of_candidates(x, problem.candidate(best_u), found.cpu().numpy(), space,
                                       threat, meta={"margin": best_margin})
 
