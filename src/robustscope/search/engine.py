@@ -380,7 +380,9 @@ def _run_exact(state: _BatchState, active: torch.Tensor) -> torch.Tensor:
     closed = torch.as_tensor(res.closed, device=sub.device)
     # proven unbreakable inside the feature space: nothing more to search
     unbreakable = ~finite & torch.as_tensor(np.isinf(res.lower_bound), device=sub.device)
-    state.exact[sub] = (ok & closed) | unbreakable
+    # the verified radius must meet the bound (a projection may have moved the candidate)
+    met = state.best_r[sub] - state.lower[sub] <= EXACT_RTOL * state.best_r[sub]
+    state.exact[sub] = (ok & closed & met) | unbreakable
     still = active.clone()
     still[sub] = ~state.exact[sub]
     return still
@@ -403,6 +405,9 @@ def _run_exact_trees(state: _BatchState, active: torch.Tensor) -> torch.Tensor:
     closed = torch.as_tensor(res.closed & res.found, device=sub.device)
     unbreakable = torch.as_tensor(np.isinf(res.lower_bound), device=sub.device)
     beyond = torch.as_tensor(res.lower_bound > max_radius, device=sub.device)
+    # the verified radius must meet the bound: the verification may have moved a candidate
+    # (relations between features the MILP does not hold) and measured it larger
+    closed &= state.best_r[sub] - state.lower[sub] <= EXACT_RTOL * state.best_r[sub]
     state.exact[sub] = closed | unbreakable
     still = active.clone()
     still[sub] = ~(closed | unbreakable | beyond)  # open brackets: attack within the budget
