@@ -156,7 +156,7 @@ class Relations:
     def residuals(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Scaled violations ``(n, m)`` and ``(n, q)`` of the rows at ``X`` ``(n, d)``: the
         residual divided by its tolerance; a row holds where the value is ``<= 1``."""
-        X = np.asarray(X, dtype=np.float64).reshape(len(X), -1)
+        X = np.asarray(X, dtype=np.float64).reshape(len(X), self.n_features)
         out = []
         for mat, rhs, eq in ((self.A, self.b, False), (self.C, self.d, True)):
             r = X @ mat.T - rhs
@@ -174,7 +174,7 @@ class Relations:
 
     def predicate_ok(self, X: np.ndarray) -> np.ndarray:
         """``(n,)`` bool: the user predicate holds (all True without one)."""
-        X = np.asarray(X, dtype=np.float64).reshape(len(X), -1)
+        X = np.asarray(X, dtype=np.float64).reshape(len(X), self.n_features)
         if self.valid is None:
             return np.ones(len(X), dtype=bool)
         out = np.asarray(self.valid(X)).reshape(-1)

@@ -265,7 +265,7 @@ class FeatureSpace:
 
     def relations_hold(self, X: np.ndarray) -> np.ndarray:
         """``(n,)`` bool: every relation holds at ``X`` ``(n, *shape)`` (all True without)."""
-        X = np.asarray(X, dtype=np.float64).reshape(len(X), -1)
+        X = np.asarray(X, dtype=np.float64).reshape(len(X), self.n_features)
         if not self.has_relations:
             return np.ones(len(X), dtype=bool)
         return self.relations.holds(X)
