@@ -317,3 +317,36 @@ def test_relation_effect_counts_and_growth():
                         float(np.median(res.radius[both] / free.radius[both])))
     assert effect["median_growth"] >= 1 - 1e-9
     assert relation_effect(free) is None
+
+
+def test_cli_radius_with_constraints(tmp_path):
+    import pickle
+
+    import pandas as pd
+    from sklearn.linear_model import LogisticRegression
+    from typer.testing import CliRunner
+
+    from robustscope.cli.app import app
+
+    X, y = credit_like(40)
+    lr = LogisticRegression(max_iter=2000).fit(X, y)
+    frame = pd.DataFrame(X, columns=NAMES)
+    frame["label"] = y
+    frame.loc[2, "total"] += 5  # breaks the sum
+    frame.to_csv(tmp_path / "data.csv", index=False)
+    (tmp_path / "model.pkl").write_bytes(pickle.dumps(lr))
+    lows, highs = X.min(axis=0), X.max(axis=0) + 5
+    lines = ["features:"] + [f"  - {{name: {n}, lower: {lo}, upper: {hi}}}"
+                             for n, lo, hi in zip(NAMES, lows, highs, strict=True)]
+    lines += ["constraints:", "  - debt <= 0.6 * income", "  - debt + savings == total"]
+    (tmp_path / "space.yaml").write_text("\n".join(lines) + "\n")
+    base = ["radius", "--model", str(tmp_path / "model.pkl"), "--trust-pickle", "--data",
+            str(tmp_path / "data.csv"), "--features", str(tmp_path / "space.yaml"),
+            "--out", str(tmp_path / "r.csv")]
+    result = CliRunner().invoke(app, base)
+    assert result.exit_code == 2 and "'debt + savings == total'" in result.output
+    result = CliRunner().invoke(app, [*base, "--invalid", "status", "--compare-unconstrained"])
+    assert result.exit_code == 0, result.output
+    assert "unconstrained counterexamples break one" in result.output
+    table = pd.read_csv(tmp_path / "r.csv")
+    assert table["status"][2] == "invalid"
