@@ -230,6 +230,8 @@ def _radius(model, X, y, threat, space, solver, max_radius, budget, rtol, seed, 
     out = _Outputs(n, X.shape[1:], model.n_classes)
     searched = np.flatnonzero(~broken)
     _mark_invalid(out, np.flatnonzero(broken), X)
+    if progress is not None and broken.any():
+        progress(int(broken.sum()))
     for start in range(0, len(searched), batch_size):
         idx = searched[start:start + batch_size]
         t0 = time.perf_counter()
