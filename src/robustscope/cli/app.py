@@ -80,7 +80,11 @@ def radius_command(
     threat: ThreatName = typer.Option(ThreatName.linf, help="Norm of the scaled perturbation."),
     label_column: str = typer.Option("label", help="Label column of a CSV."),
     features: Path | None = typer.Option(None, help="Feature-space YAML (bounds, scales, "
-                                         "types, mutability)."),
+                                         "types, mutability, constraints)."),
+    invalid: str = typer.Option("error", help="Inputs that break a constraint of --features: "
+                                "'error' (stop, naming them) or 'status' (status invalid)."),
+    compare_unconstrained: bool = typer.Option(
+        False, help="With constraints, also search without them and say what they change."),
     solver: SolverName = typer.Option(SolverName.auto, help="auto uses the exact solver "
                                       "where the model allows it."),
     max_radius: float | None = typer.Option(None, help="Largest strength tried."),
@@ -117,7 +121,8 @@ def radius_command(
         with computing(), _progress(len(dataset.X), quiet) as advance:
             result = radius(clf, dataset.X, dataset.y, threat=threat.value, space=space,
                             solver=solver.value, max_radius=max_radius, budget=budget,
-                            rtol=rtol, seed=seed, device=device, progress=advance)
+                            rtol=rtol, seed=seed, device=device, progress=advance,
+                            invalid=invalid, compare_unconstrained=compare_unconstrained)
         if order_note is not None:
             result.meta["columns"] = order_note
         writes = [(out, result.save)]
@@ -128,8 +133,22 @@ def radius_command(
             print_summary(result, f"{model.name} · {threat.value} · solver {solver.value}")
             if order_note is not None:
                 Console().print(f"note: {order_note}", highlight=False)
+            _print_relation_effect(result)
             Console().print(f"wrote {out}" + (f" and {adversarial_out}" if adversarial_out
                                               else ""))
+
+
+def _print_relation_effect(result) -> None:
+    """What the constraints changed (after ``--compare-unconstrained``)."""
+    from robustscope.scores.relations import relation_effect
+
+    e = relation_effect(result)
+    if e is None:
+        return
+    Console().print(f"constraints: {e['unconstrained_invalid']} of {e['unconstrained_found']} "
+                    "unconstrained counterexamples break one; "
+                    f"{e['lost']} inputs have no valid counterexample; median radius growth "
+                    f"x{e['median_growth']:.4g} (mean x{e['mean_growth']:.4g})", highlight=False)
 
 
 def _progress(total: int, quiet: bool):

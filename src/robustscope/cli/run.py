@@ -38,6 +38,29 @@ def print_run_summary(outcome, console: Console) -> None:
                      pct(s["censored_share"]), fmt(s["mean_queries"], 5),
                      fmt(sec.seconds, 3)])
     console.print(fitted_table(outcome.evaluation.title, columns, rows, console))
+    print_relation_summary(outcome, console)
+
+
+def print_relation_summary(outcome, console: Console) -> None:
+    """Per threat, what the feature space's relations change (only when compared), fitted
+    to ``console``'s width."""
+    from robustscope.report.html import fmt, pct
+    from robustscope.report.terminal import Col, fitted_table
+
+    found = [(sec.name, sec.summary().get("relations")) for sec in outcome.evaluation.sections]
+    found = [(name, e) for name, e in found if e is not None]
+    if not found:
+        return
+    columns = (Col("threat", "left"), Col("inputs", priority=2),
+               Col("unconstrained counterexamples", priority=1), Col("break a relation"),
+               Col("no valid counterexample", priority=1), Col("median radius growth"),
+               Col("mean growth", priority=2))
+    rows = [[name, str(e["n"]), str(e["unconstrained_found"]),
+             f"{e['unconstrained_invalid']} ({pct(e['unconstrained_invalid_share'])})",
+             str(e["lost"]), f"x{fmt(e['median_growth'], 4)}", f"x{fmt(e['mean_growth'], 4)}"]
+            for name, e in found]
+    console.print(fitted_table("relations between features: unconstrained search vs "
+                               "constrained", columns, rows, console))
 
 
 def warn_failed_rows(outcome) -> None:

@@ -208,7 +208,10 @@ def _threat_jobs(spec: EvaluationSpec) -> dict[str, ThreatJob]:
             threat=t.name, is_grid=t.is_grid, solver=solver.name, budget=solver.budget,
             rtol=solver.rtol, batch_size=solver.batch_size,
             max_radius=t.max_radius or (max(grid) if grid else None), grid=grid,
-            device=spec.model.device)
+            device=spec.model.device,
+            invalid=spec.features.invalid if spec.features is not None else "error",
+            compare_unconstrained=(spec.features is not None
+                                   and spec.features.compare_unconstrained))
     return jobs
 
 

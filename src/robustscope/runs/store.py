@@ -54,7 +54,7 @@ from robustscope.threats.registry import benchmark_name
 
 #: Version of the schema this code writes and reads. Version 2 lets ``radii.status`` hold
 #: every status of :data:`robustscope.core.statuses.STATUSES` (version 1 refused
-#: ``satisfied``); a version-1 store is migrated when it is opened.
+#: ``satisfied`` and ``invalid``); a version-1 store is migrated when it is opened.
 SCHEMA_VERSION = 2
 
 #: Kinds of run.
@@ -322,7 +322,7 @@ class ResultStore:
 
     def _migrate_from_1(self) -> None:
         """Version 1 -> 2: the status check of ``radii`` takes the statuses of today's
-        :data:`STATUSES` (``satisfied`` was added after version 1). One transaction under
+        :data:`STATUSES` (``satisfied`` and ``invalid`` were added after version 1). One transaction under
         the write lock; a process that finds the store already migrated does nothing."""
         try:
             with self._tx(write=True) as conn:

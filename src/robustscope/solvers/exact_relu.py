@@ -27,6 +27,7 @@ from robustscope.core.errors import InputError
 from robustscope.core.space import FeatureSpace
 from robustscope.core.statuses import ATTACKED, CENSORED, EXACT
 from robustscope.solvers.output import SolverOutput
+from robustscope.solvers.relations import relation_rows
 from robustscope.threats.lp import LpThreat
 
 #: ReLUs at most this many: beyond, big-M programs rarely close within a sensible time.
@@ -175,7 +176,8 @@ def exact_relu_radius(
         if not (np.isfinite(lo).all() and np.isfinite(hi).all()):
             raise InputError("the exact network solver needs a finite search box: give an "
                              "upper bound (an attack's radius) or bounded features")
-        res = _solve_one(layers, x[i], int(y[i]), lo, hi, space.scale, threat, time_limit, r)
+        res = _solve_one(layers, x[i], int(y[i]), lo, hi, space.scale, threat, time_limit, r,
+                         space.relations)
         if res is not None:
             lower[i], u_i, closed[i] = res
             if u_i is not None:
@@ -211,7 +213,7 @@ def _interval_bounds(layers, x, lo, hi, scale, l1_radius: float = math.inf):
     return bounds
 
 
-def _solve_one(layers, x, y, lo, hi, scale, threat, time_limit, r_ub):
+def _solve_one(layers, x, y, lo, hi, scale, threat, time_limit, r_ub, relations=None):
     d = len(x)
     linf = threat.p == math.inf
     bounds = _interval_bounds(layers, x, lo, hi, scale, math.inf if linf else r_ub)
@@ -254,6 +256,11 @@ def _solve_one(layers, x, y, lo, hi, scale, threat, time_limit, r_ub):
         if math.isfinite(r_ub):  # the objective cut tightens the LP relaxation
             row = sp.csr_matrix(np.ones((1, d)))
             constrain({p_sl: row, m_sl: row}, [-np.inf], [r_ub])
+
+    if relations is not None and not relations.is_linear_empty:
+        # relations between features, on x + u * scale (u = p - m for L1)
+        rel, rel_lo, rel_hi = relation_rows(relations, np.arange(d), x, scale, d)
+        constrain({sl: sign * rel for sl, sign in u_terms}, rel_lo, rel_hi)
 
     # a_prev as (terms: [(slice, matrix)], constant)
     prev_terms = [(sl, sign * sp.diags(scale)) for sl, sign in u_terms]
