@@ -83,8 +83,20 @@ MIP_REL_GAP = 1e-9
 MIP_ABS_GAP = 1e-12
 
 
-def _right_start(t: np.ndarray, strict: bool, float32: bool) -> np.ndarray:
-    """Smallest float64 value ``v`` that the library routes right of threshold ``t``."""
+def _right_start(t: np.ndarray, strict: bool, float32: bool,
+                 zero_band: float = 0.0) -> np.ndarray:
+    """Smallest float64 value ``v`` that the library routes right of threshold ``t``; with a
+    ``zero_band`` (values ``|v| <= zero_band`` read as 0, LightGBM) the band moves as one."""
+    r = _right_start_plain(t, strict, float32)
+    if zero_band <= 0:
+        return r
+    t = np.asarray(t, dtype=np.float64)
+    in_band = (r > -zero_band) & (r <= zero_band)
+    # a band value reads as 0: right of a negative threshold, left of a non-negative one
+    return np.where(in_band, np.where(t < 0, -zero_band, np.nextafter(zero_band, np.inf)), r)
+
+
+def _right_start_plain(t: np.ndarray, strict: bool, float32: bool) -> np.ndarray:
     t = np.asarray(t, dtype=np.float64)
     with np.errstate(over="ignore", invalid="ignore"):
         if not float32:
@@ -199,7 +211,7 @@ def _build_program(ens: TreeEnsemble, space: FeatureSpace) -> _Program:
 
 
 def _cut_of(t: np.ndarray, ens: TreeEnsemble, integral: bool) -> np.ndarray:
-    r = _right_start(t, ens.strict, ens.input_float32)
+    r = _right_start(t, ens.strict, ens.input_float32, ens.zero_band)
     return np.ceil(r) if integral else r
 
 
