@@ -28,7 +28,8 @@ from robustscope.models.trees import (
     parse_tree_model,
     wrap_tree_model,
 )
-from robustscope.solvers.exact_trees import _right_start, exact_tree_radius
+from robustscope.solvers.exact_trees import exact_tree_radius
+from robustscope.solvers.tree_program import right_start
 from robustscope.threats import get_threat
 
 xgb = pytest.importorskip("xgboost")
@@ -132,7 +133,7 @@ def test_right_start_float32_rounding() -> None:
     rng = np.random.default_rng(1)
     t = rng.normal(size=200) * 10.0 ** rng.integers(-3, 4, size=200)
     for strict, f32 in itertools.product((True, False), repeat=2):
-        r = _right_start(t, strict, f32)
+        r = right_start(t, strict, f32)
         for v, want_left in ((r, False), (np.nextafter(r, -np.inf), True)):
             seen = v.astype(np.float32).astype(np.float64) if f32 else v
             goes_left = seen < t if strict else seen <= t
@@ -265,7 +266,7 @@ def test_lightgbm_zero_band_routing() -> None:
     np.testing.assert_array_equal(ens.predict(rows),
                                   np.asarray(model.predict_proba(rows)).argmax(axis=1))
     thresholds = np.array([-1e-30, -kz, -kz / 2, 0.0, kz / 2, kz, 1e-30])
-    r = _right_start(thresholds, False, False, kz)
+    r = right_start(thresholds, False, False, kz)
     for t, start in zip(thresholds, r, strict=True):
         assert not ens.goes_left(np.array([start]), t)[0]
         assert ens.goes_left(np.array([np.nextafter(start, -np.inf)]), t)[0]

@@ -69,167 +69,28 @@ from robustscope.models.trees import (
     parse_tree_model,
 )
 from robustscope.solvers.output import SolverOutput
+from robustscope.solvers.tree_program import (
+    LEAF,
+    LEFT,
+    Costs,
+    Program,
+    build_program,
+    construct,
+    input_costs,
+    norm,
+)
 from robustscope.threats import LpThreat, get_threat
 
 #: ``check(x_adv) -> class``: the model's class at a counterexample ``(d,)`` of the input
 #: being solved when the statement holds there, else -1.
 Check = Callable[[np.ndarray], int]
 
-_INTEGRAL = ("integer", "binary", "categorical")
 #: Relative gap under which a bracket counts as closed.
 EXACT_RTOL = 1e-7
 #: HiGHS optimality gaps (relative, absolute) asked for.
 MIP_REL_GAP = 1e-9
 MIP_ABS_GAP = 1e-12
 
-
-def _right_start(t: np.ndarray, strict: bool, float32: bool,
-                 zero_band: float = 0.0) -> np.ndarray:
-    """Smallest float64 value ``v`` that the library routes right of threshold ``t``; with a
-    ``zero_band`` (values ``|v| <= zero_band`` read as 0, LightGBM) the band moves as one."""
-    r = _right_start_plain(t, strict, float32)
-    if zero_band <= 0:
-        return r
-    t = np.asarray(t, dtype=np.float64)
-    in_band = (r > -zero_band) & (r <= zero_band)
-    # a band value reads as 0: right of a negative threshold, left of a non-negative one
-    return np.where(in_band, np.where(t < 0, -zero_band, np.nextafter(zero_band, np.inf)), r)
-
-
-def _right_start_plain(t: np.ndarray, strict: bool, float32: bool) -> np.ndarray:
-    t = np.asarray(t, dtype=np.float64)
-    with np.errstate(over="ignore", invalid="ignore"):
-        if not float32:
-            return t.copy() if strict else np.nextafter(t, np.inf)
-        t32 = t.astype(np.float32)
-        t32d = t32.astype(np.float64)
-        bump = t32d < t if strict else t32d <= t
-        u32 = np.where(bump, np.nextafter(t32, np.float32(np.inf)), t32)
-        w32 = np.nextafter(u32, np.float32(-np.inf))
-        m = (u32.astype(np.float64) + w32.astype(np.float64)) / 2.0  # exact in float64
-        r = np.where(m.astype(np.float32) >= u32, m, np.nextafter(m, np.inf))
-        return np.where(np.isfinite(u32), r, u32.astype(np.float64))
-
-
-@dataclass
-class _TreeNodes:
-    """One tree in program form: ``pred[i]`` is the predicate index of an inner node, or
-    ``_LEFT`` / ``_RIGHT`` when every valid value takes that side, or ``_LEAF``."""
-
-    pred: np.ndarray
-    left: np.ndarray
-    right: np.ndarray
-    scores: np.ndarray  # (n_nodes, n_classes) class-score contribution at leaves
-
-
-_LEAF, _LEFT, _RIGHT = -3, -2, -1
-
-
-@dataclass
-class _Program:
-    """The input-independent part of the MILP for one (ensemble, feature space)."""
-
-    pred_feature: np.ndarray   # (n_pred,)
-    pred_cut: np.ndarray       # (n_pred,) cut value r: x < r is "left" (p = 1)
-    pred_left: np.ndarray      # (n_pred,) largest valid value left of the cut
-    feature_preds: list[np.ndarray]  # per feature, predicate indices sorted by cut
-    trees: list[_TreeNodes]
-    const_scores: np.ndarray   # (n_classes,) offset plus constant trees
-    groups: list[np.ndarray]   # one-hot groups as predicate indices (cut at 1)
-    tie_tol: float
-
-    @property
-    def n_pred(self) -> int:
-        return len(self.pred_cut)
-
-    @property
-    def n_leaf(self) -> int:
-        return int(sum((t.pred == _LEAF).sum() for t in self.trees))
-
-
-def _build_program(ens: TreeEnsemble, space: FeatureSpace) -> _Program:
-    d = ens.n_features
-    types = space.types
-    integral = np.isin(types, _INTEGRAL)
-    lo = np.where(integral, np.ceil(space.lower), space.lower)
-    hi = np.where(integral, np.floor(space.upper), space.upper)
-    # cut of each (feature, threshold); categorical features always get the cut at 1
-    thresholds = ens.thresholds_by_feature()
-    cut_values: list[np.ndarray] = []
-    for f in range(d):
-        r = _cut_of(thresholds[f], ens, bool(integral[f]))
-        if types[f] == "categorical":
-            r = np.append(r, 1.0)
-        active = (r > lo[f]) & (r <= hi[f])
-        cut_values.append(np.unique(r[active]))
-    pred_feature = np.concatenate([np.full(len(c), f, dtype=np.int64)
-                                   for f, c in enumerate(cut_values)])
-    pred_cut = np.concatenate(cut_values)
-    pred_left = np.where(integral[pred_feature], pred_cut - 1.0,
-                         np.nextafter(pred_cut, -np.inf))
-    feature_preds, start = [], 0
-    for c in cut_values:
-        feature_preds.append(np.arange(start, start + len(c)))
-        start += len(c)
-
-    const = ens.offset.copy()
-    trees = []
-    for tree in ens.trees:
-        scores = tree.value
-        if ens.link == "sigmoid":
-            scores = np.hstack([np.zeros_like(scores), scores])
-        if tree.feature[0] < 0:  # a single leaf: a constant
-            const = const + tree.value[0]
-            continue
-        pred = np.full(len(tree.feature), _LEAF, dtype=np.int64)
-        for node in np.flatnonzero(tree.feature >= 0):
-            f = int(tree.feature[node])
-            r = _cut_of(tree.threshold[node:node + 1], ens, bool(integral[f]))[0]
-            if r <= lo[f]:
-                pred[node] = _RIGHT
-            elif r > hi[f]:
-                pred[node] = _LEFT
-            else:
-                pred[node] = feature_preds[f][int(np.searchsorted(cut_values[f], r))]
-        trees.append(_TreeNodes(pred, tree.left, tree.right, scores))
-    if ens.link == "sigmoid":
-        const = np.concatenate([[0.0], const])
-    groups = []
-    for g in space.groups:
-        members = []
-        for f in g:
-            k = int(np.searchsorted(cut_values[f], 1.0))
-            if k >= len(cut_values[f]) or cut_values[f][k] != 1.0:
-                raise InputError(f"feature '{space.names[f]}': a categorical feature must "
-                                 "allow both 0 and 1 (bounds [0, 1])")
-            members.append(int(feature_preds[f][k]))
-        groups.append(np.array(members, dtype=np.int64))
-    spread = sum(float(np.abs(t.value).max()) for t in ens.trees) + float(np.abs(const).max())
-    tie_tol = (1e-6 if ens.meta.get("float32_scores") else 1e-9) * (1.0 + spread)
-    return _Program(pred_feature, pred_cut, pred_left, feature_preds, trees, const, groups,
-                    tie_tol)
-
-
-def _cut_of(t: np.ndarray, ens: TreeEnsemble, integral: bool) -> np.ndarray:
-    r = _right_start(t, ens.strict, ens.input_float32, ens.zero_band)
-    return np.ceil(r) if integral else r
-
-
-# -- per input ---------------------------------------------------------------------------------
-@dataclass
-class _Costs:
-    origin_left: np.ndarray  # (n_pred,) bool: x0 < cut, i.e. p = 1 at the input
-    cost: np.ndarray         # (n_pred,) scaled distance to the nearest valid value across
-    frozen: np.ndarray       # (n_pred,) bool: held at the input's side (immutable feature)
-    power: float             # 2 for L2 (the program minimises the squared norm), else 1
-
-
-def _input_costs(prog: _Program, x0: np.ndarray, space: FeatureSpace, p: float) -> _Costs:
-    f = prog.pred_feature
-    origin_left = x0[f] < prog.pred_cut
-    dist = np.where(origin_left, prog.pred_cut - x0[f], x0[f] - prog.pred_left)
-    return _Costs(origin_left, dist / space.scale[f], ~space.mutable[f],
-                  2.0 if p == 2.0 else 1.0)
 
 
 @dataclass
@@ -253,7 +114,7 @@ class _Reduced:
     unit: float = 1.0         # costs in the program are divided by this (keeps them O(1))
 
 
-def _reduce(prog: _Program, costs: _Costs, cutoff: float, linf: bool,
+def _reduce(prog: Program, costs: Costs, cutoff: float, linf: bool,
             feasibility: bool = False) -> _Reduced:
     """Fix every predicate whose crossing alone costs more than ``cutoff`` (objective units)
     to the input's side, drop the leaves no free predicate can reach, and build the rows.
@@ -288,21 +149,21 @@ def _reduce(prog: _Program, costs: _Costs, cutoff: float, linf: bool,
     for tree in prog.trees:
         # follow fixed predicates; branch on free ones
         node = 0
-        while tree.pred[node] != _LEAF and (tree.pred[node] < 0 or state[tree.pred[node]] >= 0):
+        while tree.pred[node] != LEAF and (tree.pred[node] < 0 or state[tree.pred[node]] >= 0):
             k = tree.pred[node]
-            go_left = k == _LEFT or (k >= 0 and state[k] == 1)
+            go_left = k == LEFT or (k >= 0 and state[k] == 1)
             node = int(tree.left[node] if go_left else tree.right[node])
-        if tree.pred[node] == _LEAF:
+        if tree.pred[node] == LEAF:
             const += tree.scores[node]
             continue
 
         def visit(node: int, tree=tree) -> list[int]:
             k = tree.pred[node]
-            if k == _LEAF:
+            if k == LEAF:
                 leaf_scores.append(tree.scores[node])
                 return [n_p + len(leaf_scores) - 1]
             if k < 0 or state[k] >= 0:
-                go_left = k == _LEFT or (k >= 0 and state[k] == 1)
+                go_left = k == LEFT or (k >= 0 and state[k] == 1)
                 return visit(int(tree.left[node] if go_left else tree.right[node]))
             left = visit(int(tree.left[node]))
             right = visit(int(tree.right[node]))
@@ -531,26 +392,6 @@ def _run_scipy(a, row_lo, row_hi, col_lo, col_hi, obj, offset, integrality, n_pr
     return _Solve("error", np.inf, 0.0, p)
 
 
-def _construct(prog: _Program, x0: np.ndarray, p: np.ndarray) -> np.ndarray:
-    """The nearest valid point of the cell that predicates ``p`` select, ``(d,)``."""
-    x = x0.copy()
-    for f, preds in enumerate(prog.feature_preds):
-        if len(preds) == 0:
-            continue
-        cuts = prog.pred_cut[preds]
-        right_of = p[preds] < 0.5
-        a = cuts[right_of].max() if right_of.any() else -np.inf
-        b_idx = np.flatnonzero(~right_of)
-        if x0[f] < a:
-            x[f] = a
-        elif len(b_idx) and x0[f] >= cuts[b_idx[0]]:
-            x[f] = prog.pred_left[preds[b_idx[0]]]
-    return x
-
-
-def _norm(u: np.ndarray, p: float) -> float:
-    return float(np.linalg.norm(u, ord=p)) if len(u) else 0.0
-
 
 # -- public entry -----------------------------------------------------------------------------
 def exact_tree_radius(
@@ -650,7 +491,7 @@ def _exact_tree_radius(model, x, y, space, threat, time_limit, max_radius, backe
     if max_radius is not None and not max_radius > 0:
         raise InputError(f"max_radius must be > 0, got {max_radius}")
 
-    prog = _build_program(ens, space)
+    prog = build_program(ens, space)
     opts = dict(HIGHS_OPTIONS if highs_options is None else highs_options)
     solver = _Backend(backend, tuple(sorted(opts.items())))
     ledger = QueryLedger(n)
@@ -695,7 +536,7 @@ def _exact_tree_radius(model, x, y, space, threat, time_limit, max_radius, backe
                         seconds=out["seconds"], meta=meta)
 
 
-def _solve_input(prog: _Program, check: Check, ens: TreeEnsemble,
+def _solve_input(prog: Program, check: Check, ens: TreeEnsemble,
                  space: FeatureSpace, threat: LpThreat, x0: np.ndarray, yi: int,
                  target: int | None, deadline: float, max_radius: float | None,
                  backend: _Backend, growth: float,
@@ -709,7 +550,7 @@ def _solve_input(prog: _Program, check: Check, ens: TreeEnsemble,
     """
     linf = threat.p == math.inf
     power = 2.0 if threat.p == 2.0 else 1.0
-    costs = _input_costs(prog, x0, space, threat.p)
+    costs = input_costs(prog, x0, space, threat.p)
     free = costs.cost[~costs.frozen]
     if len(free) == 0:  # nothing can move: no counterexample at any radius
         return np.inf, x0.copy(), -1, np.inf, False
@@ -745,8 +586,8 @@ def _solve_input(prog: _Program, check: Check, ens: TreeEnsemble,
                 bounds.append(cutoff)
                 continue
             if probe.p is not None:
-                moved = _construct(prog, x0, probe.p)
-                cost = _norm((moved - x0) / space.scale, threat.p) ** power
+                moved = construct(prog, x0, probe.p)
+                cost = norm((moved - x0) / space.scale, threat.p) ** power
                 if cost < cutoff:
                     cutoff = cost
                     red = _reduce(prog, costs, cutoff, linf)
@@ -755,7 +596,7 @@ def _solve_input(prog: _Program, check: Check, ens: TreeEnsemble,
             bounds.append(cutoff if res.status == "infeasible" else res.dual_bound)
             failed |= res.p is not None and not ok
             if ok:
-                r = _norm((x_adv - x0) / space.scale, threat.p)
+                r = norm((x_adv - x0) / space.scale, threat.p)
                 if r < best_r:
                     best_r, best_x, best_cls = r, x_adv, cls
         # a dual bound can be slightly negative (or absent) when HiGHS stops early
@@ -791,7 +632,7 @@ def _holds(cls: int, yi: int, target: int | None) -> bool:
     return cls == target if target is not None else cls != yi
 
 
-def _attempt(prog: _Program, red: _Reduced, check: Check, x0: np.ndarray,
+def _attempt(prog: Program, red: _Reduced, check: Check, x0: np.ndarray,
              goal: _Goal, cutoff: float, deadline: float,
              backend: _Backend) -> tuple[_Solve, np.ndarray, int, bool]:
     """Solve for ``goal``, build the counterexample and verify it with ``check`` (the model,
@@ -801,7 +642,7 @@ def _attempt(prog: _Program, red: _Reduced, check: Check, x0: np.ndarray,
                        deadline - time.perf_counter(), backend)
     if res.p is None or not np.isfinite(res.objective):
         return res, x0, -1, False
-    x_adv = _construct(prog, x0, res.p)
+    x_adv = construct(prog, x0, res.p)
     cls = check(x_adv)
     ok = cls >= 0
     for tries in (1, 2):
@@ -811,13 +652,13 @@ def _attempt(prog: _Program, red: _Reduced, check: Check, x0: np.ndarray,
                              deadline - time.perf_counter(), backend)
         if retry.p is None or not np.isfinite(retry.objective):
             break
-        x_adv = _construct(prog, x0, retry.p)
+        x_adv = construct(prog, x0, retry.p)
         cls = check(x_adv)
         ok = cls >= 0
     return res, x_adv, cls, ok
 
 
-def _linf_search(prog: _Program, check: Check, ens: TreeEnsemble,
+def _linf_search(prog: Program, check: Check, ens: TreeEnsemble,
                  space: FeatureSpace, x0: np.ndarray, yi: int, target: int | None,
                  deadline: float, max_radius: float | None, backend: _Backend, growth: float,
                  ) -> tuple[float, np.ndarray, int, float, bool]:
@@ -829,7 +670,7 @@ def _linf_search(prog: _Program, check: Check, ens: TreeEnsemble,
     geometrically, then bisects. An infeasible ``C[k]`` certifies ``radius >= C[k+1]``; a
     feasible one gives a verified counterexample whose norm is itself in ``C``.
     """
-    costs = _input_costs(prog, x0, space, math.inf)
+    costs = input_costs(prog, x0, space, math.inf)
     all_costs = np.unique(costs.cost[~costs.frozen])
     if len(all_costs) == 0:  # nothing can move
         return np.inf, x0.copy(), -1, np.inf, False
@@ -847,7 +688,7 @@ def _linf_search(prog: _Program, check: Check, ens: TreeEnsemble,
             res, x_adv, cls, ok = _attempt(prog, red, check, x0, goal, float(cand[k]),
                                            deadline, backend)
             if ok:
-                r = _norm((x_adv - x0) / space.scale, math.inf)
+                r = norm((x_adv - x0) / space.scale, math.inf)
                 if r < best[0]:
                     best[:] = [r, x_adv, cls]
                 return True
