@@ -44,11 +44,13 @@ Missing values are not modelled (inputs are finite); see :mod:`robustscope.model
 from __future__ import annotations
 
 import functools
+import hashlib
 import importlib.util
 import math
 import os
 import sys
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -69,6 +71,15 @@ from robustscope.models.trees import (
     parse_tree_model,
 )
 from robustscope.solvers.output import SolverOutput
+from robustscope.solvers.tree_bounds import (
+    LeafBoxes,
+    box_point,
+    certified_index,
+    greedy,
+    leaf_boxes,
+    leaf_reach,
+    max_gain,
+)
 from robustscope.solvers.tree_program import (
     LEAF,
     LEFT,
@@ -409,6 +420,7 @@ def exact_tree_radius(
     target: int | None = None,
     verify: Callable[[int, np.ndarray], int] | None = None,
     clean_class: np.ndarray | None = None,
+    prune: bool = True,
     threads: str | int | None = AUTO,
 ) -> SolverOutput:
     """Exact radius of robustness of a tree ensemble, per input.
@@ -443,6 +455,10 @@ def exact_tree_radius(
         ``forward_queries`` of the result.
     clean_class : ``(n,)`` the model's decision at each input when already known (saves a
         query per input).
+    prune : bracket each input first without a program (:func:`_prune`: the
+        independent-trees lower bound, greedy leaf walks for a counterexample) and solve
+        programs only where the bracket stays open, over the cuts within its counterexample's
+        radius. ``False`` runs the MILP search alone (the reference the tests compare with).
     threads : thread use, as for :func:`robustscope.radius`: ``"auto"`` (HiGHS runs on one
         thread; the model's checks, one row at a time, too), an int, or ``None`` (leave the
         model's and the native pools' settings alone); restored on return. Inside a search
@@ -459,12 +475,12 @@ def exact_tree_radius(
     with limited_threads(threads, int(np.prod(np.shape(x)))):
         return _exact_tree_radius(model, x, y, space, threat, time_limit, max_radius, backend,
                                   growth, linf_search, highs_options, target, verify,
-                                  clean_class)
+                                  clean_class, prune)
 
 
 def _exact_tree_radius(model, x, y, space, threat, time_limit, max_radius, backend, growth,
                        linf_search, highs_options, target, verify,
-                       clean_class) -> SolverOutput:
+                       clean_class, prune) -> SolverOutput:
     clf = _as_classifier(model)
     ens = clf.ensemble
     threat = get_threat(threat)
@@ -491,7 +507,8 @@ def _exact_tree_radius(model, x, y, space, threat, time_limit, max_radius, backe
     if max_radius is not None and not max_radius > 0:
         raise InputError(f"max_radius must be > 0, got {max_radius}")
 
-    prog = build_program(ens, space)
+    comp, cached = _compiled(ens, space)
+    prog = comp.prog
     opts = dict(HIGHS_OPTIONS if highs_options is None else highs_options)
     solver = _Backend(backend, tuple(sorted(opts.items())))
     ledger = QueryLedger(n)
@@ -503,6 +520,7 @@ def _exact_tree_radius(model, x, y, space, threat, time_limit, max_radius, backe
     parsed_pred = ens.predict(x_np)
     out = _empty(n, x_np)
     failures: list[int] = []
+    n_pruned = 0
     for i in range(n):
         t0 = time.perf_counter()
         x0, yi = x_np[i], int(y_np[i])
@@ -514,14 +532,21 @@ def _exact_tree_radius(model, x, y, space, threat, time_limit, max_radius, backe
             out["adv_class"][i] = model_pred[i]
             out["seconds"][i] = time.perf_counter() - t0
             continue
-        if threat.p == math.inf and linf_search == "bisect":
+        start = None
+        if prune:
+            start = _prune(comp, check, space, x0, yi, target, threat.p, max_radius, growth)
+        if start is not None and (start.closed() or math.isinf(start.lower)):
+            best_r, best_x, best_cls, lower, failed = (start.radius, start.x, start.cls,
+                                                       start.lower, False)
+            n_pruned += 1
+        elif threat.p == math.inf and linf_search == "bisect":
             best_r, best_x, best_cls, lower, failed = _linf_search(
                 prog, check, ens, space, x0, yi, target, t0 + time_limit, max_radius, solver,
-                growth)
+                growth, start)
         else:
             best_r, best_x, best_cls, lower, failed = _solve_input(
                 prog, check, ens, space, threat, x0, yi, target, t0 + time_limit, max_radius,
-                solver, growth)
+                solver, growth, start)
         if failed:
             failures.append(i)
         if parsed_pred[i] != model_pred[i]:
@@ -529,24 +554,167 @@ def _exact_tree_radius(model, x, y, space, threat, time_limit, max_radius, backe
         _finish(out, i, best_r, best_x, best_cls, lower, time.perf_counter() - t0)
     meta = {"solver": "exact-trees", "backend": backend, "time_limit": time_limit,
             "max_radius": max_radius, "tie_tol": prog.tie_tol, "n_predicates": prog.n_pred,
-            "n_leaves": prog.n_leaf, "verification_failures": failures}
+            "n_leaves": prog.n_leaf, "verification_failures": failures,
+            "program_cached": cached, "closed_without_milp": n_pruned}
     return SolverOutput(x_adv=torch.as_tensor(out["x_adv"]), radius=out["radius"],
                         lower_bound=out["lower"], status=out["status"],
                         adv_prediction=out["adv_class"], forward_queries=ledger.forward.copy(),
                         seconds=out["seconds"], meta=meta)
 
 
+# -- build once per (ensemble, feature space) -------------------------------------------------
+@dataclass
+class _Compiled:
+    """What every input of one (ensemble, feature space) shares."""
+
+    prog: Program
+    boxes: LeafBoxes
+
+
+#: Compiled programs of recent (ensemble, feature space) pairs, keyed on their content, so a
+#: refitted or edited model, or another space, never meets a stale program.
+_CACHE: OrderedDict[bytes, _Compiled] = OrderedDict()
+_CACHE_SIZE = 8
+
+
+def _content_key(ens: TreeEnsemble, space: FeatureSpace) -> bytes:
+    h = hashlib.blake2b(digest_size=20)
+    for t in ens.trees:
+        for a in (t.feature, t.threshold, t.left, t.right, t.value):
+            h.update(np.ascontiguousarray(a).tobytes())
+    h.update(ens.offset.tobytes())
+    h.update(repr((ens.link, ens.n_classes, ens.n_features, ens.strict, ens.input_float32,
+                   ens.zero_band, bool(ens.meta.get("float32_scores")))).encode())
+    for a in (space.lower, space.upper, space.scale, space.mutable):
+        h.update(np.ascontiguousarray(a, dtype=np.float64).tobytes())
+    h.update(repr(list(space.types)).encode())
+    h.update(repr([np.asarray(g).tolist() for g in space.groups]).encode())
+    return h.digest()
+
+
+def _compiled(ens: TreeEnsemble, space: FeatureSpace) -> tuple[_Compiled, bool]:
+    """The program of ``(ens, space)``, built on first use; ``(compiled, was_cached)``."""
+    key = _content_key(ens, space)
+    hit = _CACHE.get(key)
+    if hit is not None:
+        _CACHE.move_to_end(key)
+        return hit, True
+    prog = build_program(ens, space)
+    comp = _Compiled(prog, leaf_boxes(prog, ens.n_features))
+    _CACHE[key] = comp
+    while len(_CACHE) > _CACHE_SIZE:
+        _CACHE.popitem(last=False)
+    return comp, False
+
+
+# -- pruning: a cheap bracket before any program is solved ------------------------------------
+@dataclass
+class _Bracket:
+    """What :func:`_prune` settled for one input: ``cand[index]`` (Linf candidate radii of
+    the input) is certified free of counterexamples (-1: nothing certified), so the radius is
+    at least ``lower``; ``radius`` / ``x`` / ``cls`` a verified counterexample (``inf`` when
+    none was found); ``clean`` the parsed class scores at the input ``(K,)``."""
+
+    index: int
+    lower: float
+    radius: float
+    x: np.ndarray
+    cls: int
+    clean: np.ndarray
+
+    def closed(self) -> bool:
+        return (np.isfinite(self.radius)
+                and self.radius - self.lower <= EXACT_RTOL * max(self.radius, 1e-12))
+
+
+#: Greedy leaf walks tried per input (at growing Linf radii) before the MILP takes over.
+GREEDY_TRIES = 4
+
+
+def _prune(comp: _Compiled, check: Check, space: FeatureSpace, x0: np.ndarray, yi: int,
+           target: int | None, p: float, max_radius: float | None, growth: float
+           ) -> _Bracket:
+    """Bracket one input's radius without a program: the independent-trees bound certifies
+    the largest Linf candidate it can (a lower bound for every norm), and greedy leaf walks
+    from there (up to :data:`GREEDY_TRIES` radii, growing by ``growth``) look for a
+    counterexample, verified with ``check``."""
+    prog, boxes = comp.prog, comp.boxes
+    costs = input_costs(prog, x0, space, math.inf)
+    reach = leaf_reach(boxes, costs)
+    own = reach == 0.0  # the input's own leaf in every tree (every crossing costs > 0)
+    clean = boxes.const + boxes.scores[own].sum(axis=0)
+    all_costs = np.unique(costs.cost[~costs.frozen])
+    cand = all_costs if max_radius is None else all_costs[all_costs <= max_radius]
+    k_cls = len(clean)
+    # a class j beats the label when it gains at least its margin (argmax tie rule)
+    margins = np.array([0.0 if j < yi else prog.tie_tol for j in range(k_cls)])
+    margins[yi] = np.inf
+    if target is not None:
+        margins[np.arange(k_cls) != target] = np.inf
+    index = certified_index(boxes, reach, cand, yi, margins) if len(cand) else -1
+    nxt = int(np.searchsorted(all_costs, cand[index], side="right")) if index >= 0 else 0
+    lower = float(all_costs[nxt]) if nxt < len(all_costs) else np.inf
+    bracket = _Bracket(index, lower, np.inf, x0.copy(), -1, clean)
+    if index + 1 >= len(cand):
+        return bracket
+    rivals = [target] if target is not None else [
+        int(j) for j in np.argsort(clean[yi] - clean, kind="stable") if j != yi]
+    k = index + 1
+    for _ in range(GREEDY_TRIES):
+        eps = float(cand[k])
+        bound = max_gain(boxes, reach, eps, yi)
+        for j in rivals:
+            if bound[j] < margins[j]:
+                continue  # this class cannot win within eps
+            walk = greedy(boxes, reach, eps, boxes.scores[:, j] - boxes.scores[:, yi])
+            if walk is None:
+                continue
+            lo, hi, scores = walk
+            if not _decides(scores, yi, target, prog.tie_tol):
+                continue
+            x_adv = box_point(prog, x0, lo, hi)
+            if not _one_hot_ok(space, x_adv):
+                continue
+            cls = check(x_adv)
+            if cls < 0:  # the model settles a near-tie the other way: the MILP decides
+                continue
+            bracket.radius = norm((x_adv - x0) / space.scale, p)
+            bracket.x, bracket.cls = x_adv, cls
+            return bracket
+        if k == len(cand) - 1:
+            break
+        k = min(len(cand) - 1, max(k + 1, int(np.searchsorted(cand, eps * growth))))
+    return bracket
+
+
+def _decides(scores: np.ndarray, yi: int, target: int | None, tie_tol: float) -> bool:
+    """Whether class scores ``(K,)`` change the decision (reach the target), with a margin
+    of ``tie_tol`` wherever argmax's tie rule would not already settle it."""
+    winner = int(np.argmax(scores))
+    if target is not None and winner != target:
+        return False
+    if winner == yi:
+        return False
+    others = np.delete(scores, winner)
+    return bool(scores[winner] - others.max() >= tie_tol)
+
+
+def _one_hot_ok(space: FeatureSpace, x: np.ndarray) -> bool:
+    return all(np.isclose(x[np.asarray(g)].sum(), 1.0) for g in space.groups)
+
+
 def _solve_input(prog: Program, check: Check, ens: TreeEnsemble,
                  space: FeatureSpace, threat: LpThreat, x0: np.ndarray, yi: int,
                  target: int | None, deadline: float, max_radius: float | None,
-                 backend: _Backend, growth: float,
+                 backend: _Backend, growth: float, start: _Bracket | None = None,
                  ) -> tuple[float, np.ndarray, int, float, bool]:
     """Radius search for one correctly classified input.
 
     Returns ``(radius, x_adv, adv_class, lower_bound, verification_failed)``.
     Programs are solved at growing cutoffs ``eps`` (radius units): at each level every other
     class is tried (closest clean score first) with the cutoff lowered to the best radius
-    found; a level where no class is feasible certifies ``radius > eps``.
+    found; a level where no class is feasible certifies ``radius > eps``. With a ``start``
+    bracket (from :func:`_prune`) holding a counterexample, one level at its radius remains.
     """
     linf = threat.p == math.inf
     power = 2.0 if threat.p == 2.0 else 1.0
@@ -554,17 +722,20 @@ def _solve_input(prog: Program, check: Check, ens: TreeEnsemble,
     free = costs.cost[~costs.frozen]
     if len(free) == 0:  # nothing can move: no counterexample at any radius
         return np.inf, x0.copy(), -1, np.inf, False
-    goals = _goals(ens.class_scores(x0[None])[0], yi, target)
-    levels = []
-    eps = max(float(free.min()), 1e-12) * growth
-    top = float(free.max())
-    while eps < top and (max_radius is None or eps < max_radius):
-        levels.append(eps)
-        eps *= growth
-    levels.append(np.inf if max_radius is None else float(max_radius))
-
-    best_r, best_x, best_cls = np.inf, x0.copy(), -1
+    goals = _goals(ens.class_scores(x0[None])[0] if start is None else start.clean, yi,
+                   target)
     lower = float(free.min())  # any counterexample crosses at least one cut
+    best_r, best_x, best_cls = np.inf, x0.copy(), -1
+    if start is not None:
+        lower = max(lower, start.lower)
+        best_r, best_x, best_cls = start.radius, start.x, start.cls
+    levels = [best_r]  # with a counterexample, its radius is the one cutoff left
+    if not np.isfinite(best_r):
+        levels, eps, top = [], max(lower, 1e-12) * growth, float(free.max())
+        while eps < top and (max_radius is None or eps < max_radius):
+            levels.append(eps)
+            eps *= growth
+        levels.append(np.inf if max_radius is None else float(max_radius))
     failed = False
     reduced: dict[float, _Reduced] = {}
     for level in levels:
@@ -661,6 +832,7 @@ def _attempt(prog: Program, red: _Reduced, check: Check, x0: np.ndarray,
 def _linf_search(prog: Program, check: Check, ens: TreeEnsemble,
                  space: FeatureSpace, x0: np.ndarray, yi: int, target: int | None,
                  deadline: float, max_radius: float | None, backend: _Backend, growth: float,
+                 start: _Bracket | None = None,
                  ) -> tuple[float, np.ndarray, int, float, bool]:
     """Linf radius by search over the finitely many candidate values.
 
@@ -668,15 +840,18 @@ def _linf_search(prog: Program, check: Check, ens: TreeEnsemble,
     costs ``C``. A *feasibility* program at ``C[k]`` (only cuts costing at most ``C[k]`` may
     move; no objective) says whether some class can win; the search grows ``k``
     geometrically, then bisects. An infeasible ``C[k]`` certifies ``radius >= C[k+1]``; a
-    feasible one gives a verified counterexample whose norm is itself in ``C``.
+    feasible one gives a verified counterexample whose norm is itself in ``C``. A ``start``
+    bracket (from :func:`_prune`) opens the search between its certified index and its
+    counterexample, so programs only hold the cuts within its radius.
     """
     costs = input_costs(prog, x0, space, math.inf)
     all_costs = np.unique(costs.cost[~costs.frozen])
     if len(all_costs) == 0:  # nothing can move
         return np.inf, x0.copy(), -1, np.inf, False
     cand = all_costs if max_radius is None else all_costs[all_costs <= max_radius]
-    goals = _goals(ens.class_scores(x0[None])[0], yi, target)
-    best = [np.inf, x0.copy(), -1]
+    clean = ens.class_scores(x0[None])[0] if start is None else start.clean
+    goals = _goals(clean, yi, target)
+    best = [np.inf, x0.copy(), -1] if start is None else [start.radius, start.x, start.cls]
     failed = False
 
     def probe(k: int) -> bool | None:
@@ -701,6 +876,12 @@ def _linf_search(prog: Program, check: Check, ens: TreeEnsemble,
 
     lo, hi = -1, len(cand)  # cand[lo] infeasible, cand[hi] feasible
     k = min(len(cand) - 1, int(np.searchsorted(cand, cand[0] * growth))) if len(cand) else -1
+    if start is not None:
+        lo = min(start.index, len(cand) - 1)
+        k = lo + 1 if lo < len(cand) - 1 else -1
+        if np.isfinite(best[0]):
+            hi = min(hi, int(np.searchsorted(cand, best[0] * (1 - 1e-12))))
+            k = -1
     while 0 <= k < len(cand):
         found = probe(k)
         if found is None:
