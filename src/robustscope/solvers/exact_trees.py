@@ -49,6 +49,7 @@ import importlib.util
 import math
 import os
 import sys
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -330,18 +331,32 @@ def _new_highs():
     return h
 
 
+_WORKER = threading.local()
+
+
+def _worker_highs(options: dict):
+    """This thread's ``highspy.Highs``, kept between programs and inputs (created, and its
+    options set, once per thread and option set); each program replaces the last one."""
+    key = tuple(sorted(options.items()))
+    h = getattr(_WORKER, "highs", None)
+    if h is None or _WORKER.key != key:
+        h = _new_highs()
+        h.setOptionValue("output_flag", False)
+        for name, value in options.items():
+            h.setOptionValue(name, value)
+        h.setOptionValue("threads", 1)
+        h.setOptionValue("mip_rel_gap", MIP_REL_GAP)
+        h.setOptionValue("mip_abs_gap", MIP_ABS_GAP)
+        _WORKER.highs, _WORKER.key = h, key
+    return h
+
+
 def _run_highspy(a, row_lo, row_hi, col_lo, col_hi, obj, offset, integrality, n_pred,
                  time_limit, options: dict) -> _Solve:
     import highspy
 
-    h = _new_highs()
-    h.setOptionValue("output_flag", False)
-    for key, value in options.items():
-        h.setOptionValue(key, value)
-    h.setOptionValue("threads", 1)
+    h = _worker_highs(options)
     h.setOptionValue("time_limit", max(float(time_limit), 1e-3))
-    h.setOptionValue("mip_rel_gap", MIP_REL_GAP)
-    h.setOptionValue("mip_abs_gap", MIP_ABS_GAP)
     lp = highspy.HighsLp()
     lp.num_col_ = a.shape[1]
     lp.num_row_ = a.shape[0]
@@ -634,16 +649,22 @@ GREEDY_TRIES = 4
 def _prune(comp: _Compiled, check: Check, space: FeatureSpace, x0: np.ndarray, yi: int,
            target: int | None, p: float, max_radius: float | None, growth: float
            ) -> _Bracket:
-    """Bracket one input's radius without a program: the independent-trees bound certifies
-    the largest Linf candidate it can (a lower bound for every norm), and greedy leaf walks
-    from there (up to :data:`GREEDY_TRIES` radii, growing by ``growth``) look for a
-    counterexample, verified with ``check``."""
+    """Bracket one input's radius without a program: the independent-trees bound over the
+    leaves' Lp reach certifies the largest radius it can, and greedy leaf walks from there
+    (up to :data:`GREEDY_TRIES` radii, growing by ``growth``) look for a counterexample,
+    verified with ``check``. For Linf the candidates are the input's crossing costs (the
+    radius is one of them), and ``index`` is set for :func:`_linf_search`."""
     prog, boxes = comp.prog, comp.boxes
-    costs = input_costs(prog, x0, space, math.inf)
-    reach = leaf_reach(boxes, costs)
-    own = reach == 0.0  # the input's own leaf in every tree (every crossing costs > 0)
+    costs = input_costs(prog, x0, space, p)
+    reach_inf = leaf_reach(boxes, costs)
+    own = reach_inf == 0.0  # the input's own leaf in every tree (every crossing costs > 0)
     clean = boxes.const + boxes.scores[own].sum(axis=0)
-    all_costs = np.unique(costs.cost[~costs.frozen])
+    if p == math.inf:
+        reach = reach_inf
+        all_costs = np.unique(costs.cost[~costs.frozen])
+    else:
+        reach = leaf_reach(boxes, costs, p)
+        all_costs = np.unique(reach[np.isfinite(reach) & (reach > 0)])
     cand = all_costs if max_radius is None else all_costs[all_costs <= max_radius]
     k_cls = len(clean)
     # a class j beats the label when it gains at least its margin (argmax tie rule)
@@ -652,9 +673,10 @@ def _prune(comp: _Compiled, check: Check, space: FeatureSpace, x0: np.ndarray, y
     if target is not None:
         margins[np.arange(k_cls) != target] = np.inf
     index = certified_index(boxes, reach, cand, yi, margins) if len(cand) else -1
+    # radius > cand[index], and every radius is at least the next candidate
     nxt = int(np.searchsorted(all_costs, cand[index], side="right")) if index >= 0 else 0
     lower = float(all_costs[nxt]) if nxt < len(all_costs) else np.inf
-    bracket = _Bracket(index, lower, np.inf, x0.copy(), -1, clean)
+    bracket = _Bracket(index if p == math.inf else -1, lower, np.inf, x0.copy(), -1, clean)
     if index + 1 >= len(cand):
         return bracket
     rivals = [target] if target is not None else [
@@ -729,13 +751,12 @@ def _solve_input(prog: Program, check: Check, ens: TreeEnsemble,
     if start is not None:
         lower = max(lower, start.lower)
         best_r, best_x, best_cls = start.radius, start.x, start.cls
-    levels = [best_r]  # with a counterexample, its radius is the one cutoff left
-    if not np.isfinite(best_r):
-        levels, eps, top = [], max(lower, 1e-12) * growth, float(free.max())
-        while eps < top and (max_radius is None or eps < max_radius):
-            levels.append(eps)
-            eps *= growth
-        levels.append(np.inf if max_radius is None else float(max_radius))
+    # growing cutoffs keep the programs small; a counterexample's radius caps them
+    levels, eps, top = [], max(lower, 1e-12) * growth, float(free.max())
+    while eps < top and eps < best_r and (max_radius is None or eps < max_radius):
+        levels.append(eps)
+        eps *= growth
+    levels.append(min(best_r, np.inf if max_radius is None else float(max_radius)))
     failed = False
     reduced: dict[float, _Reduced] = {}
     for level in levels:
@@ -773,7 +794,7 @@ def _solve_input(prog: Program, check: Check, ens: TreeEnsemble,
         # a dual bound can be slightly negative (or absent) when HiGHS stops early
         level_bound = max(min(bounds), 0.0) ** (1.0 / power) if bounds else lower
         lower = max(lower, min(level_bound, best_r))
-        if np.isfinite(best_r) or failed or deadline - time.perf_counter() <= 0:
+        if best_r <= level * (1 + 1e-9) or failed or deadline - time.perf_counter() <= 0:
             break
     return best_r, best_x, best_cls, lower, failed
 

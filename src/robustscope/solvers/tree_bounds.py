@@ -5,16 +5,17 @@ as a box: on every feature a leaf holds the values in ``[cut[lo], cut[hi])``, wh
 the largest cut its path must be right of and ``hi`` the smallest cut it must be left of
 (predicate indices; within a feature, indices are ordered as the cuts).
 
-For one input, a leaf's *reach* is the Linf cost (scaled units) of the nearest valid point of
-its box: the largest crossing cost of a cut its path is on the other side of. Every point of
-the Linf ball of radius ``eps`` lies in leaves of reach ``<= eps``, so
+For one input, a leaf's *reach* is the Lp distance (scaled units) from the input to the
+nearest valid point of its box (for Linf: the largest crossing cost of a cut its path is on
+the other side of). Every point of the ball of radius ``eps`` lies in leaves of reach
+``<= eps``, so
 
 - **lower bound** (:meth:`LeafBoxes.certified_index`): summing, tree by tree, the largest
   score change among the leaves within reach ``eps`` over-estimates every class's gain on
   the ball. When no class can gain enough, no counterexample has norm ``<= eps``. Trees are
   bounded independently (no clique merging), so the bound is sound by construction; it is
   exact while at most one tree has more than one leaf within reach, and loosens as the ball
-  grows. Since ``||u||_1 >= ||u||_2 >= ||u||_inf``, it bounds the L1 and L2 radii too.
+  grows. A bound that holds up to the reach value ``u_m`` holds up to the next one.
 - **upper bound** (:meth:`LeafBoxes.greedy`): walk to neighbouring leaf boxes: trees with
   more than one leaf within reach, most influential first, each pick the best leaf whose
   box still meets the boxes picked so far; the point nearest to the input in the common box
@@ -98,24 +99,34 @@ def leaf_boxes(prog: Program, n_features: int) -> LeafBoxes:
         lo=lo, hi=hi)
 
 
-def leaf_reach(boxes: LeafBoxes, costs: Costs) -> np.ndarray:
-    """Linf reach of every leaf for one input, ``(L,)`` in scaled units (``inf``: no valid
-    point of the leaf, or an immutable feature must change)."""
+def leaf_reach(boxes: LeafBoxes, costs: Costs, p: float = np.inf) -> np.ndarray:
+    """Lp reach of every leaf for one input: the ``p``-norm distance (scaled units) from the
+    input to the nearest valid point of the leaf's box, ``(L,)`` (``inf``: no valid point,
+    or an immutable feature must change). ``p`` is ``inf``, 1 or 2."""
     cost = np.where(costs.frozen, np.inf, costs.cost)
-    # crossing needed when the leaf's side differs from the input's side of the cut
-    wrong = boxes.path_left != costs.origin_left[boxes.path_pred]
-    per = np.where(wrong, cost[boxes.path_pred], 0.0)
-    reach = np.zeros(len(boxes.blocked))
-    nonempty = np.diff(boxes.path_ptr) > 0
-    if per.size:
-        reach[nonempty] = np.maximum.reduceat(per, boxes.path_ptr[:-1][nonempty])
+    if p == np.inf:
+        # crossing needed when the leaf's side differs from the input's side of the cut
+        wrong = boxes.path_left != costs.origin_left[boxes.path_pred]
+        per = np.where(wrong, cost[boxes.path_pred], 0.0)
+        reach = np.zeros(len(boxes.blocked))
+        nonempty = np.diff(boxes.path_ptr) > 0
+        if per.size:
+            reach[nonempty] = np.maximum.reduceat(per, boxes.path_ptr[:-1][nonempty])
+    else:
+        # per feature, at most one side of the box is across from the input; index -1
+        # (no lower cut) and n_pred (no upper cut) read the appended 0
+        up = np.append(np.where(costs.origin_left, cost, 0.0), 0.0)
+        down = np.append(np.where(costs.origin_left, 0.0, cost), 0.0)
+        per_feature = up[boxes.lo] + down[boxes.hi]
+        reach = (per_feature.sum(axis=1) if p == 1 else
+                 np.sqrt((per_feature ** 2).sum(axis=1)))
     reach[boxes.blocked] = np.inf
     return reach
 
 
 def max_gain(boxes: LeafBoxes, reach: np.ndarray, eps: float, label: int) -> np.ndarray:
-    """Upper bound on ``score_j - score_label`` over the Linf ball of radius ``eps``, per
-    class ``j``: ``(K,)``."""
+    """Upper bound on ``score_j - score_label`` over the ball of radius ``eps`` (the norm
+    ``reach`` was measured in), per class ``j``: ``(K,)``."""
     diff = boxes.scores - boxes.scores[:, [label]]
     masked = np.where((reach <= eps)[:, None], diff, -np.inf)
     per_tree = np.maximum.reduceat(masked, boxes.tree_start, axis=0)
