@@ -902,6 +902,12 @@ def _linf_search(prog: Program, check: Check, ens: TreeEnsemble,
         k = lo + 1 if lo < len(cand) - 1 else -1
         if np.isfinite(best[0]):
             hi = min(hi, int(np.searchsorted(cand, best[0] * (1 - 1e-12))))
+            # the independent-trees bound is often the radius itself: probe it first
+            found = probe(lo + 1) if lo + 1 < hi else False
+            if found:
+                hi = int(np.searchsorted(cand, best[0] * (1 - 1e-12)))
+            elif found is not None:
+                lo += 1
             k = -1
     while 0 <= k < len(cand):
         found = probe(k)
