@@ -549,7 +549,8 @@ def _exact_tree_radius(model, x, y, space, threat, time_limit, max_radius, backe
             continue
         start = None
         if prune:
-            start = _prune(comp, check, space, x0, yi, target, threat.p, max_radius, growth)
+            start = _prune(comp, ens, check, space, x0, yi, target, threat.p, max_radius,
+                           growth)
         if start is not None and (start.closed() or math.isinf(start.lower)):
             best_r, best_x, best_cls, lower, failed = (start.radius, start.x, start.cls,
                                                        start.lower, False)
@@ -646,7 +647,8 @@ class _Bracket:
 GREEDY_TRIES = 4
 
 
-def _prune(comp: _Compiled, check: Check, space: FeatureSpace, x0: np.ndarray, yi: int,
+def _prune(comp: _Compiled, ens: TreeEnsemble, check: Check, space: FeatureSpace,
+           x0: np.ndarray, yi: int,
            target: int | None, p: float, max_radius: float | None, growth: float
            ) -> _Bracket:
     """Bracket one input's radius without a program: the independent-trees bound over the
@@ -697,6 +699,8 @@ def _prune(comp: _Compiled, check: Check, space: FeatureSpace, x0: np.ndarray, y
             x_adv = box_point(prog, x0, lo, hi)
             if not _one_hot_ok(space, x_adv):
                 continue
+            x_adv = _shrink(ens, space, x0, x_adv, cand[index + 1:k + 1], yi, target,
+                            prog.tie_tol)
             cls = check(x_adv)
             if cls < 0:  # the model settles a near-tie the other way: the MILP decides
                 continue
@@ -707,6 +711,36 @@ def _prune(comp: _Compiled, check: Check, space: FeatureSpace, x0: np.ndarray, y
             break
         k = min(len(cand) - 1, max(k + 1, int(np.searchsorted(cand, eps * growth))))
     return bracket
+
+
+#: Radii tried at once when a greedy counterexample is pulled towards its input.
+SHRINK_STEPS = 24
+
+
+def _shrink(ens: TreeEnsemble, space: FeatureSpace, x0: np.ndarray, x_adv: np.ndarray,
+            radii: np.ndarray, yi: int, target: int | None, tie_tol: float) -> np.ndarray:
+    """Pull a counterexample ``(d,)`` towards ``x0``: its move clipped to each Linf radius in
+    ``radii`` (at most :data:`SHRINK_STEPS` of them, one batch through the parsed ensemble);
+    the smallest that still decides is returned (``x_adv`` when none does). Clipping keeps
+    every feature between ``x0`` and ``x_adv``, so bounds, integrality, one-hot groups and
+    immutable features stay as valid as they were."""
+    if len(radii) == 0:
+        return x_adv
+    radii = radii[np.unique(np.linspace(0, len(radii) - 1, SHRINK_STEPS).astype(np.int64))]
+    step = (x_adv - x0)[None, :]
+    reach = radii[:, None] * space.scale[None, :]
+    pts = x0[None, :] + np.clip(step, -reach, reach)
+    # only values the program's costs assume: the input's own, or the counterexample's
+    keep = (pts == x0[None, :]) | (pts == x_adv[None, :])
+    if not keep.all():
+        integral = np.isin(space.types, ("integer", "binary", "categorical"))
+        if integral.any() or space.groups:
+            return x_adv
+    scores = ens.class_scores(pts)
+    for row, sc in zip(pts, scores, strict=True):
+        if _decides(sc, yi, target, tie_tol):
+            return row
+    return x_adv
 
 
 def _decides(scores: np.ndarray, yi: int, target: int | None, tie_tol: float) -> bool:
