@@ -699,8 +699,9 @@ def _prune(comp: _Compiled, ens: TreeEnsemble, check: Check, space: FeatureSpace
             x_adv = box_point(prog, x0, lo, hi)
             if not _one_hot_ok(space, x_adv):
                 continue
-            x_adv = _shrink(ens, space, x0, x_adv, cand[index + 1:k + 1], yi, target,
-                            prog.tie_tol)
+            if norm((x_adv - x0) / space.scale, p) > lower * (1 + EXACT_RTOL):
+                x_adv = _shrink(ens, space, x0, x_adv, cand[index + 1:k + 1], yi, target,
+                                prog.tie_tol)
             cls = check(x_adv)
             if cls < 0:  # the model settles a near-tie the other way: the MILP decides
                 continue
