@@ -188,3 +188,16 @@ def test_targeted_fast_path_equals_reference() -> None:
                                 prune=False)
         np.testing.assert_allclose(fast.radius, ref.radius, rtol=1e-6)
         np.testing.assert_array_equal(fast.status, ref.status)
+
+
+@pytest.mark.parametrize("threat", ["linf", "l1", "l2"])
+def test_max_radius_fast_path_censors_as_reference(threat: str) -> None:
+    model, space, rows, labels = _problem("xgb", 2, seed=13)
+    full = exact_tree_radius(model, rows, labels, space, threat)
+    cap = float(np.median(full.radius[np.isfinite(full.radius)]))
+    fast = exact_tree_radius(model, rows, labels, space, threat, max_radius=cap)
+    ref = exact_tree_radius(model, rows, labels, space, threat, max_radius=cap, prune=False)
+    np.testing.assert_array_equal(fast.status, ref.status)
+    np.testing.assert_allclose(fast.radius, ref.radius, rtol=1e-6)
+    assert (fast.radius[np.isfinite(fast.radius)] <= cap * (1 + 1e-12)).all()
+    assert (fast.status == "censored").any()

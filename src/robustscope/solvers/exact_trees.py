@@ -90,6 +90,7 @@ from robustscope.solvers.tree_bounds import (
     max_gain,
 )
 from robustscope.solvers.tree_program import (
+    INTEGRAL_TYPES,
     LEAF,
     LEFT,
     Costs,
@@ -559,7 +560,8 @@ def _exact_tree_radius(model, x, y, space, threat, time_limit, max_radius, backe
         if prune:
             start = _prune(comp, ens, check, space, x0, yi, target, threat.p, max_radius,
                            growth)
-        if start is not None and (start.closed() or math.isinf(start.lower)):
+        if start is not None and (start.closed() or math.isinf(start.lower) or (
+                max_radius is not None and start.lower > max_radius)):
             best_r, best_x, best_cls, lower, failed = (start.radius, start.x, start.cls,
                                                        start.lower, False)
             n_pruned += 1
@@ -710,10 +712,13 @@ def _prune(comp: _Compiled, ens: TreeEnsemble, check: Check, space: FeatureSpace
             if norm((x_adv - x0) / space.scale, p) > lower * (1 + EXACT_RTOL):
                 x_adv = _shrink(ens, space, x0, x_adv, cand[index + 1:k + 1], yi, target,
                                 prog.tie_tol)
+            r = norm((x_adv - x0) / space.scale, p)
+            if max_radius is not None and r > max_radius:
+                continue  # beyond the radius of interest (L1 / L2 only)
             cls = check(x_adv)
             if cls < 0:  # the model settles a near-tie the other way: the MILP decides
                 continue
-            bracket.radius = norm((x_adv - x0) / space.scale, p)
+            bracket.radius = r
             bracket.x, bracket.cls = x_adv, cls
             return bracket
         if k == len(cand) - 1:
@@ -731,20 +736,20 @@ def _shrink(ens: TreeEnsemble, space: FeatureSpace, x0: np.ndarray, x_adv: np.nd
     """Pull a counterexample ``(d,)`` towards ``x0``: its move clipped to each Linf radius in
     ``radii`` (at most :data:`SHRINK_STEPS` of them, one batch through the parsed ensemble);
     the smallest that still decides is returned (``x_adv`` when none does). Clipping keeps
-    every feature between ``x0`` and ``x_adv``, so bounds, integrality, one-hot groups and
-    immutable features stay as valid as they were."""
+    every feature between ``x0`` and ``x_adv`` (inside the bounds; immutable features do not
+    move); a clipped point that would give an integer, binary or one-hot feature a value
+    other than the input's or the counterexample's is not tried."""
     if len(radii) == 0:
         return x_adv
     radii = radii[np.unique(np.linspace(0, len(radii) - 1, SHRINK_STEPS).astype(np.int64))]
     step = (x_adv - x0)[None, :]
     reach = radii[:, None] * space.scale[None, :]
     pts = x0[None, :] + np.clip(step, -reach, reach)
-    # only values the program's costs assume: the input's own, or the counterexample's
-    keep = (pts == x0[None, :]) | (pts == x_adv[None, :])
-    if not keep.all():
-        integral = np.isin(space.types, ("integer", "binary", "categorical"))
-        if integral.any() or space.groups:
-            return x_adv
+    integral = np.isin(space.types, INTEGRAL_TYPES)
+    moved = (pts != x0[None, :]) & (pts != x_adv[None, :])
+    pts = pts[~(moved & integral[None, :]).any(axis=1)]
+    if len(pts) == 0:
+        return x_adv
     scores = ens.class_scores(pts)
     for row, sc in zip(pts, scores, strict=True):
         if _decides(sc, yi, target, tie_tol):
