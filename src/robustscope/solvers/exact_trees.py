@@ -492,8 +492,9 @@ def exact_tree_radius(
     verified counterexample (``inf`` where none), ``lower_bound`` the MILP's certified bound,
     ``status`` ``exact`` (bracket closed), ``attacked`` (open: time limit or failed
     verification), ``censored``, ``misclassified`` or ``satisfied``; ``adv_prediction`` the
-    model's class at the counterexample; ``meta`` the program's size and the inputs whose
-    verification failed.
+    model's class at the counterexample; ``meta`` the program's size, the inputs whose
+    verification failed, ``program_cached`` (the program came from the cache) and
+    ``closed_without_milp`` (inputs whose bracket the pruning closed).
     """
     threads = check_threads(threads)
     with limited_threads(threads, int(np.prod(np.shape(x)))):
@@ -601,6 +602,7 @@ class _Compiled:
 #: refitted or edited model, or another space, never meets a stale program.
 _CACHE: OrderedDict[bytes, _Compiled] = OrderedDict()
 _CACHE_SIZE = 8
+_CACHE_LOCK = threading.Lock()
 
 
 def _content_key(ens: TreeEnsemble, space: FeatureSpace) -> bytes:
@@ -621,15 +623,17 @@ def _content_key(ens: TreeEnsemble, space: FeatureSpace) -> bytes:
 def _compiled(ens: TreeEnsemble, space: FeatureSpace) -> tuple[_Compiled, bool]:
     """The program of ``(ens, space)``, built on first use; ``(compiled, was_cached)``."""
     key = _content_key(ens, space)
-    hit = _CACHE.get(key)
-    if hit is not None:
-        _CACHE.move_to_end(key)
-        return hit, True
+    with _CACHE_LOCK:
+        hit = _CACHE.get(key)
+        if hit is not None:
+            _CACHE.move_to_end(key)
+            return hit, True
     prog = build_program(ens, space)
     comp = _Compiled(prog, leaf_boxes(prog, ens.n_features))
-    _CACHE[key] = comp
-    while len(_CACHE) > _CACHE_SIZE:
-        _CACHE.popitem(last=False)
+    with _CACHE_LOCK:
+        _CACHE[key] = comp
+        while len(_CACHE) > _CACHE_SIZE:
+            _CACHE.popitem(last=False)
     return comp, False
 
 
