@@ -949,18 +949,21 @@ def _linf_search(prog: Program, check: Check, ens: TreeEnsemble,
 
     lo, hi = -1, len(cand)  # cand[lo] infeasible, cand[hi] feasible
     k = min(len(cand) - 1, int(np.searchsorted(cand, cand[0] * growth))) if len(cand) else -1
+    stopped = False  # a probe ran out of time or failed verification
     if start is not None:
         lo = min(start.index, len(cand) - 1)
         k = lo + 1 if lo < len(cand) - 1 else -1
         if np.isfinite(best[0]):
             hi = min(hi, int(np.searchsorted(cand, best[0] * (1 - 1e-12))))
-            # the independent-trees bound is often the radius itself: probe it first
-            found = probe(lo + 1) if lo + 1 < hi else False
-            if found:
-                hi = int(np.searchsorted(cand, best[0] * (1 - 1e-12)))
-            elif found is not None:
-                lo += 1
             k = -1
+            if lo + 1 < hi:  # the independent-trees bound is often the radius: probe it first
+                found = probe(lo + 1)
+                if found is None:
+                    stopped = True
+                elif found:
+                    hi = int(np.searchsorted(cand, best[0] * (1 - 1e-12)))
+                else:
+                    lo += 1
     while 0 <= k < len(cand):
         found = probe(k)
         if found is None:
@@ -972,7 +975,7 @@ def _linf_search(prog: Program, check: Check, ens: TreeEnsemble,
         k = min(len(cand) - 1, max(k + 1, int(np.searchsorted(cand, cand[k] * growth))))
         if lo == len(cand) - 1:
             break
-    while hi - lo > 1 and deadline - time.perf_counter() > 0:
+    while not stopped and hi - lo > 1 and deadline - time.perf_counter() > 0:
         found = probe((lo + hi) // 2)
         if found is None:
             break
