@@ -1,24 +1,43 @@
-"""Benchmark: exact Linf radius of tree ensembles on breast-cancer (seconds per input).
+"""Benchmark: exact radii of tree ensembles, the fast path against the MILP alone and veritas.
 
-Models: XGBoost (100 trees, depth 6) and LightGBM (100 trees, depth 6, 31 leaves), trained on
-75% of scikit-learn's breast-cancer data (stratified split, seed 0). Feature space:
-``FeatureSpace.from_data`` on the training rows (per-column range = scale); bounds widened to
-hold the test rows, so every test input is valid. Threat: Linf in range-scaled units.
-Inputs: the first ``--n`` test rows with their true labels (misclassified rows get radius 0
-and are left out of the timing).
+Models (trained on 75% of scikit-learn's breast-cancer data, stratified split, seed 0):
+XGBoost (100 trees, depth 6), LightGBM (100 trees, depth 6, 31 leaves), scikit-learn
+random forest (50 trees, depth 6). Feature space: ``FeatureSpace.from_data`` on the training
+rows (per-column range = scale), bounds widened to hold the inputs. Inputs: the test rows,
+resampled with Gaussian noise (0.05 of each column's range, clipped to the bounds) up to
+``--n`` rows, labelled by the model itself (so that every input is correctly classified).
+
+For every model and threat (Linf / L1 / L2):
+
+- ``fast``: :func:`exact_tree_radius` as shipped (program built once per model and space,
+  each input bracketed by the independent-trees bound and greedy leaf walks, MILP only where
+  the bracket stays open, over the cuts within its counterexample);
+- ``reference``: the same solver with ``prune=False`` (the MILP search alone, as before the
+  fast path), unless ``--no-reference``.
+
+It reports seconds per input (median, p10, p90, max; one core), statuses, the share of
+inputs closed without any MILP, the largest relative difference between the two radii
+(must be at most 1e-6) and the number of counterexamples confirmed again by the library's own
+``predict_proba`` (all of them must be).
+
+Veritas (``dtai-veritas``; ``VeritasRobustnessSearch``: binary search on the Linf radius,
+each step bounded by veritas's best-first search over leaf combinations) needs an unbounded,
+unscaled input space and a binary model, so it is compared on Linf with the same models
+refitted on range-scaled data (features divided by the training range) and an unbounded
+feature space of scale 1: time per input, and whether the exact radius lies inside veritas's
+bracket ``[lower, upper]`` (and how wide it is).
 
 Run (one core)::
 
-    PYTHONPATH=src python benchmarks/exact_trees.py --runs 3
-
-Prints a markdown section: per configuration, seconds per input (median over inputs, then
-median over runs; 10th / 90th percentile and max of the pooled per-input times), status
-counts, and the largest relative disagreement of the radii with the first configuration.
+    PYTHONPATH=src python benchmarks/exact_trees.py --n 112
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
+import math
 import os
 import platform
 import sys
@@ -27,15 +46,14 @@ from collections import Counter
 
 import lightgbm as lgb
 import numpy as np
-import xgboost as xgb  # noqa: E402
-from sklearn.datasets import load_breast_cancer  # noqa: E402
-from sklearn.model_selection import train_test_split  # noqa: E402
+import xgboost as xgb
+from sklearn.datasets import load_breast_cancer
+from sklearn.ensemble import RandomForestClassifier
+from sklearn.model_selection import train_test_split
 
-from robustscope.core.space import FeatureSpace  # noqa: E402
-from robustscope.models.trees import check_parsed, wrap_tree_model  # noqa: E402
-from robustscope.solvers.exact_trees import exact_tree_radius  # noqa: E402
-
-CONFIGS = [("highspy", "bisect"), ("highspy", "optimize"), ("scipy", "bisect")]
+from robustscope.core.space import FeatureSpace
+from robustscope.models.trees import check_parsed, wrap_tree_model
+from robustscope.solvers.exact_trees import exact_tree_radius
 
 
 def _data():
@@ -43,92 +61,198 @@ def _data():
     return train_test_split(X, y, test_size=0.25, random_state=0, stratify=y)
 
 
-def _models():
+def _models() -> dict:
     return {
-        "XGBoost (100 trees, depth 6)": xgb.XGBClassifier(
+        "XGBoost (100 trees, depth 6)": lambda: xgb.XGBClassifier(
             n_estimators=100, max_depth=6, n_jobs=1, random_state=0),
-        "LightGBM (100 trees, depth 6, 31 leaves)": lgb.LGBMClassifier(
+        "LightGBM (100 trees, depth 6, 31 leaves)": lambda: lgb.LGBMClassifier(
             n_estimators=100, max_depth=6, num_leaves=31, n_jobs=1, verbose=-1,
             random_state=0),
+        "random forest (50 trees, depth 6)": lambda: RandomForestClassifier(
+            n_estimators=50, max_depth=6, random_state=0, n_jobs=1),
     }
+
+
+def _inputs(Xte: np.ndarray, base: FeatureSpace, n: int, seed: int = 0) -> np.ndarray:
+    """The test rows, then noisy resamples of them, ``(n, d)``, inside ``base``'s bounds."""
+    rng = np.random.default_rng(seed)
+    extra = max(0, n - len(Xte))
+    pick = Xte[rng.integers(0, len(Xte), size=extra)]
+    noisy = pick + rng.normal(size=pick.shape) * 0.05 * base.scale
+    return np.clip(np.vstack([Xte, noisy])[:n], base.lower, base.upper)
+
+
+def _time(fn, *args, **kw):
+    t0 = time.perf_counter()
+    out = fn(*args, **kw)
+    return out, time.perf_counter() - t0
+
+
+def _confirmed(model, res, labels) -> tuple[int, int]:
+    """``(not confirmed, counterexamples)``: how many counterexamples the library's own
+    ``predict_proba`` does not place in another class than the input's label."""
+    found = np.isfinite(res.radius) & (res.radius > 0)
+    x_adv = res.x_adv.numpy()[found]
+    pred = np.asarray(model.predict_proba(x_adv)).argmax(axis=1) if found.any() else []
+    return int(np.sum(pred == labels[found])), int(found.sum())
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--n", type=int, default=100, help="test inputs")
-    ap.add_argument("--runs", type=int, default=3, help="repeats of each configuration")
-    ap.add_argument("--time-limit", type=float, default=10.0, help="seconds per input")
-    ap.add_argument("--threats", default="linf", help="comma list of linf, l1, l2")
-    ap.add_argument("--configs", default="all",
-                    help="comma list of backend:search, e.g. highspy:bisect (default all)")
+    ap.add_argument("--n", type=int, default=112, help="inputs per model and threat")
+    ap.add_argument("--time-limit", type=float, default=30.0, help="seconds per input")
+    ap.add_argument("--threats", default="linf,l1,l2", help="comma list of linf, l1, l2")
+    ap.add_argument("--models", default="all", help="comma list of xgboost, lightgbm, forest")
+    ap.add_argument("--no-reference", action="store_true", help="skip the MILP-alone runs")
+    ap.add_argument("--veritas-n", type=int, default=100, help="inputs for veritas (0: skip)")
     args = ap.parse_args()
-    configs = CONFIGS if args.configs == "all" else [
-        tuple(c.split(":")) for c in args.configs.split(",")]
 
-    Xtr, Xte, ytr, yte = _data()
-    rows, labels = Xte[: args.n], yte[: args.n]
+    Xtr, Xte, ytr, _ = _data()
     base = FeatureSpace.from_data(Xtr)
+    rows = _inputs(Xte, base, args.n)
     space = FeatureSpace.from_arrays(np.minimum(base.lower, rows.min(axis=0)),
                                      np.maximum(base.upper, rows.max(axis=0)),
                                      scale=base.scale)
+    keys = ["xgboost", "lightgbm", "forest"]
+    chosen = keys if args.models == "all" else args.models.split(",")
+    models = {name: make for key, (name, make) in zip(keys, _models().items(), strict=True)
+              if key in chosen}
     threats = args.threats.split(",")
-    lines = [f"{len(rows)} test inputs, true labels, range-scaled units, time limit "
-             f"{args.time_limit:g} s per input, {args.runs} runs per configuration, "
-             f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}, "
-             f"{platform.processor() or platform.machine()}.", "",
-             "| model | leaves | threat | backend / search | median s per input | p10 | p90 "
-             "| max | statuses | max rel. diff of radius |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for name, model in _models().items():
-        model.fit(Xtr, ytr)
+    print(f"{len(rows)} inputs per model and threat (breast-cancer test rows, then noisy "
+          f"resamples), labels = the model's decisions, range-scaled units, time limit "
+          f"{args.time_limit:g} s per input, one core "
+          f"(OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}), "
+          f"{platform.processor() or platform.machine()}. Numbers from a shared machine "
+          "unless regenerated on a quiet one.\n")
+    print("| model | leaves | threat | path | median ms per input | p10 | p90 | max | "
+          "closed without MILP | statuses | counterexamples confirmed by predict_proba | "
+          "max rel. diff to reference |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    medians: dict[tuple[str, str], float] = {}
+    worst_diff = 0.0
+    for name, make in models.items():
+        model = make().fit(Xtr, ytr)
         clf = wrap_tree_model(model)
-        agree = check_parsed(model, clf.ensemble, np.vstack([Xtr, Xte]))
+        agree = check_parsed(model, clf.ensemble, np.vstack([Xtr, rows]))
         if agree != 1.0:
             raise SystemExit(f"{name}: parsed ensemble disagrees with predict ({agree:.4f})")
         leaves = sum(len(t.leaves) for t in clf.ensemble.trees)
+        labels = np.asarray(model.predict_proba(rows)).argmax(axis=1)
         for threat in threats:
-            _bench(name, clf, leaves, rows, labels, space, threat, configs, args, lines)
-    linf = [(row.split(" | ")[0].strip("| "), float(row.split(" | ")[4]))
-            for row in lines if row.startswith("| ") and " | linf | " in row]
-    if linf:
-        worst = max(linf, key=lambda x: x[1])
-        lines += ["", f"Target (exact Linf radius in at most 1 s per input, median): slowest "
-                      f"configuration {worst[1]:.3f} s ({worst[0]}): "
-                      f"{'met' if worst[1] <= 1.0 else 'MISSED'}."]
+            paths = [("fast", True)] + ([] if args.no_reference else [("reference", False)])
+            results = {}
+            for path, prune in paths:
+                res, wall = _time(exact_tree_radius, clf, rows, labels, space, threat,
+                                  time_limit=args.time_limit, prune=prune)
+                results[path] = res
+                ms = res.seconds * 1000
+                bad, total = _confirmed(model, res, labels)
+                if bad:
+                    raise SystemExit(f"{name} {threat} {path}: {bad} counterexamples not "
+                                     "confirmed by predict_proba")
+                diff = "—"
+                if path == "reference":
+                    # compared where both closed the bracket (an input that hit the time
+                    # limit on either path holds a bracket, not a radius)
+                    a, b = results["fast"], res
+                    both = (a.status == "exact") & (b.status == "exact")
+                    rel = float(np.max(np.abs(a.radius[both] - b.radius[both])
+                                       / np.maximum(b.radius[both], 1e-12), initial=0.0))
+                    cens = (a.status == "censored") != (b.status == "censored")
+                    worst_diff = max(worst_diff, rel if not cens.any() else math.inf)
+                    diff = (f"{rel:.1e} on {int(both.sum())} exact on both"
+                            + (f", censoring differs on {int(cens.sum())}" if cens.any()
+                               else ""))
+                closed = res.meta.get("closed_without_milp", 0) if prune else 0
+                counts = Counter(res.status.tolist())
+                medians[(name, threat, path)] = float(np.median(ms))
+                print(f"| {name} | {leaves} | {threat} | {path} | {np.median(ms):.1f} | "
+                      f"{np.percentile(ms, 10):.1f} | {np.percentile(ms, 90):.1f} | "
+                      f"{ms.max():.0f} | {closed}/{len(rows)} | "
+                      + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+                      + f" | {total - bad}/{total} | {diff} |", flush=True)
+                print(f"# {name} {threat} {path}: {wall:.1f} s", file=sys.stderr, flush=True)
+    _targets(medians, worst_diff, args.no_reference)
+    if args.veritas_n > 0:
+        _veritas(Xtr, ytr, Xte, base, models, min(args.veritas_n, args.n), args.time_limit)
+
+
+def _targets(medians: dict, worst_diff: float, no_reference: bool) -> None:
+    def get(model_prefix: str, threat: str) -> float | None:
+        for (name, th, path), v in medians.items():
+            if name.startswith(model_prefix) and th == threat and path == "fast":
+                return v
+        return None
+
+    lines = ["", "Targets (issue 18; fast path, median per input):"]
+    xgb_linf, lgb_linf = get("XGBoost", "linf"), get("LightGBM", "linf")
+    if xgb_linf is not None:
+        lines.append(f"- XGBoost Linf <= 5 ms: {xgb_linf:.1f} ms: "
+                     f"{'met' if xgb_linf <= 5 else 'MISSED'}")
+    if lgb_linf is not None:
+        lines.append(f"- LightGBM Linf <= 20 ms: {lgb_linf:.1f} ms: "
+                     f"{'met' if lgb_linf <= 20 else 'MISSED'}")
+    for prefix in ("XGBoost", "LightGBM", "random forest"):
+        linf = get(prefix, "linf")
+        for threat in ("l1", "l2"):
+            v = get(prefix, threat)
+            if linf and v is not None:
+                lines.append(f"- {prefix} {threat} within 3x of Linf: {v / linf:.1f}x: "
+                             f"{'met' if v <= 3 * linf else 'MISSED'}")
+    if not no_reference:
+        lines.append(f"- same radius as the MILP alone (rel 1e-6): largest difference "
+                     f"{worst_diff:.1e}: {'met' if worst_diff <= 1e-6 else 'MISSED'}")
     print("\n".join(lines))
 
 
-def _bench(name, clf, leaves, rows, labels, space, threat, configs, args, lines) -> None:
-    reference = None
-    # the search mode only matters for Linf (L1 / L2 always minimise the norm)
-    runs = configs if threat == "linf" else list(dict.fromkeys((b, "optimize")
-                                                              for b, _ in configs))
-    for backend, search in runs:
-        medians, pooled, result = [], [], None
-        for _ in range(args.runs):
+def _veritas(Xtr, ytr, Xte, base, models, n, time_limit) -> None:
+    print("\nVeritas, Linf, models refitted on range-scaled features, unbounded space:\n")
+    try:
+        import veritas
+    except ImportError as exc:
+        print(f"veritas not run: `import veritas` failed ({exc}); install `dtai-veritas` "
+              "(benchmarks/peers/requirements.txt)")
+        return
+    scale = base.scale
+    Xs, rows = Xtr / scale, _inputs(Xte, base, n) / scale
+    d = Xs.shape[1]
+    space = FeatureSpace.from_arrays(np.full(d, -np.inf), np.full(d, np.inf))
+    print("| model | inputs | robustscope ms (median) | veritas ms (median) | exact radius in "
+          "veritas's bracket | veritas bracket width rel. (median / max) |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for name, make in models.items():
+        model = make().fit(Xs, ytr)
+        labels = np.asarray(model.predict_proba(rows)).argmax(axis=1)
+        ours = exact_tree_radius(model, rows, labels, space, "linf", time_limit=time_limit)
+        if not name.startswith(("XGBoost", "LightGBM")):
+            # veritas reads a forest's averaged class-1 probability, whose decision is at
+            # 0.5, while its robustness search tests the sign of the output
+            print(f"| {name} | {len(rows)} | {np.median(ours.seconds) * 1000:.1f} | not run: "
+                  "veritas's robustness search decides by the output's sign; a forest's "
+                  "output is a probability | — | — |")
+            continue
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):  # its base-score report
+                at = veritas.get_addtree(model)
+        except Exception as exc:  # a converter veritas lacks: say so
+            print(f"| {name} | {len(rows)} | {np.median(ours.seconds) * 1000:.1f} | not run: "
+                  f"{type(exc).__name__}: {exc} | — | — |")
+            continue
+        secs, inside, width = [], 0, []
+        for x0, yi, r in zip(rows, labels, ours.radius, strict=True):
             t0 = time.perf_counter()
-            result = exact_tree_radius(clf, rows, labels, space, threat,
-                                       time_limit=args.time_limit, backend=backend,
-                                       linf_search=search)
-            wall = time.perf_counter() - t0
-            timed = result.seconds[result.status != "misclassified"]
-            medians.append(float(np.median(timed)))
-            pooled.append(timed)
-            print(f"# {name} {threat} {backend}/{search}: run {wall:.1f} s, median "
-                  f"{medians[-1]:.3f} s", file=sys.stderr, flush=True)
-        allt = np.concatenate(pooled)
-        counts = Counter(result.status.tolist())
-        if reference is None:
-            reference, diff = result.radius, 0.0
-        else:
-            ok = np.isfinite(reference) & np.isfinite(result.radius) & (reference > 0)
-            diff = float(np.max(np.abs(result.radius[ok] - reference[ok]) / reference[ok]))
-        lines.append(
-            f"| {name} | {leaves} | {threat} | {backend} / {search} | "
-            f"{np.median(medians):.3f} | {np.percentile(allt, 10):.3f} | "
-            f"{np.percentile(allt, 90):.3f} | {allt.max():.3f} | "
-            + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
-            + f" | {diff:.1e} |")
+            search = veritas.VeritasRobustnessSearch(
+                x0, 1.0, at if yi == 1 else None, at if yi == 0 else None,
+                max_time=time_limit, silent=True)
+            _, lo, up = search.search()
+            secs.append(time.perf_counter() - t0)
+            # veritas's upper end carries its search guard of 1e-4 (a closest example is
+            # put 1e-4 inside a box), hence the slack
+            inside += int(lo <= r * (1 + 1e-9) and r <= up + 1e-4 + 1e-9)
+            width.append((up - lo) / max(r, 1e-12))
+        print(f"| {name} | {len(rows)} | {np.median(ours.seconds) * 1000:.1f} | "
+              f"{np.median(secs) * 1000:.1f} | {inside}/{len(rows)} | "
+              f"{np.median(width):.1e} / {np.max(width):.1e} |", flush=True)
 
 
 if __name__ == "__main__":

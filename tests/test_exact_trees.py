@@ -28,7 +28,8 @@ from robustscope.models.trees import (
     parse_tree_model,
     wrap_tree_model,
 )
-from robustscope.solvers.exact_trees import _right_start, exact_tree_radius
+from robustscope.solvers.exact_trees import exact_tree_radius
+from robustscope.solvers.tree_program import right_start
 from robustscope.threats import get_threat
 
 xgb = pytest.importorskip("xgboost")
@@ -132,7 +133,7 @@ def test_right_start_float32_rounding() -> None:
     rng = np.random.default_rng(1)
     t = rng.normal(size=200) * 10.0 ** rng.integers(-3, 4, size=200)
     for strict, f32 in itertools.product((True, False), repeat=2):
-        r = _right_start(t, strict, f32)
+        r = right_start(t, strict, f32)
         for v, want_left in ((r, False), (np.nextafter(r, -np.inf), True)):
             seen = v.astype(np.float32).astype(np.float64) if f32 else v
             goes_left = seen < t if strict else seen <= t
@@ -234,7 +235,7 @@ def test_targeted_radius_equals_brute_force(threat: str) -> None:
 
 
 # derandomized: the same examples on every run, so that CI is deterministic; the one case
-# found open so far is kept below as a known failure
+# it found open (LightGBM's zero band) is kept below as a regression test
 @settings(max_examples=8, deadline=None, derandomize=True)
 @given(seed=st.integers(0, 10_000), kind=st.sampled_from(["xgb", "rf", "lgb"]),
        threat=st.sampled_from(["linf", "l1", "l2"]), n_classes=st.sampled_from([2, 3]))
@@ -243,11 +244,32 @@ def test_property_random_models_match_brute_force(seed: int, kind: str, threat: 
     _check_random_model_against_brute_force(seed, kind, threat, n_classes)
 
 
-@pytest.mark.xfail(strict=True, reason="known: on this 3-class LightGBM model the Linf "
-                   "bracket of input 4 stays open (0.3370 certified, 0.3449 verified); found by "
-                   "the property test above, present before the one-engine refactor too")
-def test_known_open_bracket_lightgbm_multiclass_linf() -> None:
+def test_lightgbm_zero_band_bracket_closes() -> None:
+    """Found by the property test: LightGBM reads every |v| <= 1e-35 as 0, so a split at
+    -1e-35 sends -1e-35 itself right; the counterexample put there failed verification and
+    the Linf bracket of input 4 stayed open (0.3370 certified, 0.3449 verified)."""
     _check_random_model_against_brute_force(199, "lgb", "linf", 3)
+
+
+def test_lightgbm_zero_band_routing() -> None:
+    rng = np.random.default_rng(199)
+    X = rng.normal(size=(120, 2))
+    y = rng.integers(0, 3, size=120)
+    model = lgb.LGBMClassifier(n_estimators=3, num_leaves=4, min_child_samples=5, verbose=-1,
+                               n_jobs=1, random_state=199).fit(X, y)
+    ens = parse_tree_model(model)
+    kz = float(np.float32(1e-35))
+    assert ens.zero_band == kz
+    near = np.array([-1.0, -kz, np.nextafter(-kz, -1), np.nextafter(-kz, 1), 0.0, kz,
+                     np.nextafter(kz, 1), 1e-30])
+    rows = np.array([[a, b] for a in near for b in near])
+    np.testing.assert_array_equal(ens.predict(rows),
+                                  np.asarray(model.predict_proba(rows)).argmax(axis=1))
+    thresholds = np.array([-1e-30, -kz, -kz / 2, 0.0, kz / 2, kz, 1e-30])
+    r = right_start(thresholds, False, False, kz)
+    for t, start in zip(thresholds, r, strict=True):
+        assert not ens.goes_left(np.array([start]), t)[0]
+        assert ens.goes_left(np.array([np.nextafter(start, -np.inf)]), t)[0]
 
 
 def _check_random_model_against_brute_force(seed: int, kind: str, threat: str,

@@ -36,6 +36,9 @@ from robustscope.models.base import PROBA_FLOOR, Classifier
 from robustscope.models.names import feature_names, named_input
 from robustscope.models.threads import current_threads
 
+#: LightGBM's ``kZeroThreshold`` (``1e-35f`` as a double): its predictor builds a sparse row
+#: and skips every value with ``|v| <= kZeroThreshold``, which then reads as 0 at every split.
+LIGHTGBM_ZERO_BAND = float(np.float32(1e-35))
 #: Links from raw scores to probabilities (the decision is the argmax of the scores for all).
 LINKS = ("sigmoid", "softmax", "average")
 
@@ -81,6 +84,8 @@ class TreeEnsemble:
     n_classes, n_features : sizes.
     strict : True when ``x < t`` goes left (XGBoost), False for ``x <= t``.
     input_float32 : True when the library casts inputs to float32 before comparing.
+    zero_band : inputs with ``|v| <= zero_band`` are read as exactly 0 before comparing
+        (LightGBM drops them as zeros of a sparse row: ``LIGHTGBM_ZERO_BAND``); 0 for none.
     source : the library and class the ensemble was read from.
     """
 
@@ -92,6 +97,7 @@ class TreeEnsemble:
     strict: bool
     input_float32: bool
     source: str = "tree ensemble"
+    zero_band: float = 0.0
     classes: np.ndarray | None = None
     meta: dict = field(default_factory=dict)
 
@@ -122,6 +128,8 @@ class TreeEnsemble:
         v = np.asarray(v, dtype=np.float64)
         if self.input_float32:
             v = v.astype(np.float32).astype(np.float64)
+        if self.zero_band > 0:
+            v = np.where(np.abs(v) <= self.zero_band, 0.0, v)
         return v < t if self.strict else v <= t
 
     def leaf_index(self, X: np.ndarray) -> np.ndarray:
@@ -349,6 +357,7 @@ def _parse_lightgbm(model) -> TreeEnsemble:
     n_features = int(doc["max_feature_idx"]) + 1
     ens = TreeEnsemble(trees, np.zeros(n_scores), link, n_classes, n_features, strict=False,
                        input_float32=False, source=f"lightgbm.{name}",
+                       zero_band=LIGHTGBM_ZERO_BAND,
                        classes=getattr(model, "classes_", None))
     _check_offset(ens, lambda X: np.asarray(
         booster.predict(X, raw_score=True, num_iteration=num_iteration),

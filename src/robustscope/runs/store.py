@@ -322,8 +322,9 @@ class ResultStore:
 
     def _migrate_from_1(self) -> None:
         """Version 1 -> 2: the status check of ``radii`` takes the statuses of today's
-        :data:`STATUSES` (``satisfied`` and ``invalid`` were added after version 1). One transaction under
-        the write lock; a process that finds the store already migrated does nothing."""
+        :data:`STATUSES` (``satisfied`` and ``invalid`` were added after version 1). One
+        transaction under the write lock; a process that finds the store already migrated does
+        nothing."""
         try:
             with self._tx(write=True) as conn:
                 if self.backend == "postgresql":  # several openers: one migrates

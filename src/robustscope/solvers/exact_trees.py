@@ -21,6 +21,14 @@ Norms: Linf and L1 costs are linear in the predicates (a telescoping sum along e
 ordered cuts); L2 minimises the *squared* norm, which telescopes the same way, so all three
 are plain MILPs solved by HiGHS.
 
+Build once, prune first: the input-independent program (:mod:`tree_program`) and the
+leaves' boxes (:mod:`tree_bounds`) are built once per (ensemble, feature space) and cached by
+content; one HiGHS instance is kept per worker thread. Each input is first bracketed
+without a program (:func:`_prune`: the independent-trees lower bound, greedy leaf walks for
+a verified counterexample); most inputs close there, and the MILP search below runs only on
+the open bracket, over the cuts within its counterexample's radius. ``prune=False`` runs the
+MILP search alone (the reference of the tests and the benchmark).
+
 Search: programs are solved with a radius cutoff; every cut whose crossing alone costs more
 is fixed to the input's side before the program is built, so unreachable leaves and trees
 that cannot change drop out and HiGHS sees small programs. The cutoff starts at twice the
@@ -44,11 +52,14 @@ Missing values are not modelled (inputs are finite); see :mod:`robustscope.model
 from __future__ import annotations
 
 import functools
+import hashlib
 import importlib.util
 import math
 import os
 import sys
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -69,155 +80,38 @@ from robustscope.models.trees import (
     parse_tree_model,
 )
 from robustscope.solvers.output import SolverOutput
+from robustscope.solvers.tree_bounds import (
+    LeafBoxes,
+    box_point,
+    certified_index,
+    greedy,
+    leaf_boxes,
+    leaf_reach,
+    max_gain,
+)
+from robustscope.solvers.tree_program import (
+    INTEGRAL_TYPES,
+    LEAF,
+    LEFT,
+    Costs,
+    Program,
+    build_program,
+    construct,
+    input_costs,
+    norm,
+)
 from robustscope.threats import LpThreat, get_threat
 
 #: ``check(x_adv) -> class``: the model's class at a counterexample ``(d,)`` of the input
 #: being solved when the statement holds there, else -1.
 Check = Callable[[np.ndarray], int]
 
-_INTEGRAL = ("integer", "binary", "categorical")
 #: Relative gap under which a bracket counts as closed.
 EXACT_RTOL = 1e-7
 #: HiGHS optimality gaps (relative, absolute) asked for.
 MIP_REL_GAP = 1e-9
 MIP_ABS_GAP = 1e-12
 
-
-def _right_start(t: np.ndarray, strict: bool, float32: bool) -> np.ndarray:
-    """Smallest float64 value ``v`` that the library routes right of threshold ``t``."""
-    t = np.asarray(t, dtype=np.float64)
-    with np.errstate(over="ignore", invalid="ignore"):
-        if not float32:
-            return t.copy() if strict else np.nextafter(t, np.inf)
-        t32 = t.astype(np.float32)
-        t32d = t32.astype(np.float64)
-        bump = t32d < t if strict else t32d <= t
-        u32 = np.where(bump, np.nextafter(t32, np.float32(np.inf)), t32)
-        w32 = np.nextafter(u32, np.float32(-np.inf))
-        m = (u32.astype(np.float64) + w32.astype(np.float64)) / 2.0  # exact in float64
-        r = np.where(m.astype(np.float32) >= u32, m, np.nextafter(m, np.inf))
-        return np.where(np.isfinite(u32), r, u32.astype(np.float64))
-
-
-@dataclass
-class _TreeNodes:
-    """One tree in program form: ``pred[i]`` is the predicate index of an inner node, or
-    ``_LEFT`` / ``_RIGHT`` when every valid value takes that side, or ``_LEAF``."""
-
-    pred: np.ndarray
-    left: np.ndarray
-    right: np.ndarray
-    scores: np.ndarray  # (n_nodes, n_classes) class-score contribution at leaves
-
-
-_LEAF, _LEFT, _RIGHT = -3, -2, -1
-
-
-@dataclass
-class _Program:
-    """The input-independent part of the MILP for one (ensemble, feature space)."""
-
-    pred_feature: np.ndarray   # (n_pred,)
-    pred_cut: np.ndarray       # (n_pred,) cut value r: x < r is "left" (p = 1)
-    pred_left: np.ndarray      # (n_pred,) largest valid value left of the cut
-    feature_preds: list[np.ndarray]  # per feature, predicate indices sorted by cut
-    trees: list[_TreeNodes]
-    const_scores: np.ndarray   # (n_classes,) offset plus constant trees
-    groups: list[np.ndarray]   # one-hot groups as predicate indices (cut at 1)
-    tie_tol: float
-
-    @property
-    def n_pred(self) -> int:
-        return len(self.pred_cut)
-
-    @property
-    def n_leaf(self) -> int:
-        return int(sum((t.pred == _LEAF).sum() for t in self.trees))
-
-
-def _build_program(ens: TreeEnsemble, space: FeatureSpace) -> _Program:
-    d = ens.n_features
-    types = space.types
-    integral = np.isin(types, _INTEGRAL)
-    lo = np.where(integral, np.ceil(space.lower), space.lower)
-    hi = np.where(integral, np.floor(space.upper), space.upper)
-    # cut of each (feature, threshold); categorical features always get the cut at 1
-    thresholds = ens.thresholds_by_feature()
-    cut_values: list[np.ndarray] = []
-    for f in range(d):
-        r = _cut_of(thresholds[f], ens, bool(integral[f]))
-        if types[f] == "categorical":
-            r = np.append(r, 1.0)
-        active = (r > lo[f]) & (r <= hi[f])
-        cut_values.append(np.unique(r[active]))
-    pred_feature = np.concatenate([np.full(len(c), f, dtype=np.int64)
-                                   for f, c in enumerate(cut_values)])
-    pred_cut = np.concatenate(cut_values)
-    pred_left = np.where(integral[pred_feature], pred_cut - 1.0,
-                         np.nextafter(pred_cut, -np.inf))
-    feature_preds, start = [], 0
-    for c in cut_values:
-        feature_preds.append(np.arange(start, start + len(c)))
-        start += len(c)
-
-    const = ens.offset.copy()
-    trees = []
-    for tree in ens.trees:
-        scores = tree.value
-        if ens.link == "sigmoid":
-            scores = np.hstack([np.zeros_like(scores), scores])
-        if tree.feature[0] < 0:  # a single leaf: a constant
-            const = const + tree.value[0]
-            continue
-        pred = np.full(len(tree.feature), _LEAF, dtype=np.int64)
-        for node in np.flatnonzero(tree.feature >= 0):
-            f = int(tree.feature[node])
-            r = _cut_of(tree.threshold[node:node + 1], ens, bool(integral[f]))[0]
-            if r <= lo[f]:
-                pred[node] = _RIGHT
-            elif r > hi[f]:
-                pred[node] = _LEFT
-            else:
-                pred[node] = feature_preds[f][int(np.searchsorted(cut_values[f], r))]
-        trees.append(_TreeNodes(pred, tree.left, tree.right, scores))
-    if ens.link == "sigmoid":
-        const = np.concatenate([[0.0], const])
-    groups = []
-    for g in space.groups:
-        members = []
-        for f in g:
-            k = int(np.searchsorted(cut_values[f], 1.0))
-            if k >= len(cut_values[f]) or cut_values[f][k] != 1.0:
-                raise InputError(f"feature '{space.names[f]}': a categorical feature must "
-                                 "allow both 0 and 1 (bounds [0, 1])")
-            members.append(int(feature_preds[f][k]))
-        groups.append(np.array(members, dtype=np.int64))
-    spread = sum(float(np.abs(t.value).max()) for t in ens.trees) + float(np.abs(const).max())
-    tie_tol = (1e-6 if ens.meta.get("float32_scores") else 1e-9) * (1.0 + spread)
-    return _Program(pred_feature, pred_cut, pred_left, feature_preds, trees, const, groups,
-                    tie_tol)
-
-
-def _cut_of(t: np.ndarray, ens: TreeEnsemble, integral: bool) -> np.ndarray:
-    r = _right_start(t, ens.strict, ens.input_float32)
-    return np.ceil(r) if integral else r
-
-
-# -- per input ---------------------------------------------------------------------------------
-@dataclass
-class _Costs:
-    origin_left: np.ndarray  # (n_pred,) bool: x0 < cut, i.e. p = 1 at the input
-    cost: np.ndarray         # (n_pred,) scaled distance to the nearest valid value across
-    frozen: np.ndarray       # (n_pred,) bool: held at the input's side (immutable feature)
-    power: float             # 2 for L2 (the program minimises the squared norm), else 1
-
-
-def _input_costs(prog: _Program, x0: np.ndarray, space: FeatureSpace, p: float) -> _Costs:
-    f = prog.pred_feature
-    origin_left = x0[f] < prog.pred_cut
-    dist = np.where(origin_left, prog.pred_cut - x0[f], x0[f] - prog.pred_left)
-    return _Costs(origin_left, dist / space.scale[f], ~space.mutable[f],
-                  2.0 if p == 2.0 else 1.0)
 
 
 @dataclass
@@ -241,7 +135,7 @@ class _Reduced:
     unit: float = 1.0         # costs in the program are divided by this (keeps them O(1))
 
 
-def _reduce(prog: _Program, costs: _Costs, cutoff: float, linf: bool,
+def _reduce(prog: Program, costs: Costs, cutoff: float, linf: bool,
             feasibility: bool = False) -> _Reduced:
     """Fix every predicate whose crossing alone costs more than ``cutoff`` (objective units)
     to the input's side, drop the leaves no free predicate can reach, and build the rows.
@@ -276,21 +170,21 @@ def _reduce(prog: _Program, costs: _Costs, cutoff: float, linf: bool,
     for tree in prog.trees:
         # follow fixed predicates; branch on free ones
         node = 0
-        while tree.pred[node] != _LEAF and (tree.pred[node] < 0 or state[tree.pred[node]] >= 0):
+        while tree.pred[node] != LEAF and (tree.pred[node] < 0 or state[tree.pred[node]] >= 0):
             k = tree.pred[node]
-            go_left = k == _LEFT or (k >= 0 and state[k] == 1)
+            go_left = k == LEFT or (k >= 0 and state[k] == 1)
             node = int(tree.left[node] if go_left else tree.right[node])
-        if tree.pred[node] == _LEAF:
+        if tree.pred[node] == LEAF:
             const += tree.scores[node]
             continue
 
         def visit(node: int, tree=tree) -> list[int]:
             k = tree.pred[node]
-            if k == _LEAF:
+            if k == LEAF:
                 leaf_scores.append(tree.scores[node])
                 return [n_p + len(leaf_scores) - 1]
             if k < 0 or state[k] >= 0:
-                go_left = k == _LEFT or (k >= 0 and state[k] == 1)
+                go_left = k == LEFT or (k >= 0 and state[k] == 1)
                 return visit(int(tree.left[node] if go_left else tree.right[node]))
             left = visit(int(tree.left[node]))
             right = visit(int(tree.right[node]))
@@ -446,18 +340,32 @@ def _new_highs():
     return h
 
 
+_WORKER = threading.local()
+
+
+def _worker_highs(options: dict):
+    """This thread's ``highspy.Highs``, kept between programs and inputs (created, and its
+    options set, once per thread and option set); each program replaces the last one."""
+    key = tuple(sorted(options.items()))
+    h = getattr(_WORKER, "highs", None)
+    if h is None or _WORKER.key != key:
+        h = _new_highs()
+        h.setOptionValue("output_flag", False)
+        for name, value in options.items():
+            h.setOptionValue(name, value)
+        h.setOptionValue("threads", 1)
+        h.setOptionValue("mip_rel_gap", MIP_REL_GAP)
+        h.setOptionValue("mip_abs_gap", MIP_ABS_GAP)
+        _WORKER.highs, _WORKER.key = h, key
+    return h
+
+
 def _run_highspy(a, row_lo, row_hi, col_lo, col_hi, obj, offset, integrality, n_pred,
                  time_limit, options: dict) -> _Solve:
     import highspy
 
-    h = _new_highs()
-    h.setOptionValue("output_flag", False)
-    for key, value in options.items():
-        h.setOptionValue(key, value)
-    h.setOptionValue("threads", 1)
+    h = _worker_highs(options)
     h.setOptionValue("time_limit", max(float(time_limit), 1e-3))
-    h.setOptionValue("mip_rel_gap", MIP_REL_GAP)
-    h.setOptionValue("mip_abs_gap", MIP_ABS_GAP)
     lp = highspy.HighsLp()
     lp.num_col_ = a.shape[1]
     lp.num_row_ = a.shape[0]
@@ -519,26 +427,6 @@ def _run_scipy(a, row_lo, row_hi, col_lo, col_hi, obj, offset, integrality, n_pr
     return _Solve("error", np.inf, 0.0, p)
 
 
-def _construct(prog: _Program, x0: np.ndarray, p: np.ndarray) -> np.ndarray:
-    """The nearest valid point of the cell that predicates ``p`` select, ``(d,)``."""
-    x = x0.copy()
-    for f, preds in enumerate(prog.feature_preds):
-        if len(preds) == 0:
-            continue
-        cuts = prog.pred_cut[preds]
-        right_of = p[preds] < 0.5
-        a = cuts[right_of].max() if right_of.any() else -np.inf
-        b_idx = np.flatnonzero(~right_of)
-        if x0[f] < a:
-            x[f] = a
-        elif len(b_idx) and x0[f] >= cuts[b_idx[0]]:
-            x[f] = prog.pred_left[preds[b_idx[0]]]
-    return x
-
-
-def _norm(u: np.ndarray, p: float) -> float:
-    return float(np.linalg.norm(u, ord=p)) if len(u) else 0.0
-
 
 # -- public entry -----------------------------------------------------------------------------
 def exact_tree_radius(
@@ -556,6 +444,7 @@ def exact_tree_radius(
     target: int | None = None,
     verify: Callable[[int, np.ndarray], int] | None = None,
     clean_class: np.ndarray | None = None,
+    prune: bool = True,
     threads: str | int | None = AUTO,
 ) -> SolverOutput:
     """Exact radius of robustness of a tree ensemble, per input.
@@ -590,6 +479,10 @@ def exact_tree_radius(
         ``forward_queries`` of the result.
     clean_class : ``(n,)`` the model's decision at each input when already known (saves a
         query per input).
+    prune : bracket each input first without a program (:func:`_prune`: the
+        independent-trees lower bound, greedy leaf walks for a counterexample) and solve
+        programs only where the bracket stays open, over the cuts within its counterexample's
+        radius. ``False`` runs the MILP search alone (the reference the tests compare with).
     threads : thread use, as for :func:`robustscope.radius`: ``"auto"`` (HiGHS runs on one
         thread; the model's checks, one row at a time, too), an int, or ``None`` (leave the
         model's and the native pools' settings alone); restored on return. Inside a search
@@ -599,19 +492,20 @@ def exact_tree_radius(
     verified counterexample (``inf`` where none), ``lower_bound`` the MILP's certified bound,
     ``status`` ``exact`` (bracket closed), ``attacked`` (open: time limit or failed
     verification), ``censored``, ``misclassified`` or ``satisfied``; ``adv_prediction`` the
-    model's class at the counterexample; ``meta`` the program's size and the inputs whose
-    verification failed.
+    model's class at the counterexample; ``meta`` the program's size, the inputs whose
+    verification failed, ``program_cached`` (the program came from the cache) and
+    ``closed_without_milp`` (inputs whose bracket the pruning closed).
     """
     threads = check_threads(threads)
     with limited_threads(threads, int(np.prod(np.shape(x)))):
         return _exact_tree_radius(model, x, y, space, threat, time_limit, max_radius, backend,
                                   growth, linf_search, highs_options, target, verify,
-                                  clean_class)
+                                  clean_class, prune)
 
 
 def _exact_tree_radius(model, x, y, space, threat, time_limit, max_radius, backend, growth,
                        linf_search, highs_options, target, verify,
-                       clean_class) -> SolverOutput:
+                       clean_class, prune) -> SolverOutput:
     clf = _as_classifier(model)
     ens = clf.ensemble
     threat = get_threat(threat)
@@ -638,7 +532,8 @@ def _exact_tree_radius(model, x, y, space, threat, time_limit, max_radius, backe
     if max_radius is not None and not max_radius > 0:
         raise InputError(f"max_radius must be > 0, got {max_radius}")
 
-    prog = _build_program(ens, space)
+    comp, cached = _compiled(ens, space)
+    prog = comp.prog
     opts = dict(HIGHS_OPTIONS if highs_options is None else highs_options)
     solver = _Backend(backend, tuple(sorted(opts.items())))
     ledger = QueryLedger(n)
@@ -650,6 +545,7 @@ def _exact_tree_radius(model, x, y, space, threat, time_limit, max_radius, backe
     parsed_pred = ens.predict(x_np)
     out = _empty(n, x_np)
     failures: list[int] = []
+    n_pruned = 0
     for i in range(n):
         t0 = time.perf_counter()
         x0, yi = x_np[i], int(y_np[i])
@@ -661,14 +557,23 @@ def _exact_tree_radius(model, x, y, space, threat, time_limit, max_radius, backe
             out["adv_class"][i] = model_pred[i]
             out["seconds"][i] = time.perf_counter() - t0
             continue
-        if threat.p == math.inf and linf_search == "bisect":
+        start = None
+        if prune:
+            start = _prune(comp, ens, check, space, x0, yi, target, threat.p, max_radius,
+                           growth)
+        if start is not None and (start.closed() or math.isinf(start.lower) or (
+                max_radius is not None and start.lower > max_radius)):
+            best_r, best_x, best_cls, lower, failed = (start.radius, start.x, start.cls,
+                                                       start.lower, False)
+            n_pruned += 1
+        elif threat.p == math.inf and linf_search == "bisect":
             best_r, best_x, best_cls, lower, failed = _linf_search(
                 prog, check, ens, space, x0, yi, target, t0 + time_limit, max_radius, solver,
-                growth)
+                growth, start)
         else:
             best_r, best_x, best_cls, lower, failed = _solve_input(
                 prog, check, ens, space, threat, x0, yi, target, t0 + time_limit, max_radius,
-                solver, growth)
+                solver, growth, start)
         if failed:
             failures.append(i)
         if parsed_pred[i] != model_pred[i]:
@@ -676,42 +581,234 @@ def _exact_tree_radius(model, x, y, space, threat, time_limit, max_radius, backe
         _finish(out, i, best_r, best_x, best_cls, lower, time.perf_counter() - t0)
     meta = {"solver": "exact-trees", "backend": backend, "time_limit": time_limit,
             "max_radius": max_radius, "tie_tol": prog.tie_tol, "n_predicates": prog.n_pred,
-            "n_leaves": prog.n_leaf, "verification_failures": failures}
+            "n_leaves": prog.n_leaf, "verification_failures": failures,
+            "program_cached": cached, "closed_without_milp": n_pruned}
     return SolverOutput(x_adv=torch.as_tensor(out["x_adv"]), radius=out["radius"],
                         lower_bound=out["lower"], status=out["status"],
                         adv_prediction=out["adv_class"], forward_queries=ledger.forward.copy(),
                         seconds=out["seconds"], meta=meta)
 
 
-def _solve_input(prog: _Program, check: Check, ens: TreeEnsemble,
+# -- build once per (ensemble, feature space) -------------------------------------------------
+@dataclass
+class _Compiled:
+    """What every input of one (ensemble, feature space) shares."""
+
+    prog: Program
+    boxes: LeafBoxes
+
+
+#: Compiled programs of recent (ensemble, feature space) pairs, keyed on their content, so a
+#: refitted or edited model, or another space, never meets a stale program.
+_CACHE: OrderedDict[bytes, _Compiled] = OrderedDict()
+_CACHE_SIZE = 8
+_CACHE_LOCK = threading.Lock()
+
+
+def _content_key(ens: TreeEnsemble, space: FeatureSpace) -> bytes:
+    h = hashlib.blake2b(digest_size=20)
+    for t in ens.trees:
+        for a in (t.feature, t.threshold, t.left, t.right, t.value):
+            h.update(np.ascontiguousarray(a).tobytes())
+    h.update(ens.offset.tobytes())
+    h.update(repr((ens.link, ens.n_classes, ens.n_features, ens.strict, ens.input_float32,
+                   ens.zero_band, bool(ens.meta.get("float32_scores")))).encode())
+    for a in (space.lower, space.upper, space.scale, space.mutable):
+        h.update(np.ascontiguousarray(a, dtype=np.float64).tobytes())
+    h.update(repr(list(space.types)).encode())
+    h.update(repr([np.asarray(g).tolist() for g in space.groups]).encode())
+    return h.digest()
+
+
+def _compiled(ens: TreeEnsemble, space: FeatureSpace) -> tuple[_Compiled, bool]:
+    """The program of ``(ens, space)``, built on first use; ``(compiled, was_cached)``."""
+    key = _content_key(ens, space)
+    with _CACHE_LOCK:
+        hit = _CACHE.get(key)
+        if hit is not None:
+            _CACHE.move_to_end(key)
+            return hit, True
+    prog = build_program(ens, space)
+    comp = _Compiled(prog, leaf_boxes(prog, ens.n_features))
+    with _CACHE_LOCK:
+        _CACHE[key] = comp
+        while len(_CACHE) > _CACHE_SIZE:
+            _CACHE.popitem(last=False)
+    return comp, False
+
+
+# -- pruning: a cheap bracket before any program is solved ------------------------------------
+@dataclass
+class _Bracket:
+    """What :func:`_prune` settled for one input: ``cand[index]`` (Linf candidate radii of
+    the input) is certified free of counterexamples (-1: nothing certified), so the radius is
+    at least ``lower``; ``radius`` / ``x`` / ``cls`` a verified counterexample (``inf`` when
+    none was found); ``clean`` the parsed class scores at the input ``(K,)``."""
+
+    index: int
+    lower: float
+    radius: float
+    x: np.ndarray
+    cls: int
+    clean: np.ndarray
+
+    def closed(self) -> bool:
+        return (np.isfinite(self.radius)
+                and self.radius - self.lower <= EXACT_RTOL * max(self.radius, 1e-12))
+
+
+#: Greedy leaf walks tried per input (at growing Linf radii) before the MILP takes over.
+GREEDY_TRIES = 4
+
+
+def _prune(comp: _Compiled, ens: TreeEnsemble, check: Check, space: FeatureSpace,
+           x0: np.ndarray, yi: int,
+           target: int | None, p: float, max_radius: float | None, growth: float
+           ) -> _Bracket:
+    """Bracket one input's radius without a program: the independent-trees bound over the
+    leaves' Lp reach certifies the largest radius it can, and greedy leaf walks from there
+    (up to :data:`GREEDY_TRIES` radii, growing by ``growth``) look for a counterexample,
+    verified with ``check``. For Linf the candidates are the input's crossing costs (the
+    radius is one of them), and ``index`` is set for :func:`_linf_search`."""
+    prog, boxes = comp.prog, comp.boxes
+    costs = input_costs(prog, x0, space, p)
+    reach_inf = leaf_reach(boxes, costs)
+    own = reach_inf == 0.0  # the input's own leaf in every tree (every crossing costs > 0)
+    clean = boxes.const + boxes.scores[own].sum(axis=0)
+    if p == math.inf:
+        reach = reach_inf
+        all_costs = np.unique(costs.cost[~costs.frozen])
+    else:
+        reach = leaf_reach(boxes, costs, p)
+        all_costs = np.unique(reach[np.isfinite(reach) & (reach > 0)])
+    cand = all_costs if max_radius is None else all_costs[all_costs <= max_radius]
+    k_cls = len(clean)
+    # a class j beats the label when it gains at least its margin (argmax tie rule)
+    margins = np.array([0.0 if j < yi else prog.tie_tol for j in range(k_cls)])
+    margins[yi] = np.inf
+    if target is not None:
+        margins[np.arange(k_cls) != target] = np.inf
+    index = certified_index(boxes, reach, cand, yi, margins) if len(cand) else -1
+    # radius > cand[index], and every radius is at least the next candidate
+    nxt = int(np.searchsorted(all_costs, cand[index], side="right")) if index >= 0 else 0
+    lower = float(all_costs[nxt]) if nxt < len(all_costs) else np.inf
+    bracket = _Bracket(index if p == math.inf else -1, lower, np.inf, x0.copy(), -1, clean)
+    if index + 1 >= len(cand):
+        return bracket
+    rivals = [target] if target is not None else [
+        int(j) for j in np.argsort(clean[yi] - clean, kind="stable") if j != yi]
+    k = index + 1
+    for _ in range(GREEDY_TRIES):
+        eps = float(cand[k])
+        bound = max_gain(boxes, reach, eps, yi)
+        for j in rivals:
+            if bound[j] < margins[j]:
+                continue  # this class cannot win within eps
+            walk = greedy(boxes, reach, eps, boxes.scores[:, j] - boxes.scores[:, yi])
+            if walk is None:
+                continue
+            lo, hi, scores = walk
+            if not _decides(scores, yi, target, prog.tie_tol):
+                continue
+            x_adv = box_point(prog, x0, lo, hi)
+            if not _one_hot_ok(space, x_adv):
+                continue
+            if norm((x_adv - x0) / space.scale, p) > lower * (1 + EXACT_RTOL):
+                x_adv = _shrink(ens, space, x0, x_adv, cand[index + 1:k + 1], yi, target,
+                                prog.tie_tol)
+            r = norm((x_adv - x0) / space.scale, p)
+            if max_radius is not None and r > max_radius:
+                continue  # beyond the radius of interest (L1 / L2 only)
+            cls = check(x_adv)
+            if cls < 0:  # the model settles a near-tie the other way: the MILP decides
+                continue
+            bracket.radius = r
+            bracket.x, bracket.cls = x_adv, cls
+            return bracket
+        if k == len(cand) - 1:
+            break
+        k = min(len(cand) - 1, max(k + 1, int(np.searchsorted(cand, eps * growth))))
+    return bracket
+
+
+#: Radii tried at once when a greedy counterexample is pulled towards its input.
+SHRINK_STEPS = 24
+
+
+def _shrink(ens: TreeEnsemble, space: FeatureSpace, x0: np.ndarray, x_adv: np.ndarray,
+            radii: np.ndarray, yi: int, target: int | None, tie_tol: float) -> np.ndarray:
+    """Pull a counterexample ``(d,)`` towards ``x0``: its move clipped to each Linf radius in
+    ``radii`` (at most :data:`SHRINK_STEPS` of them, one batch through the parsed ensemble);
+    the smallest that still decides is returned (``x_adv`` when none does). Clipping keeps
+    every feature between ``x0`` and ``x_adv`` (inside the bounds; immutable features do not
+    move); a clipped point that would give an integer, binary or one-hot feature a value
+    other than the input's or the counterexample's is not tried."""
+    if len(radii) == 0:
+        return x_adv
+    radii = radii[np.unique(np.linspace(0, len(radii) - 1, SHRINK_STEPS).astype(np.int64))]
+    step = (x_adv - x0)[None, :]
+    reach = radii[:, None] * space.scale[None, :]
+    pts = x0[None, :] + np.clip(step, -reach, reach)
+    integral = np.isin(space.types, INTEGRAL_TYPES)
+    moved = (pts != x0[None, :]) & (pts != x_adv[None, :])
+    pts = pts[~(moved & integral[None, :]).any(axis=1)]
+    if len(pts) == 0:
+        return x_adv
+    scores = ens.class_scores(pts)
+    for row, sc in zip(pts, scores, strict=True):
+        if _decides(sc, yi, target, tie_tol):
+            return row
+    return x_adv
+
+
+def _decides(scores: np.ndarray, yi: int, target: int | None, tie_tol: float) -> bool:
+    """Whether class scores ``(K,)`` change the decision (reach the target), with a margin
+    of ``tie_tol`` wherever argmax's tie rule would not already settle it."""
+    winner = int(np.argmax(scores))
+    if target is not None and winner != target:
+        return False
+    if winner == yi:
+        return False
+    others = np.delete(scores, winner)
+    return bool(scores[winner] - others.max() >= tie_tol)
+
+
+def _one_hot_ok(space: FeatureSpace, x: np.ndarray) -> bool:
+    return all(np.isclose(x[np.asarray(g)].sum(), 1.0) for g in space.groups)
+
+
+def _solve_input(prog: Program, check: Check, ens: TreeEnsemble,
                  space: FeatureSpace, threat: LpThreat, x0: np.ndarray, yi: int,
                  target: int | None, deadline: float, max_radius: float | None,
-                 backend: _Backend, growth: float,
+                 backend: _Backend, growth: float, start: _Bracket | None = None,
                  ) -> tuple[float, np.ndarray, int, float, bool]:
     """Radius search for one correctly classified input.
 
     Returns ``(radius, x_adv, adv_class, lower_bound, verification_failed)``.
     Programs are solved at growing cutoffs ``eps`` (radius units): at each level every other
     class is tried (closest clean score first) with the cutoff lowered to the best radius
-    found; a level where no class is feasible certifies ``radius > eps``.
+    found; a level where no class is feasible certifies ``radius > eps``. With a ``start``
+    bracket (from :func:`_prune`) holding a counterexample, one level at its radius remains.
     """
     linf = threat.p == math.inf
     power = 2.0 if threat.p == 2.0 else 1.0
-    costs = _input_costs(prog, x0, space, threat.p)
+    costs = input_costs(prog, x0, space, threat.p)
     free = costs.cost[~costs.frozen]
     if len(free) == 0:  # nothing can move: no counterexample at any radius
         return np.inf, x0.copy(), -1, np.inf, False
-    goals = _goals(ens.class_scores(x0[None])[0], yi, target)
-    levels = []
-    eps = max(float(free.min()), 1e-12) * growth
-    top = float(free.max())
-    while eps < top and (max_radius is None or eps < max_radius):
+    goals = _goals(ens.class_scores(x0[None])[0] if start is None else start.clean, yi,
+                   target)
+    lower = float(free.min())  # any counterexample crosses at least one cut
+    best_r, best_x, best_cls = np.inf, x0.copy(), -1
+    if start is not None:
+        lower = max(lower, start.lower)
+        best_r, best_x, best_cls = start.radius, start.x, start.cls
+    # growing cutoffs keep the programs small; a counterexample's radius caps them
+    levels, eps, top = [], max(lower, 1e-12) * growth, float(free.max())
+    while eps < top and eps < best_r and (max_radius is None or eps < max_radius):
         levels.append(eps)
         eps *= growth
-    levels.append(np.inf if max_radius is None else float(max_radius))
-
-    best_r, best_x, best_cls = np.inf, x0.copy(), -1
-    lower = float(free.min())  # any counterexample crosses at least one cut
+    levels.append(min(best_r, np.inf if max_radius is None else float(max_radius)))
     failed = False
     reduced: dict[float, _Reduced] = {}
     for level in levels:
@@ -733,8 +830,8 @@ def _solve_input(prog: _Program, check: Check, ens: TreeEnsemble,
                 bounds.append(cutoff)
                 continue
             if probe.p is not None:
-                moved = _construct(prog, x0, probe.p)
-                cost = _norm((moved - x0) / space.scale, threat.p) ** power
+                moved = construct(prog, x0, probe.p)
+                cost = norm((moved - x0) / space.scale, threat.p) ** power
                 if cost < cutoff:
                     cutoff = cost
                     red = _reduce(prog, costs, cutoff, linf)
@@ -743,13 +840,13 @@ def _solve_input(prog: _Program, check: Check, ens: TreeEnsemble,
             bounds.append(cutoff if res.status == "infeasible" else res.dual_bound)
             failed |= res.p is not None and not ok
             if ok:
-                r = _norm((x_adv - x0) / space.scale, threat.p)
+                r = norm((x_adv - x0) / space.scale, threat.p)
                 if r < best_r:
                     best_r, best_x, best_cls = r, x_adv, cls
         # a dual bound can be slightly negative (or absent) when HiGHS stops early
         level_bound = max(min(bounds), 0.0) ** (1.0 / power) if bounds else lower
         lower = max(lower, min(level_bound, best_r))
-        if np.isfinite(best_r) or failed or deadline - time.perf_counter() <= 0:
+        if best_r <= level * (1 + 1e-9) or failed or deadline - time.perf_counter() <= 0:
             break
     return best_r, best_x, best_cls, lower, failed
 
@@ -779,7 +876,7 @@ def _holds(cls: int, yi: int, target: int | None) -> bool:
     return cls == target if target is not None else cls != yi
 
 
-def _attempt(prog: _Program, red: _Reduced, check: Check, x0: np.ndarray,
+def _attempt(prog: Program, red: _Reduced, check: Check, x0: np.ndarray,
              goal: _Goal, cutoff: float, deadline: float,
              backend: _Backend) -> tuple[_Solve, np.ndarray, int, bool]:
     """Solve for ``goal``, build the counterexample and verify it with ``check`` (the model,
@@ -789,7 +886,7 @@ def _attempt(prog: _Program, red: _Reduced, check: Check, x0: np.ndarray,
                        deadline - time.perf_counter(), backend)
     if res.p is None or not np.isfinite(res.objective):
         return res, x0, -1, False
-    x_adv = _construct(prog, x0, res.p)
+    x_adv = construct(prog, x0, res.p)
     cls = check(x_adv)
     ok = cls >= 0
     for tries in (1, 2):
@@ -799,15 +896,16 @@ def _attempt(prog: _Program, red: _Reduced, check: Check, x0: np.ndarray,
                              deadline - time.perf_counter(), backend)
         if retry.p is None or not np.isfinite(retry.objective):
             break
-        x_adv = _construct(prog, x0, retry.p)
+        x_adv = construct(prog, x0, retry.p)
         cls = check(x_adv)
         ok = cls >= 0
     return res, x_adv, cls, ok
 
 
-def _linf_search(prog: _Program, check: Check, ens: TreeEnsemble,
+def _linf_search(prog: Program, check: Check, ens: TreeEnsemble,
                  space: FeatureSpace, x0: np.ndarray, yi: int, target: int | None,
                  deadline: float, max_radius: float | None, backend: _Backend, growth: float,
+                 start: _Bracket | None = None,
                  ) -> tuple[float, np.ndarray, int, float, bool]:
     """Linf radius by search over the finitely many candidate values.
 
@@ -815,15 +913,18 @@ def _linf_search(prog: _Program, check: Check, ens: TreeEnsemble,
     costs ``C``. A *feasibility* program at ``C[k]`` (only cuts costing at most ``C[k]`` may
     move; no objective) says whether some class can win; the search grows ``k``
     geometrically, then bisects. An infeasible ``C[k]`` certifies ``radius >= C[k+1]``; a
-    feasible one gives a verified counterexample whose norm is itself in ``C``.
+    feasible one gives a verified counterexample whose norm is itself in ``C``. A ``start``
+    bracket (from :func:`_prune`) opens the search between its certified index and its
+    counterexample, so programs only hold the cuts within its radius.
     """
-    costs = _input_costs(prog, x0, space, math.inf)
+    costs = input_costs(prog, x0, space, math.inf)
     all_costs = np.unique(costs.cost[~costs.frozen])
     if len(all_costs) == 0:  # nothing can move
         return np.inf, x0.copy(), -1, np.inf, False
     cand = all_costs if max_radius is None else all_costs[all_costs <= max_radius]
-    goals = _goals(ens.class_scores(x0[None])[0], yi, target)
-    best = [np.inf, x0.copy(), -1]
+    clean = ens.class_scores(x0[None])[0] if start is None else start.clean
+    goals = _goals(clean, yi, target)
+    best = [np.inf, x0.copy(), -1] if start is None else [start.radius, start.x, start.cls]
     failed = False
 
     def probe(k: int) -> bool | None:
@@ -835,7 +936,7 @@ def _linf_search(prog: _Program, check: Check, ens: TreeEnsemble,
             res, x_adv, cls, ok = _attempt(prog, red, check, x0, goal, float(cand[k]),
                                            deadline, backend)
             if ok:
-                r = _norm((x_adv - x0) / space.scale, math.inf)
+                r = norm((x_adv - x0) / space.scale, math.inf)
                 if r < best[0]:
                     best[:] = [r, x_adv, cls]
                 return True
@@ -848,6 +949,21 @@ def _linf_search(prog: _Program, check: Check, ens: TreeEnsemble,
 
     lo, hi = -1, len(cand)  # cand[lo] infeasible, cand[hi] feasible
     k = min(len(cand) - 1, int(np.searchsorted(cand, cand[0] * growth))) if len(cand) else -1
+    stopped = False  # a probe ran out of time or failed verification
+    if start is not None:
+        lo = min(start.index, len(cand) - 1)
+        k = lo + 1 if lo < len(cand) - 1 else -1
+        if np.isfinite(best[0]):
+            hi = min(hi, int(np.searchsorted(cand, best[0] * (1 - 1e-12))))
+            k = -1
+            if lo + 1 < hi:  # the independent-trees bound is often the radius: probe it first
+                found = probe(lo + 1)
+                if found is None:
+                    stopped = True
+                elif found:
+                    hi = int(np.searchsorted(cand, best[0] * (1 - 1e-12)))
+                else:
+                    lo += 1
     while 0 <= k < len(cand):
         found = probe(k)
         if found is None:
@@ -859,7 +975,7 @@ def _linf_search(prog: _Program, check: Check, ens: TreeEnsemble,
         k = min(len(cand) - 1, max(k + 1, int(np.searchsorted(cand, cand[k] * growth))))
         if lo == len(cand) - 1:
             break
-    while hi - lo > 1 and deadline - time.perf_counter() > 0:
+    while not stopped and hi - lo > 1 and deadline - time.perf_counter() > 0:
         found = probe((lo + hi) // 2)
         if found is None:
             break

@@ -77,7 +77,8 @@ SOLVERS: dict[str, SolverInfo] = {s.name: s for s in (
                "closed form with feature bounds (sorted breakpoints / knapsack)"),
     SolverInfo("exact-trees", "exact",
                "exact_trees:exact_tree_radius", "trees", _LP,
-               "mixed-integer program over the ensemble's predicates (HiGHS)"),
+               "tree-aware bracket, then a mixed-integer program over the predicates "
+               "within it (HiGHS)"),
     SolverInfo("exact-relu", "exact",
                "exact_relu:exact_relu_radius", "relu", ("linf", "l1"),
                "mixed-integer program over the ball of an attack's radius (HiGHS)"),

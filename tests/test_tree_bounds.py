@@ -1,0 +1,203 @@
+"""The fast path of the exact tree solver: sound bounds, greedy walks, build once, same answers.
+
+Brute force enumerates every cell of the threshold grid of small two- or three-feature
+ensembles (``_brute_force`` of ``test_exact_trees``); the reference is the MILP search alone
+(``prune=False``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sklearn.ensemble import ExtraTreesClassifier, RandomForestClassifier
+from test_exact_trees import NORMS, _brute_force
+
+from robustscope.core.result import EXACT
+from robustscope.core.space import FeatureSpace
+from robustscope.models.trees import wrap_tree_model
+from robustscope.solvers import exact_trees
+from robustscope.solvers.exact_trees import exact_tree_radius
+from robustscope.solvers.tree_bounds import (
+    box_point,
+    certified_index,
+    greedy,
+    leaf_boxes,
+    leaf_reach,
+)
+from robustscope.solvers.tree_program import build_program, input_costs
+
+xgb = pytest.importorskip("xgboost")
+lgb = pytest.importorskip("lightgbm")
+
+
+def _model(kind: str, n_classes: int, seed: int, n_trees: int = 4):
+    return {
+        "xgb": xgb.XGBClassifier(n_estimators=n_trees, max_depth=3, n_jobs=1,
+                                 random_state=seed),
+        "lgb": lgb.LGBMClassifier(n_estimators=n_trees, num_leaves=6, min_child_samples=5,
+                                  verbose=-1, n_jobs=1, random_state=seed),
+        "rf": RandomForestClassifier(n_estimators=n_trees, max_depth=3, random_state=seed),
+        "et": ExtraTreesClassifier(n_estimators=n_trees, max_depth=3, random_state=seed),
+    }[kind]
+
+
+def _problem(kind: str, n_classes: int, seed: int, d: int = 2):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(150, d))
+    y = (X[:, 0] + 0.7 * X[:, 1] * (1 + (X[:, -1] > 0)) + rng.normal(0, 0.6, 150) > 0)
+    y = y.astype(int) + (X[:, 1] > 0.8).astype(int) * (n_classes - 2) if n_classes > 2 else \
+        y.astype(int)
+    model = _model(kind, n_classes, seed).fit(X, y)
+    space = FeatureSpace.from_arrays(X.min(axis=0) - 0.2, X.max(axis=0) + 0.2,
+                                     scale=rng.uniform(0.5, 2.0, size=d))
+    rows = X[:6]
+    labels = np.asarray(model.predict_proba(rows)).argmax(axis=1)
+    return model, space, rows, labels
+
+
+CASES = [(k, c) for k in ("xgb", "lgb", "rf") for c in (2, 3)]
+
+
+@pytest.mark.parametrize("kind,n_classes", CASES)
+@pytest.mark.parametrize("threat", ["linf", "l1", "l2"])
+def test_fast_path_equals_reference_and_brute_force(kind: str, n_classes: int,
+                                                    threat: str) -> None:
+    model, space, rows, labels = _problem(kind, n_classes, seed=3)
+    clf = wrap_tree_model(model)
+    fast = exact_tree_radius(clf, rows, labels, space, threat)
+    ref = exact_tree_radius(clf, rows, labels, space, threat, prune=False)
+    np.testing.assert_allclose(fast.radius, ref.radius, rtol=1e-6)
+    np.testing.assert_array_equal(fast.status, ref.status)
+    found = np.isfinite(fast.radius)
+    adv = np.asarray(model.predict_proba(fast.x_adv.numpy()[found])).argmax(axis=1)
+    assert (adv != labels[found]).all()
+    for k in range(len(rows)):
+        truth = _brute_force(model, clf.ensemble, rows[k], int(labels[k]), space,
+                             NORMS[threat])
+        if math.isinf(truth):
+            assert math.isinf(fast.radius[k])
+        else:
+            assert fast.status[k] == EXACT
+            assert abs(fast.radius[k] - truth) <= 1e-6 * max(1.0, truth)
+
+
+@settings(max_examples=12, deadline=None, derandomize=True)
+@given(seed=st.integers(0, 10_000), kind=st.sampled_from(["xgb", "lgb", "rf", "et"]),
+       threat=st.sampled_from(["linf", "l1", "l2"]), n_classes=st.sampled_from([2, 3]))
+def test_certified_bound_never_exceeds_true_radius(seed: int, kind: str, threat: str,
+                                                   n_classes: int) -> None:
+    """The independent-trees bound is a certificate: below the true radius, always."""
+    model, space, rows, labels = _problem(kind, n_classes, seed)
+    clf = wrap_tree_model(model)
+    prog = build_program(clf.ensemble, space)
+    boxes = leaf_boxes(prog, 2)
+    p = NORMS[threat]
+    for x0, yi in zip(rows, labels, strict=True):
+        reach = leaf_reach(boxes, input_costs(prog, x0, space, p), p)
+        cand = np.unique(reach[np.isfinite(reach) & (reach > 0)])
+        margins = np.where(np.arange(len(boxes.const)) == yi, np.inf, 0.0)
+        k = certified_index(boxes, reach, cand, int(yi), margins)
+        truth = _brute_force(model, clf.ensemble, x0, int(yi), space, p)
+        if k >= 0:
+            assert cand[k] < truth * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("kind", ["xgb", "lgb", "rf"])
+def test_greedy_scores_are_the_models_scores_at_its_point(kind: str) -> None:
+    model, space, rows, labels = _problem(kind, 3, seed=5, d=3)
+    ens = wrap_tree_model(model).ensemble
+    prog = build_program(ens, space)
+    boxes = leaf_boxes(prog, 3)
+    for x0, yi in zip(rows, labels, strict=True):
+        costs = input_costs(prog, x0, space, math.inf)
+        reach = leaf_reach(boxes, costs)
+        own = reach == 0
+        np.testing.assert_allclose(boxes.const + boxes.scores[own].sum(axis=0),
+                                   ens.class_scores(x0[None])[0], atol=1e-9)
+        for eps in (0.05, 0.3, 1.0):
+            for j in range(3):
+                walk = greedy(boxes, reach, eps, boxes.scores[:, j] - boxes.scores[:, yi])
+                assert walk is not None
+                lo, hi, scores = walk
+                pt = box_point(prog, x0, lo, hi)
+                np.testing.assert_allclose(scores, ens.class_scores(pt[None])[0], atol=1e-9)
+                assert np.max(np.abs(pt - x0) / space.scale) <= eps * (1 + 1e-12)
+
+
+def test_program_built_once_and_rebuilt_when_the_model_changes() -> None:
+    model, space, rows, labels = _problem("rf", 2, seed=7)
+    exact_trees._CACHE.clear()
+    first = exact_tree_radius(model, rows, labels, space, "linf")
+    again = exact_tree_radius(wrap_tree_model(model), rows, labels, space, "linf")
+    assert not first.meta["program_cached"] and again.meta["program_cached"]
+    np.testing.assert_array_equal(first.radius, again.radius)
+    # refit the same object on other data: the cache must not serve the old program
+    rng = np.random.default_rng(8)
+    X2 = rng.normal(size=(150, 2))
+    model.fit(X2, (X2[:, 1] > 0.1).astype(int))
+    labels2 = np.asarray(model.predict_proba(rows)).argmax(axis=1)
+    refit = exact_tree_radius(model, rows, labels2, space, "linf")
+    assert not refit.meta["program_cached"]
+    ref = exact_tree_radius(model, rows, labels2, space, "linf", prune=False)
+    np.testing.assert_allclose(refit.radius, ref.radius, rtol=1e-6)
+    # another feature space is another program
+    wider = FeatureSpace.from_arrays(space.lower - 1, space.upper + 1, scale=space.scale)
+    assert not exact_tree_radius(model, rows, labels2, wider, "linf").meta["program_cached"]
+
+
+def test_fast_path_keeps_one_hot_immutable_and_integer_features() -> None:
+    rng = np.random.default_rng(2)
+    n = 400
+    cat = rng.integers(0, 3, size=n)
+    z = rng.normal(size=n)
+    k = rng.integers(0, 6, size=n).astype(float)
+    y = ((z + np.array([-1.0, 0.2, 1.2])[cat] + 0.3 * (k - 2.5)) > 0).astype(int)
+    X = np.column_stack([z, np.eye(3)[cat], k])
+    model = xgb.XGBClassifier(n_estimators=20, max_depth=3, n_jobs=1).fit(X, y)
+    space = FeatureSpace.from_dict(
+        {"default": {"lower": 0, "upper": 1},
+         "features": [{"index": 0, "lower": -4, "upper": 4, "scale": 1.0}] +
+                     [{"index": i, "type": "categorical", "group": "c"} for i in (1, 2, 3)] +
+                     [{"index": 4, "type": "integer", "lower": 0, "upper": 5, "scale": 5.0,
+                       "mutable": False}]},
+        n_features=5)
+    rows = X[::11]
+    labels = np.asarray(model.predict_proba(rows)).argmax(axis=1)
+    for threat in ("linf", "l1", "l2"):
+        fast = exact_tree_radius(model, rows, labels, space, threat)
+        ref = exact_tree_radius(model, rows, labels, space, threat, prune=False)
+        np.testing.assert_allclose(fast.radius, ref.radius, rtol=1e-6)
+        assert fast.meta["closed_without_milp"] > 0
+        found = np.isfinite(fast.radius)
+        x_adv = fast.x_adv.numpy()
+        space.check_data(x_adv, what="x_adv")  # bounds, integrality, one-hot groups
+        np.testing.assert_array_equal(x_adv[:, 4], rows[:, 4])
+        adv = np.asarray(model.predict_proba(x_adv[found])).argmax(axis=1)
+        assert (adv != labels[found]).all()
+
+
+def test_targeted_fast_path_equals_reference() -> None:
+    model, space, rows, labels = _problem("lgb", 3, seed=11)
+    for target in range(3):
+        fast = exact_tree_radius(model, rows, labels, space, "linf", target=target)
+        ref = exact_tree_radius(model, rows, labels, space, "linf", target=target,
+                                prune=False)
+        np.testing.assert_allclose(fast.radius, ref.radius, rtol=1e-6)
+        np.testing.assert_array_equal(fast.status, ref.status)
+
+
+@pytest.mark.parametrize("threat", ["linf", "l1", "l2"])
+def test_max_radius_fast_path_censors_as_reference(threat: str) -> None:
+    model, space, rows, labels = _problem("xgb", 2, seed=13)
+    full = exact_tree_radius(model, rows, labels, space, threat)
+    cap = float(np.median(full.radius[np.isfinite(full.radius)]))
+    fast = exact_tree_radius(model, rows, labels, space, threat, max_radius=cap)
+    ref = exact_tree_radius(model, rows, labels, space, threat, max_radius=cap, prune=False)
+    np.testing.assert_array_equal(fast.status, ref.status)
+    np.testing.assert_allclose(fast.radius, ref.radius, rtol=1e-6)
+    assert (fast.radius[np.isfinite(fast.radius)] <= cap * (1 + 1e-12)).all()
+    assert (fast.status == "censored").any()
