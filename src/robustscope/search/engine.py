@@ -54,6 +54,14 @@ from robustscope.models.threads import AUTO, check_threads, fit_threads, limited
 from robustscope.models.torch_model import TorchClassifier
 from robustscope.models.wrap import wrap_model
 from robustscope.search.verify import Verifier
+from robustscope.solvers.bounds.certify import (
+    bound_radius,
+    estimated_passes,
+    network_or_none,
+)
+from robustscope.solvers.bounds.domain import make_domain
+from robustscope.solvers.bounds.graph import Network, read_network
+from robustscope.solvers.bounds.propagate import METHODS as BOUND_METHODS
 from robustscope.solvers.exact_relu import relu_layers
 from robustscope.solvers.registry import check_search_solver, get_solver
 from robustscope.threats import LpThreat, get_threat
@@ -73,6 +81,14 @@ DOUBLINGS = 7
 EXACT_RTOL = 1e-4
 #: Largest share of a per-input budget that the minimum-norm solver may spend.
 MINNORM_BUDGET_SHARE = 0.4
+#: What ``certify=`` accepts: ``auto`` (CROWN under ``solver="auto"`` / ``"exact"`` when its
+#: estimated cost is at most ``AUTO_CERTIFY_SHARE`` of the attack's model passes), ``none``,
+#: or a bound method run on every network input.
+CERTIFY_CHOICES = ("auto", "none", *BOUND_METHODS)
+#: Under ``certify="auto"``, CROWN runs when its estimated cost (forward-pass equivalents,
+#: counting the neurons IBP leaves unstable at the attack's radius) is at most this share of
+#: the passes the attack spent on the batch's inputs.
+AUTO_CERTIFY_SHARE = 1.0
 
 
 @dataclass
@@ -131,6 +147,7 @@ def radius(
     config: SearchConfig | None = None,
     progress: Callable[[int], None] | None = None,
     threads: str | int | None = AUTO,
+    certify: str = "auto",
 ) -> RadiusResult:
     """Radius of robustness of each input.
 
@@ -157,8 +174,16 @@ def radius(
         ``SMALL_WORK`` = 2^18 elements (rows × features), the caller's settings above; an
         int: that many threads throughout; ``None``: leave every setting alone. The
         caller's settings are restored on return. See ``docs/performance.md``.
+    certify : certified lower bounds of torch networks by bound propagation (see
+        ``docs/certified.md``): ``"auto"`` runs CROWN under ``solver="auto"`` or
+        ``"exact"`` when its estimated cost is at most ``AUTO_CERTIFY_SHARE`` of the
+        attack's; ``"ibp"``, ``"crown"``, ``"alpha-crown"`` run that method on every input
+        (an error if the network cannot be read); ``"none"`` never.
     """
     check_search_solver(solver)
+    if certify not in CERTIFY_CHOICES:
+        raise InputError(f"certify must be one of {', '.join(CERTIFY_CHOICES)}, got "
+                         f"'{certify}'")
     if not (0 < rtol < 1):
         raise InputError(f"rtol must be in (0, 1), got {rtol}")
     budget = check_positive(budget, "budget (passes per input)", integer=True, allow_none=True)
@@ -170,11 +195,11 @@ def radius(
     work = min(len(X), batch_size) * math.prod(X.shape[1:])
     with limited_threads(threads, work):
         return _radius(model, X, y, threat, space, solver, max_radius, budget, rtol, seed,
-                       statement, device, batch_size, config, progress)
+                       statement, device, batch_size, config, progress, certify)
 
 
 def _radius(model, X, y, threat, space, solver, max_radius, budget, rtol, seed, statement,
-            device, batch_size, config, progress) -> RadiusResult:
+            device, batch_size, config, progress, certify="auto") -> RadiusResult:
     threat = get_threat(threat)
     statement = statement or DECISION_CHANGE
     model = wrap_model(model, input_shape=X.shape[1:], device=device, example=X)
@@ -197,6 +222,7 @@ def _radius(model, X, y, threat, space, solver, max_radius, budget, rtol, seed, 
 
     # networks get their MILP only when asked for; linear models and trees by default
     used_exact = kind if solver == "exact" or (solver == "auto" and kind != "relu") else None
+    certifier = _certifier(model, threat, statement, solver, certify, X.shape[1:])
     n = len(X)
     ledger = QueryLedger(n, budget)
     model.charge_probe(ledger)  # wrapping may have called the model on the first inputs
@@ -206,7 +232,7 @@ def _radius(model, X, y, threat, space, solver, max_radius, budget, rtol, seed, 
         idx = np.arange(start, min(n, start + batch_size))
         t0 = time.perf_counter()
         _search_batch(model, X[idx], labels[idx], idx, space, threat, solver, kind, max_radius,
-                      rtol, statement, ledger, generator, config, out)
+                      rtol, statement, ledger, generator, config, out, certifier)
         out.seconds[idx] = (time.perf_counter() - t0) / len(idx)
         if progress is not None:
             progress(len(idx))
@@ -218,8 +244,28 @@ def _radius(model, X, y, threat, space, solver, max_radius, budget, rtol, seed, 
         seconds=out.seconds, threat=threat.name, solver=solver, max_radius=float(max_radius),
         classes=getattr(model, "classes", None),
         meta={"seed": seed, "budget": budget, "rtol": rtol, "statement": statement.name,
-              "model": model.name, "exact_solver": used_exact},
+              "model": model.name, "exact_solver": used_exact,
+              "certify": None if certifier is None else certifier[1]},
     )
+
+
+def _certifier(model: Classifier, threat, statement: Statement, solver: str, certify: str,
+               shape: tuple[int, ...]) -> tuple[Network, str] | None:
+    """``(graph, method)`` where bound propagation may certify this search's inputs (the
+    method ``auto`` still weighs its cost per batch), else ``None``."""
+    if certify == "none" or (certify == "auto" and solver not in ("auto", "exact")):
+        return None
+    usable = (isinstance(model, TorchClassifier) and isinstance(threat, LpThreat)
+              and statement.target is None)
+    if certify != "auto":
+        if not usable:
+            raise InputError(f"certify='{certify}' needs a torch network, an Lp threat and an "
+                             f"untargeted statement; got {model.name} under {threat.name}")
+        return read_network(model.module, tuple(shape), model.device), certify
+    if not usable:
+        return None
+    net = network_or_none(model.module, tuple(shape), model.device)
+    return None if net is None else (net, "auto")
 
 
 def _warn_if_weak(solver: str, model: Classifier, kind: str | None) -> None:
@@ -267,7 +313,7 @@ def exact_kind(model: Classifier, threat: LpThreat, statement: Statement) -> str
 
 
 def _search_batch(model, X, labels, idx, space, threat, solver, kind, max_radius, rtol,
-                  statement, ledger, generator, config, out) -> None:
+                  statement, ledger, generator, config, out, certifier=None) -> None:
     x = torch.as_tensor(X, dtype=torch.float64, device=model.device)
     y = torch.as_tensor(labels, device=model.device)
     with model.charging(ledger, idx):
@@ -295,6 +341,8 @@ def _search_batch(model, X, labels, idx, space, threat, solver, kind, max_radius
             _run_attacks(state, "auto" if solver == "exact" else solver, active)
         if kind == "relu" and solver == "exact":
             _certify_relu(state, active)
+        if certifier is not None:
+            _certify_bounds(state, active, *certifier)
 
     r = state.best_r.cpu().numpy()
     found = r <= max_radius  # a counterexample beyond the largest strength tried is censored
@@ -377,6 +425,36 @@ def _certify_relu(state: _BatchState, active: torch.Tensor) -> None:
                             device=state.x.device)
     state.lower[sub] = lower
     state.exact[sub] = state.best_r[sub] - lower <= EXACT_RTOL * state.best_r[sub]
+
+
+def _certify_bounds(state: _BatchState, active: torch.Tensor, net: Network,
+                    method: str) -> None:
+    """Torch networks: the largest strength at which bound propagation proves the decision,
+    by bisection below the attack's radius (``max_radius`` where it found none); kept where
+    it beats the bound already held. Under ``auto``, CROWN runs when its estimated cost is
+    within ``AUTO_CERTIFY_SHARE`` of the passes the attack spent on these inputs."""
+    sub = torch.nonzero(active).reshape(-1)
+    if len(sub) == 0:
+        return
+    upper = torch.where(torch.isfinite(state.best_r[sub]), state.best_r[sub],
+                        torch.full_like(state.best_r[sub], state.max_radius))
+    if method == "auto":
+        owners = state.owners[sub.cpu().numpy()]
+        spent = float(np.mean(state.ledger.forward[owners] + state.ledger.backward[owners]))
+        x = state.x[sub]
+        lo, hi = state.space.delta_bounds(x.reshape(len(x), -1))
+        dom = make_domain(x, lo, hi, state.space.scale, upper, state.threat.p)
+        if estimated_passes(net, "crown", dom) > AUTO_CERTIFY_SHARE * spent:
+            return
+        method = "crown"
+    res = bound_radius(net, state.x[sub], state.y[sub].cpu().numpy(), state.space,
+                       state.threat, upper.cpu().numpy(), method=method, network=net,
+                       logits=state.clean_logits[sub], model_dtype=state.model.dtype)
+    cert = torch.as_tensor(res.lower_bound, dtype=torch.float64, device=state.x.device)
+    state.lower[sub] = torch.maximum(state.lower[sub], cert)
+    r = state.best_r[sub]
+    state.exact[sub] = state.exact[sub] | (torch.isfinite(r) & (r - state.lower[sub] <=
+                                                                 EXACT_RTOL * r))
 
 
 def _runner_up_targets(logits: torch.Tensor, y: torch.Tensor, count: int) -> list:

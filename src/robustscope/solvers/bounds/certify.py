@@ -27,7 +27,12 @@ from robustscope.core.space import FeatureSpace
 from robustscope.core.statuses import CENSORED
 from robustscope.solvers.bounds.domain import Domain, make_domain
 from robustscope.solvers.bounds.graph import Network, read_network
-from robustscope.solvers.bounds.propagate import ALPHA_STEPS, METHODS, margin_lower_bounds
+from robustscope.solvers.bounds.propagate import (
+    ALPHA_STEPS,
+    METHODS,
+    interval_bounds,
+    margin_lower_bounds,
+)
 from robustscope.solvers.output import SolverOutput
 from robustscope.threats.lp import LpThreat
 
@@ -91,19 +96,27 @@ def check_method(method: str) -> str:
     return method
 
 
-def estimated_passes(net: Network, method: str) -> float:
-    """Cost of one certified radius in forward-pass equivalents per input (an upper bound:
-    every neuron counted as unstable), for comparison with an attack's model passes."""
+def estimated_passes(net: Network, method: str, dom: Domain | None = None) -> float:
+    """Cost of one certified radius, in forward-pass equivalents per input, for comparison
+    with an attack's model passes: a backward pass costs about one pass of the graph up to
+    its target per specification row; bisection makes ``MAX_STEPS + 1`` of them.
+
+    Intermediate rows are the neurons IBP leaves unstable over ``dom`` (the domain at the
+    attack's radius, the largest probed), or every neuron without ``dom``."""
     prefix = net.prefix_macs()
     total = max(prefix[-1], 1)
     if method == "ibp":
-        one = 2.0
+        return 2.0 * (MAX_STEPS + 1)
+    feeds = sorted({net.nodes[r].parents[0] for r in net.relus})
+    if dom is None:
+        rows = {k: net.nodes[k].size for k in feeds}
     else:
-        feeds = {net.nodes[r].parents[0] for r in net.relus}
-        # a backward pass costs about a forward pass of the prefix per specification row
-        one = sum(2 * net.nodes[k].size * prefix[k] for k in feeds) / total
-        final = net.n_classes * (ALPHA_STEPS + 2 if method == "alpha-crown" else 1)
-        one += final + 1
+        with torch.no_grad():
+            ibp = interval_bounds(net, dom)
+        rows = {k: int(((ibp[k][0] < 0) & (ibp[k][1] > 0)).reshape(len(dom.x), -1)
+                       .any(dim=0).sum()) for k in feeds}
+    one = sum(2 * rows[k] * prefix[k] for k in feeds) / total
+    one += net.n_classes * (ALPHA_STEPS + 2 if method == "alpha-crown" else 1) + 1
     return one * (MAX_STEPS + 1)
 
 

@@ -249,7 +249,8 @@ class _Reader:
                               int(macs), abs_fn))
 
     def _unsupported(self, fx_node, what: str):
-        raise InputError(f"bound propagation does not support operation '{fx_node.name}' "
+        where = fx_node.target if fx_node.op == "call_module" else fx_node.name
+        raise InputError(f"bound propagation does not support operation '{where}' "
                          f"({what}); supported: Linear, Conv1d/2d, ReLU, BatchNorm (eval), "
                          "Flatten/view/reshape, AvgPool, MaxPool2d without padding, residual "
                          "additions and arithmetic with constants")
@@ -282,6 +283,10 @@ class _Reader:
         if not self._depends(list(fx_node.args) + list(fx_node.kwargs.values())):
             self._constant(fx_node)
             return
+        if (fx_node.op == "call_method" and fx_node.target in ("size", "dim")) or \
+                (fx_node.target is getattr and fx_node.args[1] in ("shape", "ndim")):
+            self.consts[fx_node] = _SIZE  # sizes only feed reshapes, read from shapes
+            return
         if op == "call_module":
             self._module(fx_node, self.gm.get_submodule(fx_node.target))
         elif op == "call_function":
@@ -293,6 +298,9 @@ class _Reader:
 
     def _constant(self, fx_node) -> None:
         args, kwargs = self._const(fx_node.args), self._const(fx_node.kwargs)
+        if _SIZE in _flat(args) or _SIZE in _flat(list(kwargs.values())):
+            self.consts[fx_node] = _SIZE
+            return
         if fx_node.op == "call_module":
             value = self.gm.get_submodule(fx_node.target)(*args, **kwargs)
         elif fx_node.op == "call_method":
@@ -379,7 +387,8 @@ class _Reader:
         parent = self._single_input(fx_node)
         if target in _RELU:
             self.ids[fx_node] = self._add(Node(RELU, (parent,), shape, name))
-        elif target in _RESHAPE_METHODS:
+        elif target in _RESHAPE_METHODS or (
+                target is torch.reshape and self._depends(args[0])):
             in_shape = self.nodes[parent].shape
             self.ids[fx_node] = self._affine(
                 parent, lambda t, s=shape: t.reshape(t.shape[0], *s), shape, name,
@@ -439,6 +448,20 @@ class _Reader:
                 nxt.append(items[-1])
             items = nxt
         return items[0]
+
+
+class _Size:
+    """The value of ``x.size(...)`` / ``x.shape``: known only through the reshapes it feeds."""
+
+
+_SIZE = _Size()
+
+
+def _flat(args) -> list:
+    out = []
+    for a in args:
+        out.extend(_flat(a) if isinstance(a, (list, tuple)) else [a])
+    return out
 
 
 def _pair(v) -> tuple[int, int]:
