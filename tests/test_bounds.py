@@ -245,3 +245,24 @@ def test_certify_option_is_checked(digits, digits_mlp):
         radius(digits_mlp, X, y, certify="milp")
     res = radius(digits_mlp, X, y, space=FeatureSpace.box(64), certify="none")
     assert (res.lower_bound == 0).all() and res.meta["certify"] is None
+
+
+def test_cli_certify_fills_lower_bounds(tmp_path, digits, digits_mlp):
+    import pandas as pd
+    from typer.testing import CliRunner
+
+    from robustscope.cli.app import app
+
+    X, y = digits
+    np.savez(tmp_path / "data.npz", X=X[:6].reshape(6, 1, 8, 8), y=y[:6])
+    path = tmp_path / "net.pt"
+    torch.jit.script(nn.Sequential(nn.Flatten(), *digits_mlp)).save(str(path))
+    out = tmp_path / "radii.csv"
+    result = CliRunner().invoke(app, ["radius", "--model", str(path), "--data",
+                                      str(tmp_path / "data.npz"), "--out", str(out),
+                                      "--certify", "crown", "--quiet"])
+    assert result.exit_code == 0, result.output
+    table = pd.read_csv(out)
+    correct = table["status"] != "misclassified"
+    assert (table["lower_bound"][correct] > 0).all()
+    assert (table["lower_bound"] <= table["radius"]).all()

@@ -61,9 +61,8 @@ from robustscope.solvers.bounds.certify import (
 )
 from robustscope.solvers.bounds.domain import make_domain
 from robustscope.solvers.bounds.graph import Network, read_network
-from robustscope.solvers.bounds.propagate import METHODS as BOUND_METHODS
 from robustscope.solvers.exact_relu import relu_layers
-from robustscope.solvers.registry import check_search_solver, get_solver
+from robustscope.solvers.registry import CERTIFY_CHOICES, check_search_solver, get_solver
 from robustscope.threats import LpThreat, get_threat
 
 log = logging.getLogger(__name__)
@@ -81,10 +80,6 @@ DOUBLINGS = 7
 EXACT_RTOL = 1e-4
 #: Largest share of a per-input budget that the minimum-norm solver may spend.
 MINNORM_BUDGET_SHARE = 0.4
-#: What ``certify=`` accepts: ``auto`` (CROWN under ``solver="auto"`` / ``"exact"`` when its
-#: estimated cost is at most ``AUTO_CERTIFY_SHARE`` of the attack's model passes), ``none``,
-#: or a bound method run on every network input.
-CERTIFY_CHOICES = ("auto", "none", *BOUND_METHODS)
 #: Under ``certify="auto"``, CROWN runs when its estimated cost (forward-pass equivalents,
 #: counting the neurons IBP leaves unstable at the attack's radius) is at most this share of
 #: the passes the attack spent on the batch's inputs.

@@ -96,6 +96,11 @@ SOLVERS: dict[str, SolverInfo] = {s.name: s for s in (
 STRATEGIES = ("auto", "exact")
 #: What ``radius(..., solver=...)``, ``--solver`` and a spec's ``solver`` accept.
 SEARCH_SOLVERS = (*STRATEGIES, "minnorm", "pgd")
+#: Bound propagation methods (:mod:`robustscope.solvers.bounds`), cheapest first.
+BOUND_METHODS = ("ibp", "crown", "alpha-crown")
+#: What ``radius(..., certify=...)`` and ``--certify`` accept: ``auto`` (CROWN when it costs
+#: at most a stated share of the attack), ``none``, or one bound method.
+CERTIFY_CHOICES = ("auto", "none", *BOUND_METHODS)
 
 
 def get_solver(name: str) -> SolverInfo:

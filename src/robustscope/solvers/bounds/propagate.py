@@ -22,8 +22,9 @@ import torch
 
 from robustscope.solvers.bounds.domain import Domain
 from robustscope.solvers.bounds.graph import AFFINE, INPUT, RELU, SUM, Network
+from robustscope.solvers.registry import BOUND_METHODS
 
-METHODS = ("ibp", "crown", "alpha-crown")
+METHODS = BOUND_METHODS
 #: Largest number of coefficients (inputs x rows x node size) carried in one backward pass;
 #: bigger specifications are split into chunks.
 MAX_COEFFICIENTS = 2 ** 24
