@@ -299,12 +299,21 @@ def exact_kind(model: Classifier, threat: LpThreat, statement: Statement) -> str
     if getattr(model, "is_tree_ensemble", False):
         return "trees"
     if isinstance(model, TorchClassifier) and threat.p in (1.0, math.inf):
-        try:
-            relu_layers(model.module)
-        except InputError:
+        if statement.target is not None or _relu_network(model) is None:
             return None
-        return "relu" if statement.target is None else None
+        return "relu"
     return None
+
+
+def _relu_network(model: TorchClassifier):
+    """What the network MILP reads: the layers of a plain ReLU MLP (any saved format), else
+    the graph of a network with ReLUs (convolutions, pooling, residual sums), else None."""
+    try:
+        return relu_layers(model.module)
+    except InputError:
+        pass
+    net = network_or_none(model.module, tuple(model.input_shape or ()), model.device)
+    return net if net is not None and net.relus else None
 
 
 def _search_batch(model, X, labels, idx, space, threat, solver, kind, max_radius, rtol,
@@ -406,7 +415,7 @@ def _certify_relu(state: _BatchState, active: torch.Tensor) -> None:
     if len(sub) == 0:
         return
     upper = (state.best_r[sub] * (1 + 1e-6)).cpu().numpy()
-    res = EXACT_RELU(relu_layers(model.module), state.x[sub].cpu().numpy(),
+    res = EXACT_RELU(_relu_network(model), state.x[sub].cpu().numpy(),
                             state.y[sub].cpu().numpy(), upper, space, threat,
                             time_limit=config.exact_time_limit)
     has = torch.as_tensor(res.found, device=sub.device)
@@ -418,7 +427,10 @@ def _certify_relu(state: _BatchState, active: torch.Tensor) -> None:
             state.check(sub[has], space.apply_delta(x_sub, u * push))
     lower = torch.as_tensor(np.minimum(res.lower_bound, upper), dtype=torch.float64,
                             device=state.x.device)
-    state.lower[sub] = lower
+    # HiGHS's tolerances (~1e-7 on rows) can put its bound a hair above a verified
+    # counterexample: a certified bound never exceeds the verified radius
+    lower = torch.minimum(lower, state.best_r[sub])
+    state.lower[sub] = torch.maximum(state.lower[sub], lower)
     state.exact[sub] = state.best_r[sub] - lower <= EXACT_RTOL * state.best_r[sub]
 
 
