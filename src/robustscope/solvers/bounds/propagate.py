@@ -83,12 +83,17 @@ def preactivation_bounds(net: Network, dom: Domain, ibp: Bounds | None = None) -
     ibp = interval_bounds(net, dom) if ibp is None else ibp
     bounds: Bounds = {}
     n = len(dom.x)
+    behind = _behind_relu(net)
     with torch.no_grad():
         for r in net.relus:
             k = net.nodes[r].parents[0]
             if k in bounds:
                 continue
             lo, hi = (t.reshape(n, -1).clone() for t in ibp[k])
+            if dom.p == math.inf and not behind[k]:
+                # an affine function of the input over a box: IBP is exact already
+                bounds[k] = ibp[k]
+                continue
             unstable = ((lo < 0) & (hi > 0)).any(dim=0).nonzero().reshape(-1)
             size = net.nodes[k].size
             chunk = max(1, MAX_COEFFICIENTS // max(1, n * 2 * _widest(net, k)))
@@ -105,6 +110,14 @@ def preactivation_bounds(net: Network, dom: Domain, ibp: Bounds | None = None) -
             shape = (n, *net.nodes[k].shape)
             bounds[k] = (lo.reshape(shape), hi.reshape(shape))
     return bounds
+
+
+def _behind_relu(net: Network) -> list[bool]:
+    """Per node: some ReLU lies between it and the input."""
+    out: list[bool] = []
+    for nd in net.nodes:
+        out.append(any(out[p] or net.nodes[p].kind == RELU for p in nd.parents))
+    return out
 
 
 def _widest(net: Network, k: int) -> int:
