@@ -83,3 +83,8 @@ def test_mkdocs_build_strict(tmp_path):
                           timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert (tmp_path / "site" / "api" / "search" / "index.html").is_file()
+
+
+def test_certified_page_example_runs(tmp_path, monkeypatch):
+    ns = run_page("certified.md", tmp_path, monkeypatch)
+    assert (ns["result"].lower_bound > 0).any()

@@ -28,6 +28,10 @@ METHODS = BOUND_METHODS
 #: Largest number of coefficients (inputs x rows x node size) carried in one backward pass;
 #: bigger specifications are split into chunks.
 MAX_COEFFICIENTS = 2 ** 24
+#: A layer with more unstable neurons than this (over the batch) keeps its interval bounds:
+#: CROWN would cost a backward pass to the input per neuron and side (minutes per input on a
+#: CPU for a 32x32 convolution). Raise it on an accelerator.
+MAX_CROWN_NEURONS = 512
 #: Gradient steps and step size of alpha-CROWN.
 ALPHA_STEPS = 20
 ALPHA_LR = 0.1
@@ -35,8 +39,9 @@ ALPHA_LR = 0.1
 Bounds = dict[int, tuple[torch.Tensor, torch.Tensor]]
 
 
-def interval_bounds(net: Network, dom: Domain) -> Bounds:
-    """IBP: ``{node: (lower, upper)}``, each ``(n, *shape)``, for every node."""
+def interval_bounds(net: Network, dom: Domain, known: Bounds | None = None) -> Bounds:
+    """IBP: ``{node: (lower, upper)}``, each ``(n, *shape)``, for every node; where
+    ``known`` holds tighter bounds of a node they are intersected in before going on."""
     lo, hi = dom.input_interval()
     out: Bounds = {0: (lo.reshape(len(lo), *net.input_shape),
                        hi.reshape(len(hi), *net.input_shape))}
@@ -54,6 +59,9 @@ def interval_bounds(net: Network, dom: Domain) -> Bounds:
             out[k] = (zl.clamp_min(0), u.clamp_min(0))
         else:
             out[k] = (sum(out[p][0] for p in nd.parents), sum(out[p][1] for p in nd.parents))
+        if known is not None and k in known:
+            out[k] = (torch.maximum(out[k][0], known[k][0]),
+                      torch.minimum(out[k][1], known[k][1]))
     return out
 
 
@@ -79,7 +87,11 @@ def lower_bounds(net: Network, dom: Domain, spec: torch.Tensor, method: str = "c
 
 def preactivation_bounds(net: Network, dom: Domain, ibp: Bounds | None = None) -> Bounds:
     """CROWN bounds ``{node: (lower, upper)}`` of every node that feeds a ReLU, tightened
-    with IBP's (only neurons IBP leaves unstable are bounded backwards)."""
+    with IBP's (only neurons IBP leaves unstable are bounded backwards, and only in layers
+    with at most ``MAX_CROWN_NEURONS`` of them; IBP is rerun from the bounds found so far
+    before each layer). The differences inside a rewritten
+    max-pooling get the rerun IBP's bounds only (CROWN on them costs a backward pass per
+    window element for little gain)."""
     ibp = interval_bounds(net, dom) if ibp is None else ibp
     bounds: Bounds = {}
     n = len(dom.x)
@@ -89,12 +101,18 @@ def preactivation_bounds(net: Network, dom: Domain, ibp: Bounds | None = None) -
             k = net.nodes[r].parents[0]
             if k in bounds:
                 continue
+            if bounds:  # intervals again, from the tighter bounds found so far
+                ibp = interval_bounds(net, dom, bounds)
             lo, hi = (t.reshape(n, -1).clone() for t in ibp[k])
-            if dom.p == math.inf and not behind[k]:
-                # an affine function of the input over a box: IBP is exact already
+            if (dom.p == math.inf and not behind[k]) or net.nodes[k].pooling:
+                # an affine function of the input over a box: IBP is exact already;
+                # max-pooling's differences: intervals from the tightened bounds suffice
                 bounds[k] = ibp[k]
                 continue
             unstable = ((lo < 0) & (hi > 0)).any(dim=0).nonzero().reshape(-1)
+            if len(unstable) > MAX_CROWN_NEURONS:
+                bounds[k] = ibp[k]
+                continue
             size = net.nodes[k].size
             chunk = max(1, MAX_COEFFICIENTS // max(1, n * 2 * _widest(net, k)))
             for start in range(0, len(unstable), chunk):
