@@ -266,3 +266,16 @@ def test_cli_certify_fills_lower_bounds(tmp_path, digits, digits_mlp):
     correct = table["status"] != "misclassified"
     assert (table["lower_bound"][correct] > 0).all()
     assert (table["lower_bound"] <= table["radius"]).all()
+
+
+@pytest.mark.parametrize("share, certified", [(0.0, False), (1e9, True)])
+def test_auto_certifies_when_its_estimated_cost_is_within_the_share(
+        digits, digits_mlp, monkeypatch, share, certified):
+    import robustscope.search.engine as engine
+
+    monkeypatch.setattr(engine, "AUTO_CERTIFY_SHARE", share)
+    X, y = digits[0][:4], digits[1][:4]
+    res = radius(digits_mlp, X, y, threat="linf", space=FeatureSpace.box(64))
+    correct = res.status != "misclassified"
+    assert (res.lower_bound[correct] > 0).all() == certified
+    assert (res.lower_bound <= res.radius).all()

@@ -11,6 +11,9 @@ For each batch the search
    ``(hi - lo) / hi <= rtol`` or the budget is spent;
 4. verifies **every** candidate by projecting it into the feature space and calling the model
    again; only verified candidates ever define a radius.
+5. certifies a lower bound of torch networks by bound propagation below the verified radius
+   (``certify=``; see ``docs/certified.md``), and under ``solver="exact"`` runs the network
+   MILP over the ball of that radius.
 
 Inputs already decided cost nothing more. Inputs without a counterexample up to
 ``max_radius`` are ``censored`` (radius ``inf``).
