@@ -188,6 +188,19 @@ SECTIONS: tuple[Section, ...] = (
         "time, and which heavy libraries each command imports. Target: at most 0.5 s on an "
         "idle machine.", 0.3),
     Section(
+        "relations", "Relations between features on credit-style data (issue 16)",
+        ("benchmarks/relations.py", "--n", "40"),
+        "The seeded credit generator `robustscope.runs.credit.make_credit` (14 features, six "
+        "relations that hold on every row, integer counts, a one-hot group, age immutable); a "
+        "logistic regression, a gradient-boosted ensemble and a ReLU MLP; Linf on range-scaled "
+        "features. Per model: the default search without and with the relations (how many "
+        "unconstrained counterexamples break a relation, how the radii grow, time per input "
+        "of each), the share of constrained counterexamples that satisfy every relation and "
+        "the feature space (re-checked by the benchmark; must be 100%), the linear model's "
+        "exact LP against an independent LP in raw units (scipy's linprog), the attacks "
+        "against it, and the default search against `solver=\"exact\"` for the trees and "
+        "the MLP.", 10),
+    Section(
         "demo", "Demo and report (issue 6)",
         ("benchmarks/report_demo.py", "--repeats", "3"),
         "`robustscope demo`'s work in-process: training and radius search (`run_demo`), then "

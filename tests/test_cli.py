@@ -338,7 +338,7 @@ def test_runtime_failures_and_interruptions(tabular, linear_model, tmp_path, mon
 
 
 def test_exit_code_table_is_documented():
-    assert set(EXIT_CODES) == {0, 1, 2, 130} == {int(c) for c in ExitCode}
+    assert set(EXIT_CODES) == {0, 1, 2, 130, 143} == {int(c) for c in ExitCode}
     root = pathlib.Path(__file__).resolve().parents[1]
     readme = " ".join((root / "README.md").read_text().split())
     table = (root / "docs" / "getting-started.md").read_text().split("## Exit codes")[1]

@@ -41,7 +41,7 @@ def test_image_grid_writes_accuracy_json(files):
     d = files
     res = CliRunner().invoke(_app(), [
         "image-grid", "--model", str(d / "net.pt"), "--data", str(d / "data.npz"),
-        "--out", str(d / "acc.json"), "--threats", "linf,lpips,Hue", "--features",
+        "--out", str(d / "acc.json"), "--threats", "linf,lpips,Hue", "--feature-network",
         str(d / "trunk.pt"), "--steps", "3", "--levels-out", str(d / "levels.csv")])
     assert res.exit_code == 0, res.output
     acc = json.loads((d / "acc.json").read_text())

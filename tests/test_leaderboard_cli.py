@@ -88,7 +88,7 @@ def test_from_store(app, tmp_path):
     ref = tmp_path / "star.json"
     ref.write_text(json.dumps({"NoAttack": 100.0, "ElasticAttack": {"0.05": 50.0}}))
     for where in (db, f"sqlite:///{db}"):  # a path, or a database URL (as for PostgreSQL)
-        res = run(app, "--db", where, "--reference", ref, "--attacks", "elastic", "--json")
+        res = run(app, "--store", where, "--reference", ref, "--attacks", "elastic", "--json")
         assert res.exit_code == 0, res.output
         [row] = json.loads(res.stdout)
         assert row["model"] == "s1" and row["CR_ind_avg"] == pytest.approx(80.0)
@@ -125,7 +125,7 @@ def test_other_errors(app, tmp_path):
     assert res.exit_code == 2 and "no models" in res.stderr
     res = run(app, "--accuracies", tmp_path / "missing.json")
     assert res.exit_code == 2 and "not found" in res.stderr
-    res = run(app, "--db", tmp_path / "missing.sqlite")
+    res = run(app, "--store", tmp_path / "missing.sqlite")
     assert res.exit_code == 2 and "no such file" in res.stderr
     f = tmp_path / "a.json"
     f.write_text('{"NoAttack": 90}')

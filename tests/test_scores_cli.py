@@ -50,7 +50,7 @@ def _csv(path, n=40, seed=0, censored=2):
 def test_json_has_numeric_keys(app, tmp_path):
     path = tmp_path / "radii.csv"
     df = _csv(path)
-    out = CliRunner().invoke(app, ["scores", str(path), "--json", "--bootstrap", "200"])
+    out = CliRunner().invoke(app, ["scores", str(path), "--json", "--n-bootstrap", "200"])
     assert out.exit_code == 0, out.output
     doc = json.loads(out.stdout)
     for key in KEYS:
@@ -66,7 +66,7 @@ def test_json_has_numeric_keys(app, tmp_path):
 def test_table_output(app, tmp_path):
     path = tmp_path / "radii.csv"
     _csv(path)
-    out = CliRunner().invoke(app, ["scores", str(path), "--bootstrap", "50"])
+    out = CliRunner().invoke(app, ["scores", str(path), "--n-bootstrap", "50"])
     assert out.exit_code == 0, out.output
     assert "R_nu" in out.output and "censored" in out.output
 
@@ -111,7 +111,7 @@ def test_csv_reader_reads_what_pandas_reads(app, tmp_path):
     path = tmp_path / "radii.csv"
     path.write_bytes(b'\xef\xbb\xbfsample,radius,loss,status\n0,inf,0.1,censored\n\n'
                      b'1,"0.5",0.2, exact \n2,0.25,0.3,attacked\n3,0,1.5,misclassified\n')
-    out = CliRunner().invoke(app, ["scores", str(path), "--json", "--bootstrap", "20"])
+    out = CliRunner().invoke(app, ["scores", str(path), "--json", "--n-bootstrap", "20"])
     assert out.exit_code == 0, out.output
     doc = json.loads(out.stdout)
     df = pd.read_csv(path)

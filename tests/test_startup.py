@@ -80,6 +80,6 @@ def radius_table(tmp_path) -> Path:
 
 
 def test_scores_imports_no_heavy_library(radius_table):
-    [(args, code, heavy)] = _run(["scores", str(radius_table), "--json", "--bootstrap", "20"])
+    [(args, code, heavy)] = _run(["scores", str(radius_table), "--json", "--n-bootstrap", "20"])
     assert code == 0
     assert heavy == [], f"robustscope scores imported {', '.join(heavy)}"

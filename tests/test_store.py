@@ -129,7 +129,7 @@ def _result(seed=0, n=5):
 def test_new_store_has_versioned_schema(new_store):
     loc = new_store()
     with open_store(loc) as store:
-        assert store.schema_version == SCHEMA_VERSION == 1
+        assert store.schema_version == SCHEMA_VERSION == 2
     with raw(loc) as con:
         tables = set(sa.inspect(con).get_table_names())
         assert {"schema_version", "models", "threats", "runs", "radii", "accuracies"} <= tables
@@ -371,6 +371,8 @@ def test_sqlite_files_of_the_first_store_still_open(tmp_path):
         con.close()
         return out
 
+    with open_store(old) as store:  # migrated to version 2 on opening
+        assert store.schema_version == 2
     assert columns(new) == columns(old)  # same tables, columns, types and keys
     with open_store(old) as store:
         run = store.start_run("net", threat="linf")
@@ -459,3 +461,73 @@ def test_unsupported_urls_are_refused():
         open_store("postgresql://u:secret@127.0.0.1:1")
     with pytest.raises(InputError, match="folder does not exist"):
         open_store("sqlite:////no/such/folder/r.sqlite")
+
+
+def _satisfied_result(n=4):
+    """A result whose first input has status ``satisfied`` (added after schema version 1)."""
+    res = _result(n=n)
+    res.status[0] = "satisfied"
+    return res
+
+
+def _make_version_1(loc: str) -> None:
+    """Turn a new store at ``loc`` into one as schema version 1 left it: the radii status
+    check without ``satisfied``, one schema_version row (1), radii of the four old statuses."""
+    if "://" not in loc:  # SQLite: the file exactly as version 1 wrote it
+        con = sqlite3.connect(loc)
+        con.executescript(_V1_SQLITE)
+        con.executescript("""
+            INSERT INTO models (name, created_at) VALUES ('old', '2026-01-01');
+            INSERT INTO runs (uid, model_id, kind, status, started_at)
+                VALUES ('u1', 1, 'radius', 'finished', '2026-01-01');
+            INSERT INTO radii VALUES (1, 0, 0, 1, NULL, 0.0, 0.0, 'misclassified', NULL, 1, 0,
+                                      0.1);
+            INSERT INTO radii VALUES (1, 1, 1, 1, 0, 0.5, 0.25, 'attacked', 0.3, 9, 2, 0.2);
+        """)
+        con.close()
+        return
+    open_store(loc).close()
+    with raw(loc) as con:
+        con.exec_driver_sql("ALTER TABLE radii DROP CONSTRAINT radii_status_check")
+        con.exec_driver_sql("ALTER TABLE radii ADD CONSTRAINT radii_status_check CHECK "
+                            "(status IN ('exact', 'attacked', 'censored', 'misclassified'))")
+        con.exec_driver_sql("DELETE FROM schema_version")
+        con.exec_driver_sql("INSERT INTO schema_version VALUES (1, '2026-01-01')")
+    with raw(loc) as con:  # the old check refuses the new status, as stores of version 1 did
+        con.exec_driver_sql("INSERT INTO models (name, created_at) VALUES ('old', 'x')")
+        con.exec_driver_sql("INSERT INTO runs (uid, model_id, kind, status, started_at) "
+                            "VALUES ('u1', 1, 'radius', 'finished', 'x')")
+        con.exec_driver_sql("INSERT INTO radii (run_id, sample, label, prediction, radius, "
+                            "lower_bound, status, forward_queries, backward_queries, seconds) "
+                            "VALUES (1, 0, 0, 1, 0.0, 0.0, 'misclassified', 1, 0, 0.1), "
+                            "(1, 1, 1, 1, 0.5, 0.25, 'attacked', 9, 2, 0.2)")
+    with pytest.raises(sa.exc.IntegrityError), raw(loc) as con:
+        con.exec_driver_sql("UPDATE radii SET status = 'satisfied' WHERE sample = 0")
+
+
+def test_version_1_store_is_migrated_and_takes_satisfied_rows(new_store):
+    loc = new_store()
+    _make_version_1(loc)
+    with open_store(loc) as store:
+        assert store.schema_version == SCHEMA_VERSION == 2
+        old = store.radii(1)  # the old rows kept, values unchanged
+        assert old["status"].tolist() == ["misclassified", "attacked"]
+        np.testing.assert_array_equal(old["radius"], [0.0, 0.5])
+        assert old["queries"].tolist() == [1, 11]
+        run = store.start_run("net", threat="linf")
+        store.record_radii(run, _satisfied_result())
+        assert store.radii(run)["status"].tolist() == ["satisfied", "censored", "attacked",
+                                                      "attacked"]
+        with pytest.raises(InputError, match="unknown status"):  # still checked
+            bad = _result(n=3)
+            bad.status[0] = "nonsense"
+            store.record_radii(store.start_run("net", threat="linf"), bad)
+    with raw(loc) as con:  # a status outside STATUSES is still refused by the database
+        with pytest.raises(sa.exc.IntegrityError):
+            con.exec_driver_sql("UPDATE radii SET status = 'nonsense' WHERE sample = 0")
+    with open_store(loc) as store:  # opening again: nothing more to migrate
+        assert store.schema_version == 2
+    with raw(loc) as con:
+        versions = [r[0] for r in con.exec_driver_sql("SELECT version FROM schema_version "
+                                                       "ORDER BY version")]
+    assert versions == [1, 2]

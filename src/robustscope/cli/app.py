@@ -17,7 +17,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from robustscope.cli.common import OneLineErrorsGroup, computing, fail, reporting_errors
+from robustscope.cli.common import OneLineErrorsGroup, computing, reporting_errors
 from robustscope.solvers.registry import CERTIFY_CHOICES, SEARCH_SOLVERS
 from robustscope.threats.registry import threat_names
 
@@ -25,7 +25,7 @@ app = typer.Typer(
     name="robustscope",
     help="Radius of robustness for any classifier, with verified counterexamples. "
          "Exit codes: 0 done, 1 runtime failure (the model raised, a full disk, a bug), "
-         "2 bad input or option, 130 interrupted.",
+         "2 bad input or option, 130 interrupted (Ctrl-C), 143 stopped by SIGTERM.",
     cls=OneLineErrorsGroup,
     no_args_is_help=True,
     add_completion=False,
@@ -40,13 +40,31 @@ COMMAND_MODULES: tuple[str, ...] = ("leaderboard", "scores", "image_grid", "run"
 ThreatName = Enum("ThreatName", {name: name for name in threat_names("lp")}, type=str)
 
 
+#: Extensions of ``radius --out``: the formats of :meth:`RadiusResult.save`.
+RESULT_SUFFIXES = (".csv", ".parquet", ".json")
+
 SolverName = Enum("SolverName", {name: name for name in SEARCH_SOLVERS}, type=str)
 CertifyName = Enum("CertifyName", {name: name for name in CERTIFY_CHOICES}, type=str)
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from importlib import metadata
+
+        try:
+            version = metadata.version("robustscope")
+        except metadata.PackageNotFoundError:  # run from a source tree that is not installed
+            version = "unknown (not installed)"
+        typer.echo(f"robustscope {version}")
+        raise typer.Exit()
+
+
 @app.callback()
 def main(verbose: bool = typer.Option(False, "--verbose", "-v", help="Log debug messages; "
-                                      "show the traceback of a runtime failure.")) -> None:
+                                      "show the traceback of a runtime failure."),
+         version: bool = typer.Option(False, "--version", callback=_print_version,
+                                      is_eager=True, help="Print the version and exit.")
+         ) -> None:
     """robustscope: how far is each input from a decision change?"""
     logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
@@ -55,14 +73,19 @@ def main(verbose: bool = typer.Option(False, "--verbose", "-v", help="Log debug 
 @app.command("radius")
 def radius_command(
     model: Path = typer.Option(..., help="Model file: .json/.ubj (XGBoost), .txt (LightGBM), "
-                               ".skops, .pt (TorchScript), .onnx; .pkl/.joblib need "
-                               "--trust-pickle."),
-    data: Path = typer.Option(..., help="CSV with a label column, or NPZ with arrays X and y."),
+                               ".skops, .pt (TorchScript), .pt2 (torch.export), "
+                               ".onnx; .pkl/.joblib need --trust-pickle."),
+    data: Path = typer.Option(..., help="CSV or Parquet with a label column, or NPZ with "
+                             "arrays X and y."),
     out: Path = typer.Option(..., help="Radius table: .csv, .parquet or .json."),
     threat: ThreatName = typer.Option(ThreatName.linf, help="Norm of the scaled perturbation."),
     label_column: str = typer.Option("label", help="Label column of a CSV."),
     features: Path | None = typer.Option(None, help="Feature-space YAML (bounds, scales, "
-                                         "types, mutability)."),
+                                         "types, mutability, constraints)."),
+    invalid: str = typer.Option("error", help="Inputs that break a constraint of --features: "
+                                "'error' (stop, naming them) or 'status' (status invalid)."),
+    compare_unconstrained: bool = typer.Option(
+        False, help="With constraints, also search without them and say what they change."),
     solver: SolverName = typer.Option(SolverName.auto, help="auto uses the exact solver "
                                       "where the model allows it."),
     max_radius: float | None = typer.Option(None, help="Largest strength tried."),
@@ -80,35 +103,58 @@ def radius_command(
                                         "alpha-crown."),
 ) -> None:
     """Radius of robustness of every input, one row per input."""
+    from robustscope.core.checks import check_device
+    from robustscope.core.fileio import atomic_write_all, check_outputs
     from robustscope.core.space import FeatureSpace
     from robustscope.models.loaders import load_model
+    from robustscope.runs.columns import match_columns
     from robustscope.runs.data import load_data
     from robustscope.search.engine import radius
 
     with reporting_errors():
-        for path, what in ((out, "--out"), (adversarial_out, "--adversarial-out")):
-            if path is not None and not path.parent.is_dir():
-                fail(f"{what}: folder {path.parent} does not exist")
-        if out.suffix.lower() not in (".csv", ".parquet", ".json"):
-            fail(f"--out {out}: unknown extension '{out.suffix}'; use .csv, .parquet or .json")
+        check_device(device, "--device")
+        check_outputs([("--out", out, RESULT_SUFFIXES), ("--adversarial-out", adversarial_out,
+                                                         (".npz",))],
+                      {"--model": model, "--data": data, "--features": features})
         dataset = load_data(data, label_column)
+        clf = load_model(model, trust_pickle=trust_pickle, device=device, example=dataset.X[:2])
+        dataset, order_note = match_columns(dataset, clf, f"--data {data}")
         space = None
         if features is not None:
             space = FeatureSpace.from_yaml(features, int(dataset.X[0].size),
                                            dataset.feature_names, dataset.X.shape[1:])
-        clf = load_model(model, trust_pickle=trust_pickle, device=device, example=dataset.X[:2])
         with computing(), _progress(len(dataset.X), quiet) as advance:
             result = radius(clf, dataset.X, dataset.y, threat=threat.value, space=space,
                             solver=solver.value, max_radius=max_radius, budget=budget,
                             rtol=rtol, seed=seed, device=device, progress=advance,
+                            invalid=invalid, compare_unconstrained=compare_unconstrained,
                             certify=certify.value)
-        result.save(out)
+        if order_note is not None:
+            result.meta["columns"] = order_note
+        writes = [(out, result.save)]
         if adversarial_out is not None:
-            result.save_adversarial(adversarial_out)
+            writes.append((adversarial_out, result.save_adversarial))
+        atomic_write_all(writes)  # both files or neither
         if not quiet:
             print_summary(result, f"{model.name} · {threat.value} · solver {solver.value}")
+            if order_note is not None:
+                Console().print(f"note: {order_note}", highlight=False)
+            _print_relation_effect(result)
             Console().print(f"wrote {out}" + (f" and {adversarial_out}" if adversarial_out
                                               else ""))
+
+
+def _print_relation_effect(result) -> None:
+    """What the constraints changed (after ``--compare-unconstrained``)."""
+    from robustscope.scores.relations import relation_effect
+
+    e = relation_effect(result)
+    if e is None:
+        return
+    Console().print(f"constraints: {e['unconstrained_invalid']} of {e['unconstrained_found']} "
+                    "unconstrained counterexamples break one; "
+                    f"{e['lost']} inputs have no valid counterexample; median radius growth "
+                    f"x{e['median_growth']:.4g} (mean x{e['mean_growth']:.4g})", highlight=False)
 
 
 def _progress(total: int, quiet: bool):
@@ -123,7 +169,7 @@ def _progress(total: int, quiet: bool):
     @contextlib.contextmanager
     def bar():
         columns = (TextColumn("radius"), BarColumn(),
-                   TextColumn("{task.completed}/{task.total}"), TimeRemainingColumn())
+                   TextColumn("{task.completed}/{task.total} inputs"), TimeRemainingColumn())
         with Progress(*columns, console=err_console, transient=True) as prog:
             task = prog.add_task("radius", total=total)
             yield lambda k: prog.advance(task, k)
@@ -132,32 +178,33 @@ def _progress(total: int, quiet: bool):
 
 
 def print_summary(result, title: str) -> None:
-    """A one-table summary of a :class:`RadiusResult` on stdout."""
-    from rich.table import Table
+    """A one-table summary of a :class:`RadiusResult` on stdout, fitted to the terminal."""
+    from robustscope.report.terminal import Col, fitted_table
 
     s = result.summary()
-    table = Table(title=title)
-    for col in ("inputs", "clean acc.", "exact", "attacked", "censored", "misclassified",
-                "median radius", "min radius", "mean queries"):
-        table.add_column(col, justify="right")
-    table.add_row(str(s["n"]), f"{s['clean_accuracy']:.3f}", str(s["exact"]),
-                  str(s["attacked"]), str(s["censored"]), str(s["misclassified"]),
-                  f"{s['median_radius']:.4g}", f"{s['min_radius']:.4g}",
-                  f"{s['mean_queries']:.0f}")
-    Console(width=max(Console().width, 120)).print(table)
+    columns = (Col("inputs"), Col("clean acc."), Col("exact"), Col("attacked"),
+               Col("censored"), Col("misclassified", priority=1),
+               Col("satisfied", priority=1), Col("median radius"),
+               Col("min radius", priority=2), Col("mean queries", priority=3))
+    row = [str(s["n"]), f"{s['clean_accuracy']:.3f}", str(s["exact"]), str(s["attacked"]),
+           str(s["censored"]), str(s["misclassified"]), str(s["satisfied"]),
+           f"{s['median_radius']:.4g}", f"{s['min_radius']:.4g}", f"{s['mean_queries']:.0f}"]
+    console = Console()
+    console.print(fitted_table(title, columns, [row], console))
 
 
 @app.command("demo")
 def demo_command(
     out_dir: Path = typer.Option(Path("robustscope-demo"), help="Folder for the outputs."),
-    quiet: bool = typer.Option(False, "--quiet", "-q"),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars or tables; "
+                               "only the report path."),
 ) -> None:
     """Train two models on scikit-learn's breast-cancer data and report their radii."""
+    from robustscope.core.fileio import check_output_folder
     from robustscope.runs.demo import run_demo
 
     with reporting_errors():
-        if out_dir.exists() and not out_dir.is_dir():
-            fail(f"--out-dir {out_dir}: is a file, not a folder")
+        check_output_folder("--out-dir", out_dir)
         with computing():  # the demo trains its own models: any model error is a failure
             run_demo(out_dir, quiet=quiet)
 

@@ -16,6 +16,7 @@ code  name         when
                    cannot be loaded, an unknown or invalid option value (every
                    :class:`~robustscope.core.errors.RobustscopeError` outside the computation)
 130   INTERRUPTED  interrupted (Ctrl-C): 128 + SIGINT, as shells report it
+143   TERMINATED   stopped by SIGTERM (``robustscope run``): 128 + SIGTERM
 ====  ===========  ========================================================================
 
 A :class:`~robustscope.core.errors.ModelError` is bad input while the model is loaded and
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import re
 import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -48,6 +50,7 @@ class ExitCode(IntEnum):
     FAILURE = 1
     BAD_INPUT = 2
     INTERRUPTED = 130
+    TERMINATED = 143
 
 
 #: The exit-code policy, code -> what it means; the table the documentation shows.
@@ -59,6 +62,7 @@ EXIT_CODES: dict[int, str] = {
     ExitCode.BAD_INPUT: "bad input: a missing or unreadable file, invalid data, labels, "
                         "features, spec or model file, a bad option value",
     ExitCode.INTERRUPTED: "interrupted (Ctrl-C)",
+    ExitCode.TERMINATED: "stopped by SIGTERM (robustscope run; the resume command is printed)",
 }
 
 #: OS errors that say a path given by the user is wrong, not that the system failed.
@@ -103,6 +107,27 @@ def _click_context() -> Any:
     return globals_module.get_current_context(silent=True)
 
 
+def user_facing(message: str) -> str:
+    """``message`` with the running command's Python parameter names (which library
+    functions use) replaced by its option names: ``n_bootstrap: -1 must be >= 0`` becomes
+    ``--n-bootstrap: -1 must be >= 0``. Replaced are a name that starts the message
+    (``name:``), ``name=`` anywhere, and names with an underscore anywhere (no English word
+    has one)."""
+    ctx = _click_context()
+    if ctx is None:
+        return message
+    for param in ctx.command.params:
+        long = [o for o in getattr(param, "opts", ()) if o.startswith("--")]
+        if param.param_type_name != "option" or not long or not param.name:
+            continue
+        name, option = re.escape(param.name), long[0]
+        message = re.sub(rf"^{name}(?=:)", option, message)
+        message = re.sub(rf"\b{name}=", f"{option} ", message)
+        if "_" in param.name:
+            message = re.sub(rf"(?<![-\w]){name}\b", option, message)
+    return message
+
+
 def _describe_os_error(exc: OSError) -> str:
     reason = exc.strerror or str(exc) or type(exc).__name__
     names = [str(n) for n in (exc.filename, exc.filename2) if n is not None]
@@ -142,7 +167,7 @@ def reporting_errors(verbose: bool | None = None) -> Iterator[None]:
     except ComputationFailed as exc:
         _runtime_failure(exc, str(exc), verbose)
     except RobustscopeError as exc:
-        fail(exc, ExitCode.BAD_INPUT)
+        fail(user_facing(str(exc)), ExitCode.BAD_INPUT)
     except PATH_ERRORS as exc:
         fail(_describe_os_error(exc), ExitCode.BAD_INPUT)
     except OSError as exc:  # a full disk, an I/O error: the system failed, not the input
@@ -177,9 +202,30 @@ class OneLineErrorsGroup(TyperGroup):
         with _one_line_usage_errors():
             return super().make_context(info_name, args, parent=parent, **extra)
 
+    def get_params(self, ctx: Any) -> list[Any]:
+        return _untyped_flags(super().get_params(ctx))
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        command = super().get_command(ctx, cmd_name)
+        if command is not None and not getattr(command, "_flags_untyped", False):
+            inner = command.get_params
+            command.get_params = lambda c: _untyped_flags(inner(c))
+            command._flags_untyped = True
+        return command
+
     def invoke(self, ctx: Any) -> Any:
         with _one_line_usage_errors():
             return super().invoke(ctx)
+
+
+def _untyped_flags(params: list[Any]) -> list[Any]:
+    """``params`` with an empty type column for flags (typer's help shows ``<bool>`` for an
+    option that takes no value); an option's own metavar is kept."""
+    for param in params:
+        if getattr(param, "is_flag", False) and not getattr(param, "count", False) \
+                and param.metavar is None:
+            param.metavar = ""
+    return params
 
 
 @contextmanager

@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from robustscope.cli.common import fail, quiet_logging, reporting_errors
+from robustscope.cli.common import quiet_logging, reporting_errors
 
 
 def _delta_style(delta: float) -> str:
@@ -48,6 +48,17 @@ def print_comparison(cmp, console: Console) -> None:
             console.print(f"only in {label} (not compared): {', '.join(only)}")
 
 
+def _inputs_of(run_a: str, run_b: str, store: Path | None) -> dict[str, Path | None]:
+    """The files ``compare`` reads: the store, and each run folder's manifest and tables."""
+    inputs: dict[str, Path | None] = {"--store": store}
+    for which, ref in (("RUN_A", run_a), ("RUN_B", run_b)):
+        folder = Path(ref)
+        if folder.is_dir():
+            for path in (folder / "run.json", *sorted(folder.glob("radii_*.csv"))):
+                inputs[f"{which} {path.name}"] = path
+    return inputs
+
+
 def register(app: typer.Typer) -> None:
     """Add the ``compare`` command to ``app``."""
 
@@ -63,18 +74,18 @@ def register(app: typer.Typer) -> None:
                                    "path (with --out)."),
     ) -> None:
         """Compare two runs: scores side by side, accuracy curves overlaid."""
+        from robustscope.core.fileio import check_outputs
         from robustscope.report.html import render_compare
         from robustscope.runs.compare import load_run
         from robustscope.scores.comparison import compare_runs
 
         quiet_logging(quiet)
         with reporting_errors():
-            if out is not None and not out.parent.is_dir():
-                fail(f"--out: folder {out.parent} does not exist")
+            check_outputs([("--out", out, (".html",))], _inputs_of(run_a, run_b, store))
             cmp = compare_runs(load_run(run_a, store), load_run(run_b, store),
                                n_bootstrap=n_bootstrap, seed=seed)
             path = render_compare(cmp, out) if out is not None else None
-            console = Console(width=max(Console().width, 100))
+            console = Console()
             if not quiet:
                 print_comparison(cmp, console)
             if path is not None:

@@ -4,8 +4,7 @@ MultiRobustBench threat models, written as the benchmark's accuracy JSON."""
 from __future__ import annotations
 
 import json
-import os
-import tempfile
+from enum import Enum
 from pathlib import Path
 
 import typer
@@ -19,23 +18,21 @@ DEFAULT_THREATS = ",".join(e.name for e in THREATS
                            if e.ranked and e.implemented and not e.needs_features)
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+#: Choices of ``--method``.
+GridMethod = Enum("GridMethod", {"bisection": "bisection", "full": "full"}, type=str)
 
 
 def run_image_grid(model: Path, data: Path, out: Path, threats: str = DEFAULT_THREATS,
                    features: Path | None = None, method: str = "bisection", steps: int = 20,
                    restarts: int = 1, seed: int = 0, device: str = "cpu",
-                   levels_out: Path | None = None, trust_pickle: bool = False) -> dict:
+                   levels_out: Path | None = None, trust_pickle: bool = False,
+                   notes: list[str] | None = None) -> dict:
     """Evaluate, write ``out`` (accuracy JSON) and optionally ``levels_out`` (CSV, one row per
     input and threat); return the accuracy dict.
+
+    A threat that needs more colour channels than the images have (the colour and JPEG
+    threats on grayscale images) is skipped when it came from the default ``threats``, with
+    a line appended to ``notes``; named in ``threats``, it is an error that names it.
 
     Problems with the inputs raise :class:`~robustscope.core.errors.RobustscopeError`; a
     model error while the threats are evaluated raises
@@ -43,13 +40,15 @@ def run_image_grid(model: Path, data: Path, out: Path, threats: str = DEFAULT_TH
     import numpy as np
     import torch
 
-    from robustscope.models.loaders import load_model
+    from robustscope.core.checks import check_device
+    from robustscope.core.fileio import atomic_write_all, check_outputs
+    from robustscope.models.loaders import load_model, load_torchscript
     from robustscope.runs.data import load_data
     from robustscope.search.grid import evaluate_threats
 
-    for what, path in (("--out", out), ("--levels-out", levels_out)):
-        if path is not None and not path.parent.is_dir():
-            raise InputError(f"{what}: folder {path.parent} does not exist")
+    check_device(device, "--device")
+    check_outputs([("--out", out, (".json",)), ("--levels-out", levels_out, (".csv",))],
+                  {"--model": model, "--data": data, "--features": features})
     names = [t.strip() for t in threats.split(",") if t.strip()]
     if not names:
         raise InputError("--threats: give at least one threat")
@@ -61,29 +60,52 @@ def run_image_grid(model: Path, data: Path, out: Path, threats: str = DEFAULT_TH
     if ds.X.ndim != 4:
         raise InputError(f"--data {data}: images must be an NPZ array X of shape "
                          f"(n, C, H, W); got shape {ds.X.shape}")
-    X = torch.as_tensor(ds.X, dtype=torch.float32)
+    names = _fitting_threats(names, int(ds.X.shape[1]), threats == DEFAULT_THREATS, notes)
+    X = torch.as_tensor(np.asarray(ds.X, dtype=np.float32))  # a copy: ds.X may be read-only
     y = np.asarray(ds.y)
     clf = load_model(model, trust_pickle=trust_pickle, device=device, example=ds.X[:2])
     feats = None
     if features is not None:
         if not features.is_file():
-            raise InputError(f"--features {features}: no such file")
+            raise InputError(f"--feature-network {features}: no such file")
         try:
-            feats = torch.jit.load(str(features), map_location=device).eval()
+            feats = load_torchscript(features, device).eval()
         except (RuntimeError, ValueError) as exc:
             reason = (str(exc).splitlines() or [type(exc).__name__])[0]
-            raise InputError(f"--features {features}: not a TorchScript file ({reason})") from exc
+            raise InputError(f"--feature-network {features}: not a TorchScript file "
+                             f"({reason})") from exc
     with computing():
         results, acc = evaluate_threats(clf, X, y, threats=names, features=feats,
                                         method=method, steps=steps, restarts=restarts,
                                         seed=seed, device=device)
-    _write_atomic(out, json.dumps(acc, indent=1))
+    texts = [(out, json.dumps(acc, indent=1))]
     if levels_out is not None:
         import pandas as pd
 
         frame = pd.concat([r.to_dataframe() for r in results], ignore_index=True)
-        _write_atomic(levels_out, frame.to_csv(index=False))
+        texts.append((levels_out, frame.to_csv(index=False)))
+    # both files or neither
+    atomic_write_all([(path, lambda tmp, text=text: tmp.write_text(text))
+                      for path, text in texts])
     return acc
+
+
+def _fitting_threats(names: list[str], channels: int, default: bool,
+                     notes: list[str] | None) -> list[str]:
+    """``names`` without the threats that need another number of colour channels than
+    ``channels``: dropped with a note when ``default``, an :class:`InputError` otherwise."""
+    entries = {name: implemented_threat(name) for name in names}
+    misfit = [n for n, e in entries.items() if e.channels not in (None, channels)]
+    if not misfit:
+        return names
+    need = ", ".join(f"{n} ({entries[n].channels} channels)" for n in misfit)
+    if not default:
+        raise InputError(f"--threats: {need} cannot run on images with {channels} "
+                         f"channel(s); leave {'it' if len(misfit) == 1 else 'them'} out")
+    if notes is not None:
+        notes.append(f"skipped {', '.join(misfit)}: they need 3 colour channels (RGB); "
+                     f"the images have {channels}")
+    return [n for n in names if n not in misfit]
 
 
 def register(app: typer.Typer) -> None:
@@ -97,9 +119,14 @@ def register(app: typer.Typer) -> None:
         out: Path = typer.Option(..., help="Accuracy JSON (MultiRobustBench format)."),
         threats: str = typer.Option(DEFAULT_THREATS, help="Comma-separated threats (names or "
                                     "benchmark names): " + ", ".join(threat_names()) + "."),
-        features: Path = typer.Option(None, help="TorchScript feature network for LPIPS "
-                                      "(images -> feature map(s)); required for lpips."),
-        method: str = typer.Option("bisection", help="'bisection' or 'full' (every level)."),
+        features: Path = typer.Option(None, "--feature-network", help="TorchScript feature "
+                                      "network for LPIPS (images -> feature map(s)); "
+                                      "required for lpips."),
+        old_features: Path = typer.Option(None, "--features", hidden=True,
+                                          help="Deprecated spelling of --feature-network."),
+        method: GridMethod = typer.Option(GridMethod.bisection, help="'bisection' (about "
+                                          "log2(20) + 1 attack runs per input) or 'full' "
+                                          "(every level)."),
         steps: int = typer.Option(20, min=1, help="PGD steps per attack run."),
         restarts: int = typer.Option(1, min=1, help="PGD restarts per attack run."),
         seed: int = typer.Option(0, help="Random seed."),
@@ -110,6 +137,13 @@ def register(app: typer.Typer) -> None:
         """Robust accuracy at the 20 benchmark strengths of each threat (per-input bisection
         over the grid; every counterexample verified)."""
         with reporting_errors():
-            acc = run_image_grid(model, data, out, threats, features, method, steps, restarts,
-                                 seed, device, levels_out, trust_pickle)
+            if old_features is not None:
+                typer.echo("note: --features is deprecated here; use --feature-network",
+                           err=True)
+                features = features if features is not None else old_features
+            notes: list[str] = []
+            acc = run_image_grid(model, data, out, threats, features, method.value, steps,
+                                 restarts, seed, device, levels_out, trust_pickle, notes)
+            for note in notes:
+                typer.echo(f"note: {note}", err=True)
             typer.echo(f"clean accuracy {acc['NoAttack']:.2f}%; wrote {out}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -17,6 +18,10 @@ if TYPE_CHECKING:  # imported by the command itself: numpy is not needed to show
 
     from robustscope.scores.accuracy_grid import ModelAccuracies
     from robustscope.scores.multiattack import CRReport
+
+
+#: Choices of ``--sort``.
+SortBy = Enum("SortBy", {"avg": "avg", "worst": "worst"}, type=str)
 
 
 def _split_attacks(attacks: list[str] | None) -> list[str] | None:
@@ -36,13 +41,13 @@ def collect_models(db: str | Path | None, accuracies: list[Path] | None
         from robustscope.runs.store import is_store_url, open_store
 
         if not is_store_url(str(db)) and not Path(db).is_file():
-            raise RobustscopeError(f"--db {db}: no such file")
+            raise RobustscopeError(f"--store {db}: no such file")
         with open_store(str(db)) as store:
             models.extend(store.model_accuracies())
     for path in accuracies or []:
         models.extend(read_accuracy_file(path))
     if not models:
-        raise RobustscopeError("no models: give --db with stored accuracy grids and/or "
+        raise RobustscopeError("no models: give --store with stored accuracy grids and/or "
                                "--accuracies FILE.json")
     names = [m.name for m in models]
     dup = sorted({n for n in names if names.count(n) > 1})
@@ -93,6 +98,9 @@ def render_table(reports: list[CRReport], single: bool = False) -> Table:
     if seen:
         for col in ("CR_in-avg", "CR_out-avg", "% seen", "SC"):
             table.add_column(col, justify="right")
+    excluded = any(r.table.excluded for r in reports)
+    if excluded:
+        table.add_column("excluded", justify="right")
     attacks = list(reports[0].single) if single and reports else []
     for a in attacks:
         table.add_column(f"{a} avg", justify="right")
@@ -101,10 +109,18 @@ def render_table(reports: list[CRReport], single: bool = False) -> Table:
                _fmt(r.cr_ind_avg), _fmt(r.cr_ind_worst), r.worst_point]
         if seen:
             row += [_fmt(r.cr_in_avg), _fmt(r.cr_out_avg), _fmt(r.pct_seen), _fmt(r.sc)]
+        if excluded:
+            row.append(str(len(r.table.excluded)))
         row += [_fmt(r.single[a]["avg"]) for a in attacks]
         table.add_row(*row)
+    notes = []
     if any(r.table.missing for r in reports):
-        table.caption = "* scored on the points it has (some attack/strength points missing)"
+        notes.append("* scored on the points it has (some attack/strength points missing)")
+    if excluded:
+        notes.append("excluded: points where acc* = 0 (no reference model resists there); "
+                     "they have no ratio and enter no metric")
+    if notes:
+        table.caption = "\n".join(notes)
     return table
 
 
@@ -113,9 +129,11 @@ def register(app: typer.Typer) -> None:
 
     @app.command("leaderboard")
     def leaderboard(
-        db: str = typer.Option(None, "--db", help="Results store to read the latest "
+        db: str = typer.Option(None, "--store", help="Results store to read the latest "
                                "accuracy grid of each model from: a SQLite file or a URL "
                                "postgresql://user:password@host:port/database."),
+        old_db: str = typer.Option(None, "--db", hidden=True,
+                                   help="Deprecated spelling of --store."),
         accuracies: list[Path] = typer.Option(None, "--accuracies", help="Benchmark accuracy "
                                               "JSON: one model (named after the file) or "
                                               "{model: {accuracies, details}}. Repeatable."),
@@ -127,7 +145,8 @@ def register(app: typer.Typer) -> None:
                                           "names). Default: the 9 ranked attacks."),
         allow_missing: bool = typer.Option(False, "--allow-missing", help="Score models on "
                                            "the points they have instead of failing."),
-        sort: str = typer.Option("avg", "--sort", help="Rank by 'avg' or 'worst'."),
+        sort: SortBy = typer.Option(SortBy.avg, "--sort", help="Rank by CR_ind-avg ('avg') "
+                                    "or CR_ind-worst ('worst')."),
         single: bool = typer.Option(False, "--single", help="Add single-CR columns."),
         as_json: bool = typer.Option(False, "--json", help="Print a JSON list instead of a "
                                      "table."),
@@ -136,9 +155,21 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Rank models by CR_ind-avg and CR_ind-worst (MultiRobustBench, Dai et al. 2023)."""
         with reporting_errors():
+            if old_db is not None:
+                typer.echo("note: --db is deprecated; use --store", err=True)
+                db = db if db is not None else old_db
+            if figures is not None:
+                from robustscope.core.fileio import check_output_folder
+                from robustscope.report.multiattack_figures import FIGURE_FILES
+                from robustscope.runs.store import is_store_url
+
+                sources = {f"--accuracies {p.name}": p for p in accuracies or []}
+                if db is not None and not is_store_url(db):
+                    sources["--store"] = Path(db)
+                check_output_folder("--figures", figures, sources, FIGURE_FILES)
             models = collect_models(db, accuracies)
             chosen = _split_attacks(attacks)
-            reports = rank(models, reference, chosen, allow_missing, sort)
+            reports = rank(models, reference, chosen, allow_missing, sort.value)
             if figures is not None:
                 from robustscope.report.multiattack_figures import write_multiattack_figures
                 from robustscope.scores.multiattack import best_reference, resolve_reference

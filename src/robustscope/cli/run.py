@@ -2,32 +2,79 @@
 
 from __future__ import annotations
 
+import signal
+from enum import Enum
 from pathlib import Path
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
-from robustscope.cli.common import computing, fail, quiet_logging, reporting_errors
+from robustscope.cli.common import ExitCode, computing, fail, quiet_logging, reporting_errors
 
 err_console = Console(stderr=True)
 
+#: Choices of ``--backend`` (runs.backends.BACKENDS, not imported: --help stays fast).
+Backend = Enum("Backend", {"local": "local", "ray": "ray"}, type=str)
+
 
 def print_run_summary(outcome, console: Console) -> None:
-    """Per-threat headline numbers of a finished run."""
+    """Per-threat headline numbers of a finished run, fitted to ``console``'s width (the
+    least important columns are left out first)."""
     from robustscope.report.html import fmt, pct
+    from robustscope.report.terminal import Col, fitted_table
 
-    table = Table(title=outcome.evaluation.title)
-    for col in ("threat", "solver", "inputs", "clean acc.", "median r", "worst r", "R_ν",
-                "R_ν interval", "censored", "queries/input", "seconds"):
-        table.add_column(col, justify="right")
+    columns = (Col("threat", "left"), Col("solver", "left", 2), Col("inputs", priority=3),
+               Col("clean acc."), Col("median r"), Col("worst r", priority=1), Col("R_ν"),
+               Col("R_ν interval", priority=4), Col("censored", priority=1),
+               Col("queries/input", priority=2),
+               Col("shard time (s)", priority=5, note="shard time: the threat's shards' "
+                   "durations, summed over workers"))
+    rows = []
     for sec in outcome.evaluation.sections:
         s = sec.summary()
-        table.add_row(sec.name, sec.result.solver, str(s["n"]), pct(s["clean_accuracy"]),
-                      fmt(s["median_radius"]), fmt(s["worst_radius"]), fmt(s["R_nu"]),
-                      f"[{fmt(s['R_nu_low'])}, {fmt(s['R_nu_high'])}]",
-                      pct(s["censored_share"]), fmt(s["mean_queries"], 5), fmt(sec.seconds, 3))
-    console.print(table)
+        rows.append([sec.name, sec.result.solver, str(s["n"]), pct(s["clean_accuracy"]),
+                     fmt(s["median_radius"]), fmt(s["worst_radius"]), fmt(s["R_nu"]),
+                     f"[{fmt(s['R_nu_low'])}, {fmt(s['R_nu_high'])}]",
+                     pct(s["censored_share"]), fmt(s["mean_queries"], 5),
+                     fmt(sec.seconds, 3)])
+    console.print(fitted_table(outcome.evaluation.title, columns, rows, console))
+    print_relation_summary(outcome, console)
+
+
+def print_relation_summary(outcome, console: Console) -> None:
+    """Per threat, what the feature space's relations change (only when compared), fitted
+    to ``console``'s width."""
+    from robustscope.report.html import fmt, pct
+    from robustscope.report.terminal import Col, fitted_table
+
+    found = [(sec.name, sec.summary().get("relations")) for sec in outcome.evaluation.sections]
+    found = [(name, e) for name, e in found if e is not None]
+    if not found:
+        return
+    columns = (Col("threat", "left"), Col("inputs", priority=2),
+               Col("unconstrained counterexamples", priority=1), Col("break a relation"),
+               Col("no valid counterexample", priority=1), Col("median radius growth"),
+               Col("mean growth", priority=2))
+    rows = [[name, str(e["n"]), str(e["unconstrained_found"]),
+             f"{e['unconstrained_invalid']} ({pct(e['unconstrained_invalid_share'])})",
+             str(e["lost"]), f"x{fmt(e['median_growth'], 4)}", f"x{fmt(e['mean_growth'], 4)}"]
+            for name, e in found]
+    console.print(fitted_table("relations between features: unconstrained search vs "
+                               "constrained", columns, rows, console))
+
+
+def warn_failed_rows(outcome) -> None:
+    """One line on stderr per threat on whose inputs the model raised: how many, and where
+    their messages are (shown with ``--quiet`` too)."""
+    run_json = outcome.out_dir / "run.json"
+    for name, info in outcome.manifest["threats"].items():
+        failed = info.get("failed") or []
+        if failed:
+            err_console.print(
+                f"warning: the model raised on {len(failed)} input(s) under threat {name}; "
+                f"they have status 'failed' in {outcome.out_dir / info['radii']} and are left "
+                f"out of the scores; messages in {run_json} (threats.{name}.failed)",
+                highlight=False, soft_wrap=True)
 
 
 def register(app: typer.Typer) -> None:
@@ -40,8 +87,9 @@ def register(app: typer.Typer) -> None:
         out_dir: Path | None = typer.Option(None, "--out-dir", help="Override outputs.dir."),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars or summary; "
                                    "only the report path."),
-        backend: str | None = typer.Option(None, "--backend", help="Where shards run: 'local' "
-                                           "(process pool, the default) or 'ray'."),
+        backend: Backend | None = typer.Option(None, "--backend", help="Where shards run: "
+                                               "'local' (process pool) or 'ray'; default: "
+                                               "the spec's execution.backend."),
         workers: int | None = typer.Option(None, "--workers", min=1, help="Worker processes "
                                            "(default: all cores, or the Ray cluster's CPUs)."),
         address: str | None = typer.Option(None, "--address", help="Ray cluster address "
@@ -57,24 +105,34 @@ def register(app: typer.Typer) -> None:
         on local worker processes or a Ray cluster; each finished shard is written at once,
         so a run that stops (killed, a full disk, a failing worker) continues where it
         stopped when started again. A run that stops part-way exits with code 1 and says how
-        to resume it; inputs on which the model raises get status `failed` and the run goes
-        on."""
+        to resume it (Ctrl-C: code 130, SIGTERM: code 143, with the same line); inputs on
+        which the model raises get status `failed` and the run goes on."""
         from robustscope.runs.runner import RunIncomplete, run_spec_file
+        from robustscope.runs.stopping import RunInterrupted, Terminated, terminate_raises
 
         quiet_logging(quiet)
-        with reporting_errors():
-            if resume is not None and out_dir is not None and \
-                    Path(resume).resolve() != Path(out_dir).resolve():
-                fail("give --resume DIR or --out-dir DIR, not two different folders")
-            # a model error here comes from loading the spec's model (bad input); one raised
-            # while evaluating marks its inputs `failed` instead of stopping the run
-            with computing(RunIncomplete):
-                outcome = run_spec_file(spec, quiet=quiet, out_dir=resume or out_dir,
-                                        resume=True if resume is not None else None,
-                                        backend=backend, workers=workers, address=address)
-            console = Console(width=max(Console().width, 130))
-            if not quiet:
-                print_run_summary(outcome, console)
-                for key, note in outcome.manifest.get("notes", {}).items():
-                    err_console.print(f"note ({key}): {note}", highlight=False)
-            console.print(str(outcome.report), highlight=False, soft_wrap=True)
+        try:
+            with reporting_errors(), terminate_raises():
+                if resume is not None and out_dir is not None and \
+                        Path(resume).resolve() != Path(out_dir).resolve():
+                    fail("give --resume DIR or --out-dir DIR, not two different folders")
+                # a model error here comes from loading the spec's model (bad input); one raised
+                # while evaluating marks its inputs `failed` instead of stopping the run
+                try:
+                    with computing(RunIncomplete):
+                        outcome = run_spec_file(spec, quiet=quiet, out_dir=resume or out_dir,
+                                                resume=True if resume is not None else None,
+                                                backend=backend and backend.value, workers=workers,
+                                                address=address)
+                except RunInterrupted as exc:
+                    fail(exc, ExitCode.INTERRUPTED if exc.signum == signal.SIGINT
+                         else ExitCode.TERMINATED)
+                console = Console()
+                warn_failed_rows(outcome)
+                if not quiet:
+                    print_run_summary(outcome, console)
+                    for key, note in outcome.manifest.get("notes", {}).items():
+                        err_console.print(f"note ({key}): {note}", highlight=False)
+                console.print(str(outcome.report), highlight=False, soft_wrap=True)
+        except Terminated:  # before or after the run itself: nothing to resume
+            fail("terminated by SIGTERM", ExitCode.TERMINATED)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -23,6 +24,9 @@ if TYPE_CHECKING:  # imported by the command itself: --help needs no numpy
     from robustscope.scores.intrinsic import IntrinsicScores, SubsetComparison
 
 REQUIRED_COLUMNS = ("radius", "loss", "status")
+
+#: Choices of ``--censored``.
+Censored = Enum("Censored", {"exclude": "exclude", "bound": "bound"}, type=str)
 
 
 def read_radius_csv(path: str | Path) -> dict[str, np.ndarray]:
@@ -106,11 +110,14 @@ def register(app: typer.Typer) -> None:
     def scores(
         path: Path = typer.Argument(..., help="Radius CSV (columns radius, loss, status, ...)."),
         as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
-        n_bootstrap: int = typer.Option(1000, "--bootstrap", help="Bootstrap resamples."),
+        n_bootstrap: int = typer.Option(1000, "--n-bootstrap", min=0,
+                                        help="Bootstrap resamples."),
+        old_bootstrap: int | None = typer.Option(None, "--bootstrap", min=0, hidden=True,
+                                                 help="Deprecated spelling of --n-bootstrap."),
         confidence: float = typer.Option(0.95, help="Level of the bootstrap intervals."),
         seed: int = typer.Option(0, help="Seed of the bootstrap."),
-        censored: str = typer.Option(
-            "exclude", help="Censored inputs: 'exclude' them, or 'bound' (radius := "
+        censored: Censored = typer.Option(
+            Censored.exclude, help="Censored inputs: 'exclude' them, or 'bound' (radius := "
             "--censor-at, scores become lower bounds)."),
         censor_at: float = typer.Option(None, help="Largest strength tried (with 'bound')."),
     ) -> None:
@@ -119,9 +126,12 @@ def register(app: typer.Typer) -> None:
         from robustscope.scores.intrinsic import intrinsic_scores, subset_independence
 
         with reporting_errors():
+            if old_bootstrap is not None:
+                typer.echo("note: --bootstrap is deprecated; use --n-bootstrap", err=True)
+                n_bootstrap = old_bootstrap
             table = read_radius_csv(path)
             columns = (table["radius"], table["loss"], table["status"])
-            kw = dict(censored=censored, censor_at=censor_at, n_bootstrap=n_bootstrap,
+            kw = dict(censored=censored.value, censor_at=censor_at, n_bootstrap=n_bootstrap,
                       confidence=confidence, seed=seed)
             s = intrinsic_scores(*columns, **kw)
             if len(table["radius"]) < 2:

@@ -95,6 +95,36 @@ def check_seed(seed: object, name: str = "seed") -> int:
     return int(seed)
 
 
+def check_device(device: str | torch.device, name: str = "device") -> torch.device:
+    """``device`` as a ``torch.device`` that this machine has; :class:`InputError` naming
+    ``name`` for a device string torch does not know (``nosuch``) or a device that is not
+    available here (``cuda`` without a GPU or without torch's CUDA build, ``cuda:3`` on a
+    machine with fewer GPUs, ``mps`` off Apple silicon)."""
+    if isinstance(device, torch.device):
+        dev = device
+    else:
+        try:
+            dev = torch.device(str(device))
+        except (RuntimeError, ValueError) as exc:
+            raise InputError(f"{name}: unknown device {device!r} (use cpu, cuda or cuda:N, "
+                             "mps)") from exc
+    if dev.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            why = ("this torch is built without CUDA" if torch.version.cuda is None
+                   else "no CUDA GPU is visible")
+            raise InputError(f"{name} {device}: not available ({why}); use cpu")
+        if dev.index is not None and dev.index >= count:
+            raise InputError(f"{name} {device}: not available (this machine has {count} CUDA "
+                             f"device(s), cuda:0 to cuda:{count - 1})")
+    elif dev.type == "mps":
+        if not torch.backends.mps.is_available():
+            raise InputError(f"{name} {device}: not available on this machine; use cpu")
+    elif dev.type not in ("cpu", "meta"):
+        raise InputError(f"{name} {device}: robustscope runs on cpu, cuda or mps devices")
+    return dev
+
+
 def make_generator(seed: int, device: str | torch.device = "cpu") -> torch.Generator:
     """The one way robustscope seeds torch randomness: a generator on ``device``."""
     return torch.Generator(device=torch.device(device)).manual_seed(check_seed(seed))
@@ -124,7 +154,17 @@ def check_columns(X: object, names: Sequence[str] | None, name: str = "X") -> ob
     columns = getattr(X, "columns", None)
     if names is None or columns is None or torch.is_tensor(X):
         return X
-    have = [str(c) for c in columns]
+    return X.iloc[:, column_order([str(c) for c in columns], names, name)]
+
+
+def column_order(have: Sequence[str], names: Sequence[str], name: str = "X") -> list[int]:
+    """Positions in ``have`` (the data's column names) of ``names`` (the model's), in the
+    model's order: ``X[:, column_order(...)]`` has the model's columns.
+
+    Raises :class:`InputError` naming a repeated column of the data, a column the model
+    needs that the data lacks, or a column of the data that the model does not know."""
+    have = [str(c) for c in have]
+    names = [str(n) for n in names]
     if len(set(have)) != len(have):
         dup = sorted({c for c in have if have.count(c) > 1})
         raise InputError(f"{name}: duplicate column(s) {', '.join(dup)}")
@@ -139,4 +179,4 @@ def check_columns(X: object, names: Sequence[str] | None, name: str = "X") -> ob
         raise InputError(f"{name}: {'; '.join(parts)} (the model was fitted on the columns "
                          f"{', '.join(names)})")
     position = {c: i for i, c in enumerate(have)}
-    return X.iloc[:, [position[n] for n in names]]
+    return [position[n] for n in names]

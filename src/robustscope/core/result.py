@@ -23,6 +23,7 @@ from robustscope.core.statuses import (  # noqa: F401 - re-exported
     CENSORED,
     EXACT,
     FAILED,
+    INVALID,
     MISCLASSIFIED,
     SATISFIED,
     STATUSES,
@@ -81,7 +82,9 @@ ROW_SCHEMA: tuple[Column, ...] = (
            fill=math.nan),
     Column("queries", "int64", "forward + backward model passes spent on the input",
            store=False, derived=True, fill=0),
-    Column("seconds", "float64", "wall time spent on the input (s)", fill=0.0),
+    Column("seconds", "float64", "batch average: wall time of the batch the input was "
+           "searched in, divided by the batch's size (s); not a per-input measurement",
+           fill=0.0),
     Column("forward_queries", "int64", "forward model passes", table=EXTRA, fill=0),
     Column("backward_queries", "int64", "backward (gradient) passes", table=EXTRA, fill=0),
     Column("adv_prediction", "int64", "predicted class of the counterexample (index)",
@@ -103,7 +106,10 @@ CSV_COLUMNS: list[str] = [c.name for c in ROW_SCHEMA if c.table == LEAD]
 
 #: ``meta`` entries that hold one value per input (a list), joined and subset with the rows
 #: (0 on failed rows). Other entries are taken from the first result that searched an input.
-PER_INPUT_META: tuple[str, ...] = ("attack_runs",)
+#: ``unconstrained_radius`` / ``unconstrained_breaks``: the radius found without the feature
+#: space's relations and whether that counterexample breaks one (``radius(...,
+#: compare_unconstrained=True)``).
+PER_INPUT_META: tuple[str, ...] = ("attack_runs", "unconstrained_radius", "unconstrained_breaks")
 
 
 def join_meta(template: Mapping, parts: Sequence[tuple[Mapping, int]]) -> dict:
@@ -189,9 +195,9 @@ class RadiusResult:
 
     @property
     def found(self) -> np.ndarray:
-        """Inputs with a verified counterexample (every status but ``censored`` and
-        ``failed``)."""
-        return (self.status != CENSORED) & (self.status != FAILED)
+        """Inputs with a verified counterexample (every status but ``censored``, ``failed``
+        and ``invalid``)."""
+        return (self.status != CENSORED) & (self.status != FAILED) & (self.status != INVALID)
 
     @property
     def failed(self) -> np.ndarray:
@@ -201,8 +207,10 @@ class RadiusResult:
     def robust_accuracy(self, eps: np.ndarray | float) -> np.ndarray:
         """Share of inputs whose radius exceeds each ``eps`` (exact for the solver used,
         since threat sets are nested). Censored inputs count as robust up to ``max_radius``;
-        strengths above it are reported as NaN."""
-        return robust_accuracy(self.radius, self.status, self.max_radius, eps)
+        strengths above it are reported as NaN. Inputs with status ``invalid`` (they break
+        a relation of the feature space) are left out."""
+        keep = self.status != INVALID
+        return robust_accuracy(self.radius[keep], self.status[keep], self.max_radius, eps)
 
     # -- rows ---------------------------------------------------------------------------------
     def _header(self, meta: dict | None = None, errors: dict[int, str] | None = None) -> dict:

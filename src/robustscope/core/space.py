@@ -8,7 +8,7 @@ feature's range".
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,6 +17,7 @@ import torch
 import yaml
 
 from robustscope.core.errors import FeatureSpaceError, InputError
+from robustscope.core.relations import Relations, project_relations
 
 FEATURE_TYPES = ("real", "integer", "binary", "categorical")
 _DEFAULT = {"lower": -np.inf, "upper": np.inf, "scale": None, "type": "real", "mutable": True}
@@ -37,6 +38,8 @@ class FeatureSpace:
     names : feature names.
     groups : one-hot groups, each an int array of feature indices (categorical features).
     shape : the unflattened input shape (e.g. ``(3, 32, 32)`` for images).
+    relations : optional :class:`Relations` between features (``A x <= b``, ``C x == d``
+        in raw units, a predicate ``valid(X)``); see :meth:`constrain`.
     """
 
     lower: np.ndarray
@@ -47,6 +50,7 @@ class FeatureSpace:
     names: list[str]
     groups: list[np.ndarray] = field(default_factory=list)
     shape: tuple[int, ...] | None = None
+    relations: Relations | None = None
 
     def __post_init__(self) -> None:
         d = len(self.lower)
@@ -83,6 +87,9 @@ class FeatureSpace:
         if set(grouped.tolist()) != set(categorical.tolist()):
             raise FeatureSpaceError("feature space: every categorical feature must belong to "
                                     "exactly one one-hot group, and groups hold only those")
+        if self.relations is not None and self.relations.n_features != d:
+            raise FeatureSpaceError(f"feature space: relations have {self.relations.n_features} "
+                                    f"columns but the space has {d} features")
 
     # -- construction -----------------------------------------------------------------------
     @property
@@ -140,6 +147,11 @@ class FeatureSpace:
         X = np.asarray(X, dtype=np.float64)
         if X.ndim != 2 or X.shape[0] == 0:
             raise InputError(f"from_data: X must be a non-empty 2-D array, got shape {X.shape}")
+        if X.shape[0] == 1:
+            raise InputError("feature ranges are taken from the data when no feature space is "
+                             "given, and one row gives every feature a range of 0 (nothing "
+                             "could be perturbed); give a feature space (--features, "
+                             "features: in a spec, space= in Python) or at least 2 rows")
         if not np.isfinite(X).all():
             row, col = np.argwhere(~np.isfinite(X))[0]
             raise InputError(f"from_data: X has a non-finite value at row {row}, column {col}")
@@ -160,13 +172,18 @@ class FeatureSpace:
         """From a YAML file with a ``default`` entry and optional per-feature overrides.
 
         Overrides name a feature by ``name`` (a column name) or ``index``. Categorical
-        features take a ``group`` key naming their one-hot group.
+        features take a ``group`` key naming their one-hot group. An empty file is refused:
+        it would leave every feature unbounded with scale 1, which is rarely meant.
         """
         path = Path(path)
         try:
             spec = yaml.safe_load(path.read_text())
         except (OSError, yaml.YAMLError) as exc:
             raise FeatureSpaceError(f"feature file {path}: cannot read it ({exc})") from exc
+        if not spec:
+            raise FeatureSpaceError(f"feature file {path}: is empty; give a 'default' entry "
+                                    "(bounds, scale) and/or 'features', or leave the file out "
+                                    "to take the ranges from the data")
         return cls.from_dict(spec or {}, n_features, names, shape, source=str(path))
 
     @classmethod
@@ -175,7 +192,7 @@ class FeatureSpace:
         """From the parsed form of the YAML file (see :meth:`from_yaml`)."""
         if not isinstance(spec, dict):
             raise FeatureSpaceError(f"{source}: expected a mapping with 'default' and 'features'")
-        unknown = set(spec) - {"default", "features"}
+        unknown = set(spec) - {"default", "features", "constraints"}
         if unknown:
             raise FeatureSpaceError(f"{source}: unknown key(s) {sorted(unknown)}")
         names = [str(i) for i in range(n_features)] if names is None else [str(n) for n in names]
@@ -205,8 +222,63 @@ class FeatureSpace:
                 scale[j] = float(e["scale"])
         types = np.array([e["type"] for e in entries], dtype=object)
         mutable = np.array([bool(e["mutable"]) for e in entries])
-        return cls(lower, upper, scale, types, mutable, names,
-                   _groups_from_types(types, group_of), None if shape is None else tuple(shape))
+        space = cls(lower, upper, scale, types, mutable, names,
+                    _groups_from_types(types, group_of), None if shape is None else tuple(shape))
+        constraints = spec.get("constraints") or []
+        if isinstance(constraints, str) or not isinstance(constraints, list):
+            raise FeatureSpaceError(f"{source}: 'constraints' must be a list of relations such "
+                                    "as 'debt <= 0.6 * income'")
+        if constraints:
+            try:
+                space = space.constrain(constraints)
+            except FeatureSpaceError as exc:
+                raise FeatureSpaceError(f"{source}: {exc}") from None
+        return space
+
+    def constrain(self, constraints: Sequence[str] = (),
+                  inequalities: tuple[np.ndarray, np.ndarray] | None = None,
+                  equalities: tuple[np.ndarray, np.ndarray] | None = None,
+                  valid: Callable[[np.ndarray], np.ndarray] | None = None,
+                  tolerance: float | None = None) -> FeatureSpace:
+        """A copy of this space with relations between features added (raw units).
+
+        ``constraints``: text such as ``"debt <= 0.6 * income"`` or ``"a + b + c == total"``
+        over the feature names; ``inequalities``: ``(A (m, d), b (m,))`` for ``A x <= b``;
+        ``equalities``: ``(C (q, d), d (q,))`` for ``C x == d``; ``valid``: a predicate
+        ``valid(X (n, d)) -> (n,) bool`` for relations that are not linear (checked on every
+        candidate, not enforced by projections). Existing relations are kept.
+        """
+        new = Relations.build(self.names, constraints, inequalities, equalities, valid,
+                              **({} if tolerance is None else {"tolerance": tolerance}))
+        old = self.relations
+        if old is not None:
+            if new.valid is not None and old.valid is not None:
+                first, second = old.valid, new.valid
+                new.valid = lambda X: np.asarray(first(X), bool) & np.asarray(second(X), bool)
+            new = Relations(np.vstack([old.A, new.A]), np.concatenate([old.b, new.b]),
+                            np.vstack([old.C, new.C]), np.concatenate([old.d, new.d]),
+                            old.labels_ub + new.labels_ub, old.labels_eq + new.labels_eq,
+                            new.valid or old.valid,
+                            new.tolerance if tolerance is not None else old.tolerance)
+        return FeatureSpace(self.lower, self.upper, self.scale, self.types, self.mutable,
+                            self.names, self.groups, self.shape, new)
+
+    def unconstrained(self) -> FeatureSpace:
+        """A copy of this space without relations between features."""
+        return FeatureSpace(self.lower, self.upper, self.scale, self.types, self.mutable,
+                            self.names, self.groups, self.shape, None)
+
+    @property
+    def has_relations(self) -> bool:
+        """True when some relation (linear row or predicate) constrains the features."""
+        return self.relations is not None and len(self.relations) > 0
+
+    def relations_hold(self, X: np.ndarray) -> np.ndarray:
+        """``(n,)`` bool: every relation holds at ``X`` ``(n, *shape)`` (all True without)."""
+        X = np.asarray(X, dtype=np.float64).reshape(len(X), self.n_features)
+        if not self.has_relations:
+            return np.ones(len(X), dtype=bool)
+        return self.relations.holds(X)
 
     # -- validation -------------------------------------------------------------------------
     def check_data(self, X: np.ndarray, what: str = "data") -> None:
@@ -304,7 +376,23 @@ class FeatureSpace:
             winner = flat[:, gi].argmax(dim=1)
             flat[:, gi] = torch.nn.functional.one_hot(winner, len(g)).to(flat.dtype)
         flat = torch.where(mutable, flat, orig)
+        if self.relations is not None and not self.relations.is_linear_empty:
+            flat = self._project_relations(flat, orig, lower, upper)
         return flat.reshape(x_adv.shape)
+
+    def _project_relations(self, flat: torch.Tensor, orig: torch.Tensor, lower: torch.Tensor,
+                           upper: torch.Tensor) -> torch.Tensor:
+        """Real mutable features moved into ``box ∩ relations`` (discrete ones keep their
+        rounded values); rows that stay infeasible drop their discrete moves and are
+        projected again from the clean input's discrete values."""
+        scale = torch.as_tensor(self.scale, dtype=flat.dtype, device=flat.device)
+        free = torch.as_tensor(self.mutable & (self.types == "real"), device=flat.device)
+        flat, ok = project_relations(self.relations, flat, orig, lower, upper, scale, free)
+        if (~ok).any() and (~free).any():
+            retry = torch.where(free, flat[~ok], orig[~ok])
+            flat[~ok] = project_relations(self.relations, retry, orig[~ok], lower, upper,
+                                          scale, free)[0]
+        return flat
 
 
 def default_scale(lower: np.ndarray, upper: np.ndarray) -> np.ndarray:

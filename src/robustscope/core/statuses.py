@@ -14,9 +14,12 @@ MISCLASSIFIED = "misclassified"
 #: statement whose target is the input's label): radius 0, the input itself is the
 #: counterexample; it counts as correctly classified.
 SATISFIED = "satisfied"
+#: The clean input breaks a relation of the feature space (``radius(..., invalid='status')``):
+#: no search, no radius (``radius`` and ``lower_bound`` are NaN).
+INVALID = "invalid"
 #: The model raised on this input (sharded runs isolate such rows); no radius.
 FAILED = "failed"
 #: Statuses a search assigns (``failed`` is assigned by runs, which isolate model errors).
-STATUSES = (EXACT, ATTACKED, CENSORED, MISCLASSIFIED, SATISFIED)
+STATUSES = (EXACT, ATTACKED, CENSORED, MISCLASSIFIED, SATISFIED, INVALID)
 #: Statuses of radius 0 without a search: the clean input is already a counterexample.
 AT_ZERO = (MISCLASSIFIED, SATISFIED)

@@ -175,7 +175,10 @@ class Classifier:
 
     # -- public calls -----------------------------------------------------------------------
     def as_tensor(self, x: np.ndarray | torch.Tensor) -> torch.Tensor:
-        """Convert ``x`` to a tensor on this model's device and dtype."""
+        """Convert ``x`` to a tensor on this model's device and dtype (a read-only array, e.g.
+        memory-mapped data, is copied: torch cannot share it safely)."""
+        if isinstance(x, np.ndarray) and not x.flags.writeable:
+            x = np.array(x)
         return torch.as_tensor(x, dtype=self.dtype, device=self.device)
 
     def logits(self, x: torch.Tensor) -> torch.Tensor:

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import json
 import logging
+import re
+import warnings
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from robustscope.core.checks import check_device
 from robustscope.core.errors import ModelError
 from robustscope.models.base import Classifier
 from robustscope.models.blackbox import ProbaClassifier
@@ -30,6 +33,19 @@ MODEL_SUFFIXES = (".json", ".ubj", ".txt", ".skops", ".pt", ".pth", ".pt2", ".on
                   *PICKLE_SUFFIXES)
 
 
+#: A native library's log prefix: ``[23:21:47] /path/to/file.cc:409: ``.
+_NATIVE_PREFIX = re.compile(r"^\[[0-9:]+\]\s+\S+:\d+:\s*")
+
+
+def native_reason(exc: BaseException) -> str:
+    """The first line of a library's error, without the native log prefix and stack trace
+    that XGBoost and LightGBM append (a user needs the reason, not C++ frames)."""
+    text = str(exc).strip()
+    text = text.split("Stack trace:")[0].strip()
+    first = (text.splitlines() or [type(exc).__name__])[0].strip()
+    return _NATIVE_PREFIX.sub("", first).rstrip(" :") or type(exc).__name__
+
+
 def load_model(path: str | Path, trust_pickle: bool = False, device: str = "cpu",
                example: np.ndarray | None = None) -> Classifier:
     """Load a model file and wrap it as a :class:`Classifier`.
@@ -38,8 +54,11 @@ def load_model(path: str | Path, trust_pickle: bool = False, device: str = "cpu"
     (TorchScript, ONNX) be probed once.
     """
     path = Path(path)
+    if path.is_dir():
+        raise ModelError(f"model file {path}: is a folder, not a model file")
     if not path.is_file():
         raise ModelError(f"model file {path} does not exist")
+    check_device(device)
     suffix = path.suffix.lower()
     loaders = {".json": _load_xgboost, ".ubj": _load_xgboost, ".txt": _load_lightgbm,
                ".onnx": _load_onnx}
@@ -53,7 +72,8 @@ def load_model(path: str | Path, trust_pickle: bool = False, device: str = "cpu"
         try:
             program = torch.export.load(str(path))
         except Exception as exc:
-            raise ModelError(f"{path}: not a torch.export program ({exc})") from exc
+            raise ModelError(f"{path}: not a torch.export program "
+                             f"({native_reason(exc)})") from exc
         return wrap_model(program.module(), device=device, example=example)
     if suffix in PICKLE_SUFFIXES:
         if not trust_pickle:
@@ -76,7 +96,8 @@ def _load_xgboost(path: Path, device: str) -> Classifier:
     try:
         booster.load_model(str(path))
     except xgb.core.XGBoostError as exc:
-        raise ModelError(f"{path}: not a valid XGBoost model ({exc})") from exc
+        raise ModelError(f"{path}: not a valid XGBoost model (damaged or truncated? "
+                         f"{native_reason(exc)})") from exc
     config = json.loads(booster.save_config())
     objective = config["learner"]["objective"]["name"]
     n_class = int(config["learner"]["learner_model_param"].get("num_class", "0") or 0)
@@ -103,7 +124,8 @@ def _load_lightgbm(path: Path, device: str) -> Classifier:
     try:
         booster = lgb.Booster(model_file=str(path))
     except lgb.basic.LightGBMError as exc:
-        raise ModelError(f"{path}: not a valid LightGBM model file ({exc})") from exc
+        raise ModelError(f"{path}: not a valid LightGBM model file "
+                         f"({native_reason(exc)})") from exc
     objective = str(booster.params.get("objective", booster.dump_model().get("objective", "")))
     if objective.startswith("binary"):
         k = 2
@@ -143,16 +165,27 @@ def _load_skops(path: Path, trust_pickle: bool):
     try:
         untrusted = sio.get_untrusted_types(file=path)
     except Exception as exc:
-        raise ModelError(f"{path}: not a valid skops file ({exc})") from exc
+        raise ModelError(f"{path}: not a valid skops file ({native_reason(exc)})") from exc
     if untrusted and not trust_pickle:
         raise ModelError(f"{path}: the file holds types that are not trusted by default "
                          f"({', '.join(untrusted)}); pass --trust-pickle to load them")
     return sio.load(path, trusted=untrusted)
 
 
+def load_torchscript(path: str | Path, device: str = "cpu") -> torch.jit.ScriptModule:
+    """``torch.jit.load`` without torch's notice that TorchScript is deprecated (a file the
+    user gives in a format robustscope reads is no reason for a warning on every load)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r".*torch\.jit\.load.* is deprecated",
+                                category=DeprecationWarning)
+        warnings.filterwarnings("ignore", message=r".*torch\.jit\.load.* is deprecated",
+                                category=FutureWarning)
+        return torch.jit.load(str(path), map_location=device)
+
+
 def _load_torch(path: Path, trust_pickle: bool, device: str, example) -> Classifier:
     try:
-        module = torch.jit.load(str(path), map_location=device)
+        module = load_torchscript(path, device)
     except RuntimeError as exc:
         if not trust_pickle:
             raise ModelError(f"{path}: not a TorchScript file ({str(exc).splitlines()[0]}); "
@@ -170,7 +203,7 @@ def _load_onnx(path: Path, device: str) -> Classifier:
     try:
         session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     except Exception as exc:
-        raise ModelError(f"{path}: not a valid ONNX model ({exc})") from exc
+        raise ModelError(f"{path}: not a valid ONNX model ({native_reason(exc)})") from exc
     # a session's thread pool is fixed when it is made: one per thread count a search asks
     # for (see models/threads.py), made on first use; None is the default session
     sessions = {None: session}
@@ -223,7 +256,8 @@ def _load_onnx(path: Path, device: str) -> Classifier:
     try:
         k = run(np.zeros((1, probe_dim))).shape[1]
     except Exception as exc:
-        raise ModelError(f"{path}: could not run the ONNX model on a probe input ({exc})") from exc
+        raise ModelError(f"{path}: could not run the ONNX model on a probe input "
+                         f"({native_reason(exc)})") from exc
     model = ProbaClassifier(run, k, (probe_dim,), name=f"onnx:{path.name}", device=device)
     model.feature_names = [i.name for i in inputs] if per_column else None
     return model

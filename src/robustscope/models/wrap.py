@@ -7,6 +7,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
+from robustscope.core.checks import check_device
 from robustscope.core.errors import ModelError
 from robustscope.models.base import Classifier
 from robustscope.models.blackbox import ProbaClassifier
@@ -86,6 +87,7 @@ def wrap_model(
     """
     if isinstance(model, Classifier):
         return model
+    check_device(device)
     clf = _wrap(model, n_classes, input_shape, device, example)
     if clf.feature_names is None:
         clf.feature_names = feature_names(model)

@@ -17,16 +17,21 @@ def build_demo_report(results: dict[str, RadiusResult], X_test: np.ndarray, y_te
                       space: FeatureSpace, out_dir: str | Path,
                       X_train: np.ndarray | None = None, seed: int = 0,
                       title: str = "robustscope demo: breast-cancer",
-                      name: str = "report.html") -> Path:
+                      name: str = "report.html", started: float | None = None,
+                      seconds: dict[str, float] | None = None) -> Path:
     """Write ``<out_dir>/<name>`` for the demo's results and return its path.
 
     ``results`` maps a model name to its :class:`RadiusResult` over ``X_test`` ``(n, d)``
     (original units, same order); ``X_train`` (optional) is the reference data of the
-    out-of-distribution reading, which is left out (with a note) without it.
+    out-of-distribution reading, which is left out (with a note) without it. ``started``
+    (``time.time()`` when the demo began; default: now) and ``seconds`` (each model's search
+    time, s) go into the provenance, whose ``wall_seconds`` is then the demo's measured
+    duration up to its readings.
     """
-    started = time.time()
+    started = time.time() if started is None else started
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     ev = build_evaluation(title, results, X_test, y_test, space, X_reference=X_train,
-                          options=ReadingOptions(seed=seed), started=started)
+                          options=ReadingOptions(seed=seed), seconds=seconds,
+                          started=started)
     return render_report(ev, out_dir / name)

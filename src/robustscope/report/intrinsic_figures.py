@@ -15,6 +15,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
+from robustscope.core.fileio import atomic_write  # noqa: E402
 from robustscope.core.result import CENSORED, MISCLASSIFIED  # noqa: E402
 from robustscope.core.statuses import AT_ZERO  # noqa: E402
 from robustscope.report.figures import drawn_note, points_to_draw  # noqa: E402
@@ -86,6 +87,6 @@ def save_figure(fig: Figure, path: str | Path, dpi: int = 120) -> Path:
     """Write ``fig`` as PNG and close it."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=dpi)
+    atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=dpi, format="png"))
     plt.close(fig)
     return path

@@ -23,6 +23,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from robustscope.core.errors import InputError
+from robustscope.core.fileio import atomic_write
 from robustscope.scores.accuracy_grid import AccuracyGrid
 from robustscope.scores.multiattack import CRReport, resolve_attacks, resolve_reference
 
@@ -159,8 +160,13 @@ def seen_unseen_figure(reports: Sequence[CRReport]) -> Figure:
 def save_figure(fig: Figure, path: str | Path, dpi: int = 120) -> Path:
     """Write ``fig`` as PNG to ``path``; returns the path."""
     path = Path(path)
-    fig.savefig(path, dpi=dpi, format="png")
+    atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=dpi, format="png"))
     return path
+
+
+#: The files :func:`write_multiattack_figures` may write into its folder.
+FIGURE_FILES = ("accuracy_curves.png", "points_by_acc_star.png", "single_cr.png",
+                "cr_in_out.png")
 
 
 def write_multiattack_figures(reports: Sequence[CRReport], grids: Mapping[str, AccuracyGrid],

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
+from robustscope.core.fileio import atomic_write
 from robustscope.core.result import RadiusResult
 from robustscope.report.figures import drawn_note, points_to_draw
 from robustscope.scores.distribution import OODReport, flip_rate, score_shift
@@ -24,7 +25,7 @@ def save_figure(fig: Figure, path: str | Path, dpi: int = 120) -> Path:
 
     path = Path(path)
     FigureCanvasAgg(fig)
-    fig.savefig(path, dpi=dpi, format="png")
+    atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=dpi, format="png"))
     return path
 
 

@@ -17,12 +17,14 @@ worker are in flight at once, so results stream to the driver instead of piling 
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterator
 
 from robustscope.core.errors import InputError
 from robustscope.runs.execute import run_shard
 from robustscope.runs.inputs import LoadedInputs, load_inputs
+from robustscope.runs.lifeline import die_with_parent, ignore_interrupts
 from robustscope.runs.shards import Shard, ShardOutput, ThreatJob
 from robustscope.runs.spec import EvaluationSpec
 
@@ -76,7 +78,7 @@ def run_shards(inputs: LoadedInputs, jobs: dict[str, ThreatJob], shards: list[Sh
     if workers is not None and workers < 1:
         raise InputError(f"workers must be >= 1, got {workers}")
     if not shards:
-        return iter(())
+        return (out for out in ())  # a generator, like every backend's (it has close())
     if spec is None and (backend == "ray" or (workers or default_workers()) > 1):
         raise InputError("worker processes need the spec to load the model and data")
     if backend == "ray":
@@ -106,7 +108,9 @@ def _in_process(inputs: LoadedInputs, jobs: dict[str, ThreatJob], shards: list[S
 _pool_worker: list[ShardWorker] = []
 
 
-def _pool_init(spec: EvaluationSpec, jobs: dict[str, ThreatJob]) -> None:
+def _pool_init(spec: EvaluationSpec, jobs: dict[str, ThreatJob], parent_pid: int) -> None:
+    die_with_parent(parent_pid)
+    ignore_interrupts()
     _pool_worker[:] = [ShardWorker(spec, jobs)]
 
 
@@ -121,8 +125,9 @@ def _pool(spec: EvaluationSpec, jobs: dict[str, ThreatJob], shards: list[Shard],
 
     ctx = mp.get_context("spawn")
     todo = list(shards)
-    with ProcessPoolExecutor(max_workers=min(workers, len(shards)), mp_context=ctx,
-                             initializer=_pool_init, initargs=(spec, jobs)) as pool:
+    pool = ProcessPoolExecutor(max_workers=min(workers, len(shards)), mp_context=ctx,
+                               initializer=_pool_init, initargs=(spec, jobs, os.getpid()))
+    try:
         running: dict = {}
         while todo or running:
             while todo and len(running) < workers * IN_FLIGHT_PER_WORKER:
@@ -138,6 +143,32 @@ def _pool(spec: EvaluationSpec, jobs: dict[str, ThreatJob], shards: list[Shard],
                 shard = running.pop(fut)
                 exc = fut.exception()
                 yield shard, (exc if exc is not None else fut.result())
+    except BaseException:
+        # interrupted (Ctrl-C, SIGTERM) or abandoned by the caller: the shards in flight
+        # are lost anyway (finished ones are on disk), so end the workers now instead of
+        # waiting for their shards
+        stop_workers(pool)
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def stop_workers(pool: object, timeout: float = 5.0) -> None:
+    """Kill the worker processes of a ``ProcessPoolExecutor`` ``pool`` and wait up to
+    ``timeout`` seconds for them; its pending tasks are cancelled."""
+    kill = getattr(pool, "kill_workers", None)  # Python >= 3.14
+    if kill is not None:
+        kill()
+        pool.shutdown(wait=False, cancel_futures=True)
+        return
+    # before shutdown, which forgets them; the pool offers no public handle before 3.14
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for proc in processes:
+        if proc.is_alive():
+            proc.kill()
+    for proc in processes:
+        proc.join(timeout)
 
 
 # -- Ray -------------------------------------------------------------------------------------
@@ -150,19 +181,33 @@ def _import_ray():
     return ray
 
 
+def ray_init_options(workers: int | None, address: str | None, quiet: bool) -> dict:
+    """Keyword arguments of ``ray.init`` for a run: no dashboard, workers' output kept off the
+    driver's terminal, ``workers`` CPUs for a local cluster (or the cluster at ``address``),
+    the driver's ``PYTHONPATH`` in the workers; ``quiet`` (``robustscope run -q``, which sets
+    robustscope's loggers to ERROR) leaves out Ray's banner and info lines."""
+    kwargs: dict = {"include_dashboard": False, "log_to_driver": False}
+    if address is not None:
+        kwargs["address"] = address
+    else:
+        kwargs["num_cpus"] = workers or default_workers()
+    env = {k: v for k, v in os.environ.items() if k in ("PYTHONPATH",)}
+    if env:
+        kwargs["runtime_env"] = {"env_vars": env}
+    if quiet:
+        kwargs["logging_level"] = logging.ERROR
+    return kwargs
+
+
 def _ray(spec: EvaluationSpec, jobs: dict[str, ThreatJob], shards: list[Shard],
          workers: int | None, address: str | None) -> Iterator[tuple[Shard, object]]:
     ray = _import_ray()
     started_here = False
     if not ray.is_initialized():
-        kwargs: dict = {"include_dashboard": False, "log_to_driver": False}
-        if address is not None:
-            kwargs["address"] = address
-        else:
-            kwargs["num_cpus"] = workers or default_workers()
-        env = {k: v for k, v in os.environ.items() if k in ("PYTHONPATH",)}
-        if env:
-            kwargs["runtime_env"] = {"env_vars": env}
+        quiet = logging.getLogger("robustscope").getEffectiveLevel() >= logging.ERROR
+        kwargs = ray_init_options(workers, address, quiet)
+        if quiet:  # Ray logs its banner (and notes) before init applies logging_level
+            logging.getLogger("ray").setLevel(logging.ERROR)
         try:
             ray.init(**kwargs)
         except (ConnectionError, RuntimeError, ValueError) as exc:

@@ -1,60 +1,104 @@
-"""Reading evaluation data: CSV with a label column, or NPZ with arrays ``X`` and ``y``."""
+"""Reading evaluation data, the one loader of every command: CSV or Parquet with a label
+column, or NPZ with arrays ``X`` and ``y`` (:func:`load_data`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from robustscope.core.errors import InputError
+from robustscope.runs import datastream
+from robustscope.runs.dataset import (
+    Dataset,
+    check_columns,
+    check_rows,
+    csv_header,
+    parquet_header,
+)
+
+#: Data file types :func:`load_data` reads.
+DATA_SUFFIXES = (".csv", ".parquet", ".npz")
+
+__all__ = ["DATA_SUFFIXES", "Dataset", "load_data"]
 
 
-@dataclass
-class Dataset:
-    """Inputs ``X`` (n, d) or (n, C, H, W), labels ``y`` (n,), feature names (tabular)."""
+def load_data(path: str | Path, label_column: str = "label",
+              cache_dir: str | Path | None = None) -> Dataset:
+    """Load a CSV or Parquet file (one column of labels, every other column a numeric
+    feature) or an NPZ holding ``X`` and ``y`` (images as N×C×H×W in [0, 1]).
 
-    X: np.ndarray
-    y: np.ndarray
-    feature_names: list[str] | None = None
-
-
-def load_data(path: str | Path, label_column: str = "label") -> Dataset:
-    """Load a CSV (one column of labels, every other column a numeric feature) or an NPZ
-    holding ``X`` and ``y`` (images as N×C×H×W in [0, 1])."""
+    With ``cache_dir``, a Parquet file or a CSV of at least
+    :data:`robustscope.runs.datastream.STREAM_BYTES` is read in chunks into a memory-mapped
+    cache there (a run's ``data/`` folder); otherwise the file is read whole. Both paths
+    apply the same checks: no repeated column name, a label column, at least one feature
+    column and one row, numeric features."""
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise InputError(f"data file {path} does not exist")
+    if not path.is_file():
+        raise InputError(f"data file {path} is a folder, not a file")
     suffix = path.suffix.lower()
-    if suffix == ".csv":
-        try:
-            frame = pd.read_csv(path)
-        except (pd.errors.ParserError, UnicodeDecodeError) as exc:
-            raise InputError(f"{path}: cannot parse as CSV ({exc})") from exc
-        if label_column not in frame.columns:
-            raise InputError(f"{path}: no label column '{label_column}' (columns: "
-                             f"{', '.join(map(str, frame.columns[:12]))}); pass --label-column")
-        features = frame.drop(columns=[label_column])
-        for col in features.columns:
-            if not pd.api.types.is_numeric_dtype(features[col]):
-                raise InputError(f"{path}: feature column '{col}' is not numeric "
-                                 f"(first value {features[col].iloc[0]!r})")
-        return Dataset(features.to_numpy(dtype=np.float64), frame[label_column].to_numpy(),
-                       [str(c) for c in features.columns])
+    if suffix not in DATA_SUFFIXES:
+        raise InputError(f"{path}: unknown data file type '{suffix}'; use "
+                         f"{', '.join(DATA_SUFFIXES)}")
     if suffix == ".npz":
-        mapped = _mapped(path)
-        if mapped is not None:
-            return mapped
-        with np.load(path, allow_pickle=False) as npz:
-            missing = {"X", "y"} - set(npz.files)
-            if missing:
-                raise InputError(f"{path}: NPZ lacks array(s) {sorted(missing)}; it needs X and y")
+        return _load_npz(path)
+    columns = csv_header(path) if suffix == ".csv" else parquet_header(path)
+    check_columns(path, columns, label_column)
+    if cache_dir is not None and (suffix == ".parquet"
+                                  or path.stat().st_size >= datastream.STREAM_BYTES):
+        ds = datastream.load_streamed(path, label_column, cache_dir)
+    else:
+        ds = _load_table(path, suffix, label_column)
+    check_rows(path, len(ds.y))
+    return ds
+
+
+def _load_table(path: Path, suffix: str, label_column: str) -> Dataset:
+    try:
+        frame = pd.read_csv(path) if suffix == ".csv" else pd.read_parquet(path)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path}: cannot parse as CSV ({exc})") from exc
+    except Exception as exc:  # pyarrow's errors for a damaged Parquet file
+        if suffix == ".csv":
+            raise
+        raise InputError(f"{path}: cannot read as Parquet ({exc})") from exc
+    check_rows(path, len(frame))
+    features = frame.drop(columns=[label_column])
+    for col in features.columns:
+        if not pd.api.types.is_numeric_dtype(features[col]):
+            raise InputError(f"{path}: feature column '{col}' is not numeric "
+                             f"(first value {features[col].iloc[0]!r})")
+    return Dataset(features.to_numpy(dtype=np.float64), frame[label_column].to_numpy(),
+                   [str(c) for c in features.columns])
+
+
+def _load_npz(path: Path) -> Dataset:
+    mapped = _mapped(path)
+    if mapped is not None:
+        check_rows(path, len(mapped.y))
+        return mapped
+    try:
+        npz = np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as exc:  # not a zip of .npy files
+        raise InputError(f"{path}: cannot read as NPZ ({exc})") from exc
+    with npz:
+        missing = {"X", "y"} - set(npz.files)
+        if missing:
+            raise InputError(f"{path}: NPZ lacks array(s) {sorted(missing)}; it needs X and y")
+        try:
             X, y = np.asarray(npz["X"]), np.asarray(npz["y"])
-        if len(X) != len(y):
-            raise InputError(f"{path}: X has {len(X)} rows but y has {len(y)}")
+        except ValueError as exc:  # object arrays need pickle, which is never allowed
+            raise InputError(f"{path}: cannot read X and y ({exc})") from exc
+    if len(X) != len(y):
+        raise InputError(f"{path}: X has {len(X)} rows but y has {len(y)}")
+    check_rows(path, len(y))
+    try:
         return Dataset(X.astype(np.float64), y)
-    raise InputError(f"{path}: unknown data file type '{suffix}'; use .csv or .npz")
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"{path}: X must hold numbers ({exc})") from exc
 
 
 def _mapped(path: Path) -> Dataset | None:

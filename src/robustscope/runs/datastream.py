@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from robustscope.core.errors import InputError
-from robustscope.runs.data import Dataset
+from robustscope.runs.dataset import Dataset
 
 #: Rows per chunk.
 CHUNK_ROWS = 65536

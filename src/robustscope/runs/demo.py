@@ -17,12 +17,12 @@ from pathlib import Path
 
 import numpy as np
 from rich.console import Console
-from rich.table import Table
 
 from robustscope.core.result import RadiusResult
 from robustscope.core.space import FeatureSpace
 from robustscope.models.blackbox import ProbaClassifier
 from robustscope.report.demo_report import build_demo_report
+from robustscope.report.terminal import Col, fitted_table
 from robustscope.search.engine import radius
 
 SEED = 0
@@ -112,23 +112,27 @@ def demo_space(data, X_train: np.ndarray, X_test: np.ndarray) -> FeatureSpace:
 
 
 def run_demo(out_dir: Path, quiet: bool = False) -> dict[str, RadiusResult]:
-    """Run the demo, write ``<out_dir>/radii_<model>.csv``, return the results."""
-    console = Console(quiet=quiet, width=max(Console().width, 130))
+    """Run the demo, write ``<out_dir>/radii_<model>.csv``, return the results. The report's
+    provenance gives the demo's measured wall time, from the start (training included) to
+    its readings, and each model's search time."""
+    started = time.time()
+    console = Console(quiet=quiet)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     data, X_train, X_test, _, y_test, models = train_models()
     space = demo_space(data, X_train, X_test)
     results: dict[str, RadiusResult] = {}
-    table = Table(title="Linf radius of robustness, breast-cancer test set "
-                        "(units: share of each feature's training range)")
-    for col in ("model", "solver", "clean acc.", "exact", "attacked", "censored",
-                "median r", "25% r", "75% r", "queries/input", "seconds"):
-        table.add_column(col, justify="right")
+    seconds: dict[str, float] = {}
+    columns = (Col("model", "left"), Col("solver", "left", 1), Col("clean acc."),
+               Col("exact", priority=2), Col("attacked", priority=2), Col("censored"),
+               Col("median r"), Col("25% r", priority=3), Col("75% r", priority=3),
+               Col("queries/input", priority=4), Col("seconds", priority=5))
+    rows = []
     for name, model in models.items():
         t0 = time.perf_counter()
         res = radius(model, X_test, y_test, threat="linf", space=space, seed=SEED)
         elapsed = time.perf_counter() - t0
-        results[name] = res
+        results[name], seconds[name] = res, elapsed
         slug = re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_")
         res.to_csv(out_dir / f"radii_{slug}.csv")
         _write_figures(res, name, slug, out_dir)
@@ -136,13 +140,15 @@ def run_demo(out_dir: Path, quiet: bool = False) -> dict[str, RadiusResult]:
         r = res.radius[(res.status == "exact") | (res.status == "attacked")]
         q = np.percentile(r, [25, 75]) if len(r) else (np.nan, np.nan)
         solver = _solver_label(res)
-        table.add_row(name, solver, f"{s['clean_accuracy']:.3f}", str(s["exact"]),
-                      str(s["attacked"]), str(s["censored"]), f"{s['median_radius']:.4f}",
-                      f"{q[0]:.4f}", f"{q[1]:.4f}", f"{s['mean_queries']:.0f}", f"{elapsed:.1f}")
-    console.print(table)
+        rows.append([name, solver, f"{s['clean_accuracy']:.3f}", str(s["exact"]),
+                     str(s["attacked"]), str(s["censored"]), f"{s['median_radius']:.4f}",
+                     f"{q[0]:.4f}", f"{q[1]:.4f}", f"{s['mean_queries']:.0f}", f"{elapsed:.1f}"])
+    console.print(fitted_table("Linf radius of robustness, breast-cancer test set (units: "
+                               "share of each feature's training range)", columns, rows,
+                               console))
     console.print(f"Radius tables and figures (flip_rate_*.png, scores_*.png) written to "
                   f"{out_dir}/")
     report = build_demo_report(results, X_test, y_test, space, out_dir, X_train=X_train,
-                               seed=SEED)
+                               seed=SEED, started=started, seconds=seconds)
     Console().print(f"Report: {report}")  # the path, even with --quiet
     return results

@@ -72,7 +72,8 @@ def _search(inputs: LoadedInputs, job: ThreatJob, seed: int, rows: np.ndarray) -
     else:
         res = radius(inputs.model, X, y, threat=job.threat, space=inputs.space,
                      solver=job.solver, max_radius=job.max_radius, budget=job.budget,
-                     rtol=job.rtol, seed=seed, device=job.device, batch_size=job.batch_size)
+                     rtol=job.rtol, seed=seed, device=job.device, batch_size=job.batch_size,
+                     invalid=job.invalid, compare_unconstrained=job.compare_unconstrained)
     res.sample = rows.copy()
     return res
 

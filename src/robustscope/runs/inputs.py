@@ -8,15 +8,16 @@ The driver of a run and every worker process (local pool or Ray actor) call
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from robustscope.core.checks import column_order
 from robustscope.core.errors import InputError
 from robustscope.core.space import FeatureSpace
 from robustscope.models.loaders import load_model
-from robustscope.runs import datastream
+from robustscope.runs.columns import match_columns
 from robustscope.runs.data import Dataset, load_data
 from robustscope.runs.demo import LOGISTIC, TREES, demo_space, train_models
 from robustscope.runs.spec import EvaluationSpec
@@ -27,7 +28,8 @@ class LoadedInputs:
     """A spec's model and data: ``X`` ``(n, d)`` or ``(n, C, H, W)`` evaluated inputs in
     original units (possibly a read-only memory map), ``y`` ``(n,)`` their labels,
     ``X_reference`` training-like rows for the out-of-distribution reading (or ``None``),
-    ``space`` the feature space, ``names`` the feature names (tabular data)."""
+    ``space`` the feature space, ``names`` the feature names (tabular data), ``notes``
+    what the run should say about its inputs (``columns``: the column order was assumed)."""
 
     model: object
     model_name: str
@@ -37,6 +39,7 @@ class LoadedInputs:
     space: FeatureSpace | None
     names: list[str] | None
     data_name: str
+    notes: dict[str, str] = field(default_factory=dict)
 
 
 @functools.lru_cache(maxsize=2)
@@ -65,6 +68,7 @@ def load_inputs(spec: EvaluationSpec) -> LoadedInputs:
             cache.append(_builtin(spec))  # trains the demo models once
         return cache[0]
 
+    reference: Dataset | None = None
     if spec.data.builtin is not None:
         _, inputs = builtin()
     else:
@@ -81,7 +85,8 @@ def load_inputs(spec: EvaluationSpec) -> LoadedInputs:
             except ValueError as exc:
                 raise InputError(f"data.split: cannot split {spec.data.path} ({exc})") from exc
         elif spec.data.reference is not None:
-            X_ref = load_data(spec.data.reference, spec.data.label_column).X
+            reference = load_data(spec.data.reference, spec.data.label_column)
+            X_ref = reference.X
             if X_ref.shape[1:] != X.shape[1:]:
                 raise InputError(f"data.reference: rows of shape {X_ref.shape[1:]} but the "
                                  f"data has {X.shape[1:]}")
@@ -94,21 +99,40 @@ def load_inputs(spec: EvaluationSpec) -> LoadedInputs:
     else:
         inputs.model = load_model(spec.model.path, trust_pickle=spec.model.trust_pickle,
                                   device=spec.model.device, example=np.array(inputs.X[:2]))
+    if spec.data.builtin is None:
+        _match_columns(spec, inputs, reference)
     inputs.space = _space(spec, inputs)
     return inputs
 
 
+def _match_columns(spec: EvaluationSpec, inputs: LoadedInputs,
+                   reference: Dataset | None) -> None:
+    """Put the data's columns in the model's order, by name
+    (:func:`robustscope.runs.columns.match_columns`), and the reference rows' in the same
+    order; note it when the order is assumed."""
+    before = inputs.names
+    ds, note = match_columns(Dataset(inputs.X, inputs.y, before), inputs.model,
+                             f"data.path {spec.data.path}")
+    inputs.X, inputs.names = ds.X, ds.feature_names
+    if note is not None:
+        inputs.notes["columns"] = note
+    if inputs.X_reference is None or inputs.names is None or inputs.X_reference.ndim != 2:
+        return
+    # a reference file is matched by its own names; split-off rows have the data's
+    ref_names = reference.feature_names if reference is not None else before
+    if ref_names is None:  # an NPZ reference: the data's layout is assumed
+        return
+    order = column_order(ref_names, inputs.names, f"data.reference {spec.data.reference}")
+    if order != list(range(len(order))):
+        inputs.X_reference = np.asarray(inputs.X_reference)[:, order]
+
+
 def _load_data(spec: EvaluationSpec) -> Dataset:
-    """The spec's data file; a CSV or Parquet file of at least
-    :data:`robustscope.runs.datastream.STREAM_BYTES` is read in chunks into a memory-mapped
+    """The spec's data file; a Parquet file, or a CSV of at least
+    :data:`robustscope.runs.datastream.STREAM_BYTES`, is read in chunks into a memory-mapped
     cache in the run folder (``data/``)."""
-    path = Path(str(spec.data.path))
-    suffix = path.suffix.lower()
-    if suffix == ".parquet" or (suffix == ".csv" and path.is_file()
-                                and path.stat().st_size >= datastream.STREAM_BYTES):
-        return datastream.load_streamed(path, spec.data.label_column,
-                                        Path(spec.outputs.dir) / "data")
-    return load_data(path, spec.data.label_column)
+    return load_data(Path(str(spec.data.path)), spec.data.label_column,
+                     cache_dir=Path(spec.outputs.dir) / "data")
 
 
 def _space(spec: EvaluationSpec, inputs: LoadedInputs) -> FeatureSpace:

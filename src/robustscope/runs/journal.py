@@ -31,6 +31,10 @@ PLAN = "plan.json"
 JOURNAL = "journal.jsonl"
 SHARDS = SHARDS_DIR
 
+#: Keys of a plan in memory that are not saved: this session resumed the run / replaced a
+#: completed one.
+TRANSIENT = ("resumed", "replaced")
+
 #: Journal entries per run folder (by shard key), read once when a run is opened.
 _entries: dict[str, dict[str, dict]] = {}
 
@@ -61,19 +65,21 @@ def load_plan(out_dir: Path) -> dict | None:
 
 
 def save_plan(out_dir: Path, plan: dict) -> None:
-    doc = {k: v for k, v in plan.items() if k != "resumed"}
+    doc = {k: v for k, v in plan.items() if k not in TRANSIENT}
     _atomic_json(Path(out_dir) / PLAN, doc)
 
 
 def open_run(out_dir: Path, spec, n: int, resume: bool | None) -> dict:
     """The plan of the run to execute in ``out_dir``: the incomplete one found there (when
-    ``resume`` is not False), else a new one (old shards and journal removed)."""
+    ``resume`` is not False), else a new one (old shards and journal removed; ``replaced``
+    is set in the returned plan when they were a completed run's)."""
     out_dir = Path(out_dir)
     fp = fingerprint(spec, n)
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
         plan = load_plan(out_dir)
         incomplete = plan is not None and not plan.get("complete", False)
+        plan_was_complete = plan is not None and bool(plan.get("complete", False))
         if resume and not incomplete:
             raise InputError(f"--resume {out_dir}: no incomplete run there "
                              f"({'it is complete' if plan else 'no ' + PLAN})")
@@ -96,6 +102,8 @@ def open_run(out_dir: Path, spec, n: int, resume: bool | None) -> dict:
                 "threats": [t.name for t in spec.threats], "created": time.time(),
                 "complete": False}
         save_plan(out_dir, plan)
+        if plan_was_complete:
+            plan["replaced"] = True
     except OSError as exc:
         raise InputError(f"cannot prepare the run folder {out_dir} ({exc})") from exc
     _entries[str(out_dir)] = {}

@@ -18,6 +18,7 @@ import contextlib
 import json
 import logging
 import math
+import signal
 import time
 import zipfile
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ from robustscope.report.html import render_report
 from robustscope.runs import journal
 from robustscope.runs.backends import run_shards
 from robustscope.runs.inputs import load_inputs
+from robustscope.runs.outputs import check_run_outputs
 from robustscope.runs.progress import RunProgress, run_progress
 from robustscope.runs.shards import (
     Shard,
@@ -44,8 +46,10 @@ from robustscope.runs.shards import (
     write_shard,
 )
 from robustscope.runs.spec import EvaluationSpec, load_spec
+from robustscope.runs.stopping import RunInterrupted, Terminated, resume_command
 from robustscope.runs.store import open_store
 from robustscope.scores.evaluation import Evaluation, ReadingOptions, build_evaluation
+from robustscope.threats.registry import implemented_threat
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +68,8 @@ class RunOutcome:
 
 
 def run_spec(spec: EvaluationSpec, spec_text: str | None = None, quiet: bool = False,
-             progress: RunProgress | None = None, resume: bool | None = None) -> RunOutcome:
+             progress: RunProgress | None = None, resume: bool | None = None,
+             spec_path: str | Path = "SPEC") -> RunOutcome:
     """Run every threat of ``spec`` shard by shard, write the run folder and the report,
     record the store. Paths in ``spec`` must already be resolved (see
     :func:`robustscope.runs.spec.load_spec`).
@@ -72,17 +77,24 @@ def run_spec(spec: EvaluationSpec, spec_text: str | None = None, quiet: bool = F
     ``resume``: ``True`` continues the incomplete run in ``outputs.dir`` (an error when there
     is none); ``None`` (the default) continues it when the folder holds one and starts afresh
     otherwise; ``False`` always starts afresh. Finished shards are never run again.
+    ``spec_path`` names the spec file in the resume command of an error message.
     """
     started = time.time()
+    check_run_outputs(spec)
     inputs = load_inputs(spec)
     out_dir = Path(spec.outputs.dir)
     ex = spec.execution
     log.info("evaluating %s on %d inputs of %s", inputs.model_name, len(inputs.X),
              inputs.data_name)
+    _check_channels(spec, inputs.X.shape)
     jobs = _threat_jobs(spec)
+    again = resume_command(spec_path, out_dir)
     plan = journal.open_run(out_dir, spec, len(inputs.X), resume)
     if plan.get("resumed"):
         log.info("resuming the run in %s", out_dir)
+    if plan.get("replaced"):
+        log.warning("%s held a completed run: this run replaces it (give another --out-dir "
+                    "to keep it)", out_dir)
     shards = plan_shards(len(inputs.X), [t.name for t in spec.threats], ex.shard_size,
                          spec.seed)
     store = _StoreWriter(spec, plan, out_dir, jobs)
@@ -90,11 +102,13 @@ def run_spec(spec: EvaluationSpec, spec_text: str | None = None, quiet: bool = F
     errors: dict[str, str] = {}
     n_rows = sum(len(s) for s in todo)
     try:
+        # closing: an exception in the loop (Ctrl-C, SIGTERM) stops the workers at once
         with (run_progress(1, quiet) if progress is None else _given(progress)) as prog, \
-                prog.stage("shards", n_rows) as advance:
+                prog.stage(f"inputs ({len(todo)} shards)", n_rows) as advance, \
+                contextlib.closing(run_shards(inputs, jobs, todo, ex.backend, ex.workers,
+                                              ex.address, spec)) as outputs:
             store.catch_up(shards, todo)
-            for shard, out in run_shards(inputs, jobs, todo, ex.backend, ex.workers,
-                                         ex.address, spec):
+            for shard, out in outputs:
                 if isinstance(out, BaseException):
                     errors[shard.key] = _shard_error(shard, out)
                     log.error("%s", errors[shard.key])
@@ -107,8 +121,8 @@ def run_spec(spec: EvaluationSpec, spec_text: str | None = None, quiet: bool = F
                 except OSError as exc:
                     raise RunIncomplete(
                         f"cannot write shard {shard.key} to {out_dir} ({exc}); the shards "
-                        f"written so far are kept: free space, then resume with "
-                        f"robustscope run SPEC --resume {out_dir}") from exc
+                        f"written so far are kept: free space, then resume with: {again}"
+                    ) from exc
                 store.record(out)
                 advance(len(shard))
     finally:
@@ -116,8 +130,7 @@ def run_spec(spec: EvaluationSpec, spec_text: str | None = None, quiet: bool = F
     if errors:
         lines = "\n".join(errors.values())
         raise RunIncomplete(f"{len(errors)} of {len(shards)} shard(s) failed; the others are "
-                            f"kept in {out_dir}:\n{lines}\nresume with: robustscope run SPEC "
-                            f"--resume {out_dir}")
+                            f"kept in {out_dir}:\n{lines}\nresume with: {again}")
     results, seconds = assemble(out_dir, spec, shards, inputs.X.shape[1:], inputs.y)
     strengths = {}
     for t in spec.threats:
@@ -148,6 +161,7 @@ def run_spec(spec: EvaluationSpec, spec_text: str | None = None, quiet: bool = F
                                                           "shard_size": ex.shard_size,
                                                           "shards": len(shards),
                                                           "resumed": bool(plan.get("resumed"))}})
+    ev.notes.update(inputs.notes)
     for sec in ev.sections:
         sec.store_run_id = plan.get("store_runs", {}).get(sec.name)
         n_failed = len(results[sec.name].errors)
@@ -172,6 +186,19 @@ def _shard_error(shard: Shard, exc: BaseException) -> str:
             f": {type(exc).__name__}: {exc}")
 
 
+def _check_channels(spec: EvaluationSpec, shape: tuple[int, ...]) -> None:
+    """Before any shard runs: an image threat that needs colour channels the images
+    ``(n, C, H, W)`` lack (a colour threat on grayscale images) is an :class:`InputError`
+    naming it."""
+    if len(shape) != 4:
+        return
+    for i, t in enumerate(spec.threats):
+        need = implemented_threat(t.name).channels if t.is_grid else None
+        if need is not None and need != shape[1]:
+            raise InputError(f"threats[{i}] ({t.name}): needs {need} colour channels (RGB); "
+                             f"the images have {shape[1]}")
+
+
 def _threat_jobs(spec: EvaluationSpec) -> dict[str, ThreatJob]:
     jobs = {}
     for t in spec.threats:
@@ -181,7 +208,10 @@ def _threat_jobs(spec: EvaluationSpec) -> dict[str, ThreatJob]:
             threat=t.name, is_grid=t.is_grid, solver=solver.name, budget=solver.budget,
             rtol=solver.rtol, batch_size=solver.batch_size,
             max_radius=t.max_radius or (max(grid) if grid else None), grid=grid,
-            device=spec.model.device)
+            device=spec.model.device,
+            invalid=spec.features.invalid if spec.features is not None else "error",
+            compare_unconstrained=(spec.features is not None
+                                   and spec.features.compare_unconstrained))
     return jobs
 
 
@@ -386,7 +416,11 @@ def run_spec_file(path: str | Path, quiet: bool = False, out_dir: Path | None = 
                   resume: bool | None = None, backend: str | None = None,
                   workers: int | None = None, address: str | None = None) -> RunOutcome:
     """Load, validate and run the spec at ``path``; ``out_dir`` overrides ``outputs.dir``,
-    ``backend``/``workers``/``address`` the spec's ``execution`` block."""
+    ``backend``/``workers``/``address`` the spec's ``execution`` block.
+
+    Ctrl-C (:class:`KeyboardInterrupt`) or SIGTERM (:class:`~robustscope.runs.stopping.
+    Terminated`, under :func:`~robustscope.runs.stopping.terminate_raises`) raise
+    :class:`~robustscope.runs.stopping.RunInterrupted`, which gives the resume command."""
     spec = load_spec(path)
     if out_dir is not None:
         spec.outputs.dir = Path(out_dir)
@@ -396,7 +430,16 @@ def run_spec_file(path: str | Path, quiet: bool = False, out_dir: Path | None = 
         spec.execution.workers = workers
     if address is not None:
         spec.execution.address = address
-    return run_spec(spec, Path(path).read_text(), quiet=quiet, resume=resume)
+    check_run_outputs(spec, path)
+    text = Path(path).read_text()
+    try:
+        return run_spec(spec, text, quiet=quiet, resume=resume, spec_path=path)
+    except KeyboardInterrupt as exc:
+        raise RunInterrupted(signal.SIGINT, spec.outputs.dir,
+                             resume_command(path, spec.outputs.dir)) from exc
+    except Terminated as exc:
+        raise RunInterrupted(exc.signum, spec.outputs.dir,
+                             resume_command(path, spec.outputs.dir)) from exc
 
 
 # -- outputs ---------------------------------------------------------------------------------

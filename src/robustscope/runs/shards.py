@@ -69,6 +69,10 @@ class ThreatJob:
     max_radius: float | None
     grid: list[float] | None
     device: str
+    #: inputs that break a relation of the feature space: ``error`` or ``status``
+    invalid: str = "error"
+    #: with relations, also search without them (``radius(compare_unconstrained=True)``)
+    compare_unconstrained: bool = False
 
 
 @dataclass

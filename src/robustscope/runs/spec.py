@@ -103,11 +103,19 @@ class FeaturesSpec(_Strict):
     file: Path | None = None
     default: dict[str, Any] | None = None
     features: list[dict[str, Any]] | None = None
+    #: relations between features (``"debt <= 0.6 * income"``); with ``file``, put them in it
+    constraints: list[str] | None = None
+    #: inputs that break a relation: ``error`` (stop, naming them) or ``status`` (``invalid``)
+    invalid: Literal["error", "status"] = "error"
+    #: with relations, also search without them and report what they change
+    compare_unconstrained: bool = True
 
     @model_validator(mode="after")
     def _file_or_inline(self) -> FeaturesSpec:
-        if self.file is not None and (self.default is not None or self.features is not None):
-            raise ValueError("give either 'file' or inline 'default'/'features', not both")
+        if self.file is not None and (self.default is not None or self.features is not None
+                                      or self.constraints is not None):
+            raise ValueError("give either 'file' or inline 'default'/'features'/'constraints', "
+                             "not both")
         return self
 
     def inline(self) -> dict | None:
@@ -118,6 +126,8 @@ class FeaturesSpec(_Strict):
             out["default"] = self.default
         if self.features is not None:
             out["features"] = self.features
+        if self.constraints is not None:
+            out["constraints"] = self.constraints
         return out
 
 

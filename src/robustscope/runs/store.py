@@ -52,8 +52,10 @@ from robustscope.scores.accuracy_grid import (
 from robustscope.threats.grids import CLEAN, canonical_eps, eps_key
 from robustscope.threats.registry import benchmark_name
 
-#: Version of the schema this code writes and reads.
-SCHEMA_VERSION = 1
+#: Version of the schema this code writes and reads. Version 2 lets ``radii.status`` hold
+#: every status of :data:`robustscope.core.statuses.STATUSES` (version 1 refused
+#: ``satisfied`` and ``invalid``); a version-1 store is migrated when it is opened.
+SCHEMA_VERSION = 2
 
 #: Kinds of run.
 RUN_KINDS = ("radius", "accuracy", "import")
@@ -311,9 +313,42 @@ class ResultStore:
             raise InputError(f"store {self.path}: {self._kind_of_db} that is not a "
                              "robustscope store (no schema_version table)")
         version = self.schema_version
+        if version == 1:
+            self._migrate_from_1()
+            version = self.schema_version
         if version != SCHEMA_VERSION:
             raise InputError(f"store {self.path}: schema version {version}, this robustscope "
                              f"reads version {SCHEMA_VERSION}")
+
+    def _migrate_from_1(self) -> None:
+        """Version 1 -> 2: the status check of ``radii`` takes the statuses of today's
+        :data:`STATUSES` (``satisfied`` and ``invalid`` were added after version 1). One transaction under
+        the write lock; a process that finds the store already migrated does nothing."""
+        try:
+            with self._tx(write=True) as conn:
+                if self.backend == "postgresql":  # several openers: one migrates
+                    conn.execute(sa.select(sa.func.pg_advisory_xact_lock(_PG_INIT_LOCK)))
+                if self.schema_version != 1:
+                    return
+                if self.backend == "postgresql":
+                    for check in sa.inspect(conn).get_check_constraints("radii"):
+                        if "status" in check["sqltext"]:
+                            conn.exec_driver_sql(
+                                f'ALTER TABLE radii DROP CONSTRAINT "{check["name"]}"')
+                    conn.exec_driver_sql("ALTER TABLE radii ADD CONSTRAINT radii_status_check "
+                                         f"CHECK (status IN {STATUSES!r})")
+                else:  # SQLite cannot change a constraint: the table is rebuilt
+                    names = ", ".join(_RADII_INSERT)
+                    conn.exec_driver_sql("ALTER TABLE radii RENAME TO radii_v1")
+                    radii_table.create(conn)
+                    conn.exec_driver_sql(f"INSERT INTO radii ({names}) SELECT {names} "
+                                         "FROM radii_v1")
+                    conn.exec_driver_sql("DROP TABLE radii_v1")
+                conn.execute(sa.insert(schema_version_table).values(version=2,
+                                                                    applied_at=_now()))
+        except sa.exc.OperationalError as err:
+            raise InputError(f"store {self.path}: schema version 1 needs an upgrade to "
+                             f"version {SCHEMA_VERSION}, which failed ({_reason(err)})") from err
 
     @contextmanager
     def _tx(self, write: bool = False) -> Iterator[Connection]:

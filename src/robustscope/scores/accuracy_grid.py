@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from robustscope.core.errors import InputError
+from robustscope.core.fileio import atomic_write
 from robustscope.threats.grids import CLEAN, canonical_eps, eps_key
 
 
@@ -150,6 +151,8 @@ def parse_accuracy_document(doc: object, default_name: str,
 def read_accuracy_file(path: str | Path) -> list[ModelAccuracies]:
     """Models in a benchmark accuracy JSON file (single model: named after the file stem)."""
     path = Path(path)
+    if path.is_dir():
+        raise InputError(f"accuracies file {path}: is a folder, not a file")
     if not path.is_file():
         raise InputError(f"accuracies file {path}: not found")
     try:
@@ -178,11 +181,5 @@ def write_accuracy_file(path: str | Path, models: Iterable[ModelAccuracies],
                         single: bool = False) -> None:
     """Write ``models`` as benchmark JSON (see :func:`accuracy_document`)."""
     doc = accuracy_document(models, single=single)
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        tmp.write_text(json.dumps(doc, indent=1))
-        tmp.replace(path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    text = json.dumps(doc, indent=1)
+    atomic_write(path, lambda tmp: tmp.write_text(text))

@@ -29,6 +29,7 @@ from robustscope.core.statuses import AT_ZERO
 from robustscope.scores.distribution import ood_check, proxy_a_distance
 from robustscope.scores.intrinsic import scores_from_result
 from robustscope.scores.multiattack import competitiveness, grid_from_radii
+from robustscope.scores.relations import relation_effect
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +73,9 @@ class Section:
 
     def summary(self) -> dict:
         """Headline numbers: clean accuracy, median and worst radius over the broken,
-        well-classified inputs, censored share, R_nu and its interval (when computed)."""
+        well-classified inputs, censored share, R_nu and its interval (when computed); with
+        an unconstrained comparison (relations between features), ``relations``: see
+        :func:`robustscope.scores.relations.relation_effect`."""
         res = self.result
         s = res.summary()
         ok = (res.status != CENSORED) & ~np.isin(res.status, AT_ZERO)
@@ -88,6 +91,9 @@ class Section:
             "total_queries": int(res.queries.sum()),
             "R_nu": math.nan, "R_nu_low": math.nan, "R_nu_high": math.nan,
         }
+        effect = relation_effect(res)
+        if effect is not None:
+            out["relations"] = effect
         if self.scores is not None:
             d = self.scores.to_dict()
             out.update(R_nu=d["R_nu"], R_nu_low=d["R_nu_low"], R_nu_high=d["R_nu_high"],

@@ -45,6 +45,7 @@ from robustscope.core.result import (
     ATTACKED,
     CENSORED,
     EXACT,
+    INVALID,
     MISCLASSIFIED,
     SATISFIED,
     RadiusResult,
@@ -145,6 +146,8 @@ def radius(
     config: SearchConfig | None = None,
     progress: Callable[[int], None] | None = None,
     threads: str | int | None = AUTO,
+    invalid: str = "error",
+    compare_unconstrained: bool = False,
     certify: str = "auto",
 ) -> RadiusResult:
     """Radius of robustness of each input.
@@ -172,12 +175,24 @@ def radius(
         ``SMALL_WORK`` = 2^18 elements (rows × features), the caller's settings above; an
         int: that many threads throughout; ``None``: leave every setting alone. The
         caller's settings are restored on return. See ``docs/performance.md``.
+    invalid : what to do with inputs that already break a relation of ``space``
+        (``space.relations``): ``"error"`` raises an :class:`InputError` naming the rows and
+        the constraint; ``"status"`` gives them the status ``invalid`` (radius and lower
+        bound NaN, no model call) and searches the others.
+    compare_unconstrained : with relations in ``space``, also search every input without
+        them (same seed and settings; its queries are not added to the result's) and keep,
+        per input, that radius (``meta['unconstrained_radius']``: ``inf`` where censored,
+        NaN for invalid rows) and whether its counterexample breaks a relation
+        (``meta['unconstrained_breaks']``, 0 / 1); read them with
+        :func:`robustscope.scores.relations.relation_effect`.
     certify : certified lower bounds of torch networks by bound propagation (see
         ``docs/certified.md``): ``"auto"`` runs CROWN under ``solver="auto"`` or
         ``"exact"`` when its estimated cost is at most ``AUTO_CERTIFY_SHARE`` of the
         attack's; ``"ibp"``, ``"crown"``, ``"alpha-crown"`` run that method on every input
         (an error if the network cannot be read); ``"none"`` never.
     """
+    if invalid not in ("error", "status"):
+        raise InputError(f"invalid must be 'error' or 'status', got {invalid!r}")
     check_search_solver(solver)
     if certify not in CERTIFY_CHOICES:
         raise InputError(f"certify must be one of {', '.join(CERTIFY_CHOICES)}, got "
@@ -192,12 +207,23 @@ def radius(
     batch_size = check_positive(batch_size, "batch_size", integer=True)
     work = min(len(X), batch_size) * math.prod(X.shape[1:])
     with limited_threads(threads, work):
-        return _radius(model, X, y, threat, space, solver, max_radius, budget, rtol, seed,
-                       statement, device, batch_size, config, progress, certify)
+        res = _radius(model, X, y, threat, space, solver, max_radius, budget, rtol, seed,
+                      statement, device, batch_size, config, progress, invalid, certify)
+        if compare_unconstrained and space is not None and space.has_relations:
+            free = _radius(model, X, y, threat, space.unconstrained(), solver,
+                           res.max_radius, budget, rtol, seed, statement, device, batch_size,
+                           config, None, "error", certify)
+            invalid_rows = res.status == INVALID
+            breaks = free.found & ~space.relations_hold(free.x_adv) & ~invalid_rows
+            res.meta["unconstrained_radius"] = np.where(invalid_rows, np.nan,
+                                                        free.radius).tolist()
+            res.meta["unconstrained_breaks"] = breaks.astype(int).tolist()
+        return res
 
 
 def _radius(model, X, y, threat, space, solver, max_radius, budget, rtol, seed, statement,
-            device, batch_size, config, progress, certify="auto") -> RadiusResult:
+            device, batch_size, config, progress, invalid="error",
+            certify="auto") -> RadiusResult:
     threat = get_threat(threat)
     statement = statement or DECISION_CHANGE
     model = wrap_model(model, input_shape=X.shape[1:], device=device, example=X)
@@ -205,6 +231,7 @@ def _radius(model, X, y, threat, space, solver, max_radius, budget, rtol, seed, 
     if space is None:
         space = FeatureSpace.box(X.shape[1:]) if X.ndim > 2 else FeatureSpace.from_data(X)
     space.check_data(X, what="X")
+    broken = _broken_inputs(space, X, invalid)
     labels = check_labels(y, len(X), model.n_classes, getattr(model, "classes", None))
     if max_radius is None:
         max_radius = {math.inf: 1.0, 2.0: math.sqrt(space.n_features),
@@ -226,8 +253,12 @@ def _radius(model, X, y, threat, space, solver, max_radius, budget, rtol, seed, 
     model.charge_probe(ledger)  # wrapping may have called the model on the first inputs
     generator = make_generator(seed)
     out = _Outputs(n, X.shape[1:], model.n_classes)
-    for start in range(0, n, batch_size):
-        idx = np.arange(start, min(n, start + batch_size))
+    searched = np.flatnonzero(~broken)
+    _mark_invalid(out, np.flatnonzero(broken), X)
+    if progress is not None and broken.any():
+        progress(int(broken.sum()))
+    for start in range(0, len(searched), batch_size):
+        idx = searched[start:start + batch_size]
         t0 = time.perf_counter()
         _search_batch(model, X[idx], labels[idx], idx, space, threat, solver, kind, max_radius,
                       rtol, statement, ledger, generator, config, out, certifier)
@@ -264,6 +295,31 @@ def _certifier(model: Classifier, threat, statement: Statement, solver: str, cer
         return None
     net = network_or_none(model.module, tuple(shape), model.device)
     return None if net is None else (net, "auto")
+
+
+def _broken_inputs(space: FeatureSpace, X: np.ndarray, invalid: str) -> np.ndarray:
+    """``(n,)`` bool: inputs that break a relation of ``space``; raises under
+    ``invalid='error'`` (naming the rows and the constraint)."""
+    if not space.has_relations:
+        return np.zeros(len(X), dtype=bool)
+    flat = X.reshape(len(X), -1)
+    broken = ~space.relations_hold(flat)
+    if broken.any() and invalid == "error":
+        space.relations.check_data(flat, what="X")
+    return broken
+
+
+def _mark_invalid(out: _Outputs, rows: np.ndarray, X: np.ndarray) -> None:
+    """Rows whose clean input breaks a relation: no search, no radius."""
+    out.radius[rows] = np.nan
+    out.lower[rows] = np.nan
+    out.status[rows] = INVALID
+    out.x_adv[rows] = X[rows]
+    out.prediction[rows] = -1
+    out.adv_prediction[rows] = -1
+    out.proba[rows] = np.nan
+    out.proba_adv[rows] = np.nan
+    out.loss[rows] = np.nan
 
 
 def _warn_if_weak(solver: str, model: Classifier, kind: str | None) -> None:
@@ -381,7 +437,10 @@ def _run_exact(state: _BatchState, active: torch.Tensor) -> torch.Tensor:
     ok = state.check(sub, res.x_adv.to(state.x.device))
     closed = torch.as_tensor(res.closed, device=sub.device)
     # proven unbreakable inside the feature space: nothing more to search
-    state.exact[sub] = (ok & closed) | ~finite
+    unbreakable = ~finite & torch.as_tensor(np.isinf(res.lower_bound), device=sub.device)
+    # the verified radius must meet the bound (a projection may have moved the candidate)
+    met = state.best_r[sub] - state.lower[sub] <= EXACT_RTOL * state.best_r[sub]
+    state.exact[sub] = (ok & closed & met) | unbreakable
     still = active.clone()
     still[sub] = ~state.exact[sub]
     return still
@@ -404,6 +463,9 @@ def _run_exact_trees(state: _BatchState, active: torch.Tensor) -> torch.Tensor:
     closed = torch.as_tensor(res.closed & res.found, device=sub.device)
     unbreakable = torch.as_tensor(np.isinf(res.lower_bound), device=sub.device)
     beyond = torch.as_tensor(res.lower_bound > max_radius, device=sub.device)
+    # the verified radius must meet the bound: the verification may have moved a candidate
+    # (relations between features the MILP does not hold) and measured it larger
+    closed &= state.best_r[sub] - state.lower[sub] <= EXACT_RTOL * state.best_r[sub]
     state.exact[sub] = closed | unbreakable
     still = active.clone()
     still[sub] = ~(closed | unbreakable | beyond)  # open brackets: attack within the budget

@@ -424,8 +424,10 @@ def _grid_key(name: str) -> str:
 def write_benchmark_json(results: Sequence[GridResult], path) -> dict:
     """Write the merged accuracy file (MultiRobustBench format) to ``path``; returns it."""
     import json
-    from pathlib import Path
+
+    from robustscope.core.fileio import atomic_write
 
     out = benchmark_accuracies(results)
-    Path(path).write_text(json.dumps(out, indent=1))
+    text = json.dumps(out, indent=1)
+    atomic_write(path, lambda tmp: tmp.write_text(text))
     return out

@@ -3,7 +3,9 @@ radius.
 
 A candidate is projected into the feature space (bounds, integer / binary / one-hot /
 immutable features), the model is called again on it (charged to its input in the ledger),
-the statement is checked on the model's own decision, and its size is measured: the scaled
+candidates that break a relation between features (``space.relations``: linear rows within
+their tolerance, the user's predicate) are rejected without a query, the statement is checked
+on the model's own decision, and its size is measured: the scaled
 norm of the projected perturbation for an Lp threat, the threat's own strength of the
 parameters that made it for an image threat (whose ``apply`` already gives a valid image).
 Only then may it improve its input's best counterexample.
@@ -53,6 +55,8 @@ class Verifier:
         self.best_x = x.clone()
         self.best_r = torch.where(broken, 0.0, math.inf).to(torch.float64)
         self.best_logits = clean_logits.clone()
+        #: ``(n,)`` candidates per input rejected because they break a relation of ``space``
+        self.rejected = torch.zeros(len(x), dtype=torch.int64, device=x.device)
 
     def affordable(self, sub: torch.Tensor, cost: int) -> torch.Tensor:
         """The inputs of ``sub`` (batch positions) whose budget still allows ``cost`` passes."""
@@ -93,6 +97,15 @@ class Verifier:
         cand = cand.to(x.dtype).reshape(x.shape)
         if params is None:
             cand = self.space.project(cand, x)
+            if self.space.has_relations:
+                # a candidate that breaks a relation is no input at all: never a radius
+                valid = torch.as_tensor(self.space.relations_hold(cand.cpu().numpy()),
+                                        device=sub.device)
+                self.rejected[rows[~valid]] += 1
+                can[torch.nonzero(can).reshape(-1)[~valid]] = False
+                if not valid.any():
+                    return out, logits_out, size
+                rows, cand, x = rows[valid], cand[valid], x[valid]
         with self.model.charging(self.ledger, self.owners[rows.cpu().numpy()]), \
                 torch.no_grad():
             logits = self.model.logits(cand).detach().to(torch.float64)

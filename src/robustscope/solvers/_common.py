@@ -6,9 +6,11 @@ import math
 
 import torch
 
+from robustscope.core.relations import project_relations
 from robustscope.core.space import FeatureSpace
 from robustscope.core.statement import Statement
 from robustscope.models.base import Classifier
+from robustscope.threats.lp import LpThreat
 
 
 class ScaledProblem:
@@ -32,9 +34,36 @@ class ScaledProblem:
     def n_features(self) -> int:
         return self.lo.shape[1]
 
-    def clip(self, u: torch.Tensor) -> torch.Tensor:
-        """Clamp ``u`` into the box of valid perturbations."""
-        return torch.maximum(torch.minimum(u, self.hi), self.lo)
+    def clip(self, u: torch.Tensor, threat: LpThreat | None = None,
+             radius: torch.Tensor | None = None,
+             anchor: torch.Tensor | None = None) -> torch.Tensor:
+        """Clamp ``u`` (n, d) into the box of valid perturbations; with relations between
+        features, move it into ``box ∩ relations`` (discrete features relaxed to reals, see
+        :func:`~robustscope.core.relations.project_relations`) and, given ``threat`` and
+        ``radius`` (n,), shrink it back into the ball: ``u = 0`` is feasible and the set is
+        convex, so the shrunk point stays feasible. ``anchor`` (n, d): a feasible point per
+        input (the iterate before the step) that the projection falls back towards instead
+        of ``u = 0``, so that a step keeps its progress."""
+        u = torch.maximum(torch.minimum(u, self.hi), self.lo)
+        rel = self.space.relations
+        if rel is None or rel.is_linear_empty:
+            return u
+        flat = self.x.reshape(len(self.x), -1)
+        lower, upper = flat + self.lo * self.scale, flat + self.hi * self.scale
+        free = torch.as_tensor(self.space.mutable, device=u.device)
+        start = flat if anchor is None else flat + anchor * self.scale
+        cand, ok = project_relations(rel, flat + u * self.scale, start, lower, upper,
+                                     self.scale, free)
+        if anchor is not None and not ok.all():
+            cand[~ok] = project_relations(rel, cand[~ok], flat[~ok], lower[~ok], upper[~ok],
+                                          self.scale, free)[0]
+        u = (cand - flat) / self.scale
+        if threat is not None and radius is not None:
+            norm = threat.norm(u)
+            factor = torch.where(norm > radius, radius / norm.clamp_min(1e-300),
+                                 torch.ones_like(norm))
+            u = u * factor.clamp(0, 1)[:, None]
+        return u
 
     def descent_gradient(self, u: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
         """``grad`` with the components zeroed that a descent step ``u - a * grad`` could not

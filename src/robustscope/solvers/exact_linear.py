@@ -52,8 +52,17 @@ def exact_linear_radius(
     input changes the decision), the counterexamples (``x_adv``, overshooting the boundary by
     a relative ``1e-9`` of the margin) and the class each reaches (``adv_prediction``).
     With integer, binary or one-hot features the closed form relaxes them, so its radius is a
-    certified lower bound only and the status is ``attacked``.
+    certified lower bound only and the status is ``attacked``. With linear relations between
+    features (``space.relations``) the radius is an LP / QP per class instead
+    (:mod:`robustscope.solvers.exact_linear_lp`).
     """
+    if space.relations is not None and not space.relations.is_linear_empty:
+        from robustscope.solvers.exact_linear_lp import linear_radius_lp
+
+        if target is not None and np.shape(weights)[0] > 2:
+            raise InputError("the exact linear solver takes a target class only for binary "
+                             "models; use solver='minnorm' for targeted multiclass statements")
+        return linear_radius_lp(weights, bias, x, y, space, threat, target)
     t0 = time.perf_counter()
     w = torch.as_tensor(weights, dtype=torch.float64)
     b = torch.as_tensor(bias, dtype=torch.float64)

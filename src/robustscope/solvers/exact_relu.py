@@ -50,6 +50,7 @@ from robustscope.solvers.bounds.propagate import (
     preactivation_bounds,
 )
 from robustscope.solvers.output import SolverOutput
+from robustscope.solvers.relations import relation_rows
 from robustscope.threats.lp import LpThreat
 
 #: ReLUs at most this many (:func:`relu_layers`, the plain-MLP reader).
@@ -246,7 +247,7 @@ def exact_relu_radius(
                          margin[i].cpu().numpy(), reverse[i].cpu().numpy(),
                          box_lo[i].cpu().numpy(),
                          box_hi[i].cpu().numpy(), space.scale, threat, time_limit,
-                         float(upper[i]))
+                         float(upper[i]), getattr(space, "relations", None))
         lower[i], u_i, closed[i] = res
         if u_i is not None:
             u_out[i] = u_i
@@ -339,13 +340,16 @@ class _Program:
 
 
 def assemble(net: Network, matrices, x, y, nodes, margin, reverse, box_lo, box_hi, scale,
-             threat: LpThreat, r_ub: float) -> tuple[_Program, list, list[int]] | None:
+             threat: LpThreat, r_ub: float, relations=None
+             ) -> tuple[_Program, list, list[int]] | None:
     """Every row of one input's MILP, in one place: the perturbation and its norm, the
     network, the decision change. Returns ``(program, u_terms, candidates)``, or ``None``
     when no class can overtake ``y`` (its margin bound is positive for every class).
 
     ``nodes`` maps every node to its value bounds ``(lower, upper)`` (flat arrays),
-    ``margin[j]`` / ``reverse[j]`` are lower bounds of ``z_y - z_j`` / ``z_j - z_y``.
+    ``margin[j]`` / ``reverse[j]`` are lower bounds of ``z_y - z_j`` / ``z_j - z_y``;
+    ``relations`` (the feature space's) add their linear rows on ``x + u * scale``. The
+    bounds, computed without the relations, stay valid (the program's set only shrinks).
 
     ``u_terms`` ``[(columns, sign)]`` give ``u`` (``sum sign * columns``)."""
     k_out = net.n_classes
@@ -369,6 +373,10 @@ def assemble(net: Network, matrices, x, y, nodes, margin, reverse, box_lo, box_h
         if math.isfinite(r_ub):  # the objective cut tightens the LP relaxation
             row = sp.csr_matrix(np.ones((1, d)))
             prog.constrain({p_sl: row, m_sl: row}, [-np.inf], [r_ub])
+    if relations is not None and not relations.is_linear_empty:
+        # relations between features, on x' = x + u * scale
+        rel, rel_lo, rel_hi = relation_rows(relations, np.arange(d), x, scale, d)
+        prog.constrain({u_sl: rel}, rel_lo, rel_hi)
     # -- the network: node value = terms (column range -> matrix) + constant
     values: list[tuple[dict, np.ndarray]] = []
     for k, nd in enumerate(net.nodes):
@@ -444,9 +452,9 @@ def _relu_rows(prog: _Program, parent, zl: np.ndarray, zu: np.ndarray):
 
 
 def _solve_one(net, matrices, x, y, nodes, margin, reverse, box_lo, box_hi, scale, threat,
-               time_limit, r_ub):
+               time_limit, r_ub, relations=None):
     built = assemble(net, matrices, x, y, nodes, margin, reverse, box_lo, box_hi, scale,
-                     threat, r_ub)
+                     threat, r_ub, relations)
     if built is None:
         return math.inf, None, True  # no decision change inside the box: radius > r_ub
     prog, u_terms, _ = built

@@ -50,12 +50,12 @@ def pgd(
     for r in range(restarts):
         problem = ScaledProblem(model, x, y, space, statement, towards[r % len(towards)])
         if r == 0 and init is not None:
-            u = problem.clip(threat.project(init.reshape(n, -1).to(x.dtype), eps))
+            u = problem.clip(threat.project(init.reshape(n, -1).to(x.dtype), eps), threat, eps)
         elif r == 0:
             u = torch.zeros_like(best_u)
         else:
             u = threat.random_in_ball(n, problem.n_features, eps, generator, x.dtype, x.device)
-            u = problem.clip(u)
+            u = problem.clip(u, threat, eps)
         for k in range(steps + 1):
             logits, margin, grad = problem.margin_and_grad(u) if k < steps else (
                 *_forward_only(problem, u), None)
@@ -72,8 +72,8 @@ def pgd(
                 break
             grad = problem.descent_gradient(u, grad)
             alpha = cosine_schedule(k, steps, step_start, step_end)
-            u = u - alpha * eps[:, None] * threat.steepest_direction(grad)
-            u = problem.clip(threat.project(u, eps))
+            step = u - alpha * eps[:, None] * threat.steepest_direction(grad)
+            u = problem.clip(threat.project(step, eps), threat, eps, anchor=u)
     return SolverOutput.of_candidates(x, problem.candidate(best_u), found.cpu().numpy(), space,
                                       threat, meta={"margin": best_margin})
 

@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from robustscope.core.errors import InputError
-from robustscope.threats.image import ImageThreat, check_images
+from robustscope.threats.image import ImageThreat
 from robustscope.threats.tensors import per_input
 
 # -- sRGB <-> CIELUV ---------------------------------------------------------------------
@@ -107,13 +107,6 @@ def denormalize_luv(z: torch.Tensor) -> torch.Tensor:
     return z * (hi - lo) + lo
 
 
-def _check_rgb(x: torch.Tensor, name: str) -> torch.Tensor:
-    check_images(x, name)
-    if x.shape[1] != 3:
-        raise InputError(f"{name} must have 3 colour channels (RGB); got {x.shape[1]}")
-    return x
-
-
 def _linf(params: torch.Tensor) -> torch.Tensor:
     return params.flatten(1).abs().amax(dim=1)
 
@@ -121,6 +114,8 @@ def _linf(params: torch.Tensor) -> torch.Tensor:
 class ReColorThreat(ImageThreat):
     """Colour look-up table over normalised CIELUV (16 x 32 x 32 control points), offsets
     ``||lut||_inf <= eps`` (grid 0.005 .. 0.1), smoothness penalty weight ``penalty_weight``."""
+
+    channels = 3
 
     def __init__(self, resolution: tuple[int, int, int] = (16, 32, 32),
                  penalty_weight: float = 0.05) -> None:
@@ -130,9 +125,6 @@ class ReColorThreat(ImageThreat):
             raise InputError(f"penalty_weight must be >= 0, got {penalty_weight}")
         self.resolution = tuple(int(r) for r in resolution)
         self.penalty_weight = float(penalty_weight)
-
-    def check_input(self, x, name="x"):
-        return _check_rgb(x, name)
 
     def param_shape(self, x):
         return (3, *self.resolution)
@@ -160,10 +152,9 @@ class ReColorThreat(ImageThreat):
 
 
 class _ScalarColorThreat(ImageThreat):
-    """One parameter ``theta`` per image, ``|theta| <= eps``."""
+    """One parameter ``theta`` per image, ``|theta| <= eps``; RGB images."""
 
-    def check_input(self, x, name="x"):
-        return _check_rgb(x, name)
+    channels = 3
 
     def param_shape(self, x):
         return (1,)
@@ -209,10 +200,9 @@ class SaturationThreat(_ScalarColorThreat):
 
 
 class BrightnessThreat(_ScalarColorThreat):
-    """Brightness shift ``x + theta`` (grid 0.015 .. 0.3)."""
+    """Brightness shift ``x + theta`` (grid 0.015 .. 0.3), on any number of channels."""
 
-    def check_input(self, x, name="x"):
-        return check_images(x, name)  # any number of channels
+    channels = None
 
     def apply(self, x, params):
         return (x + per_input(params.reshape(-1), x)).clamp(0.0, 1.0)

@@ -85,6 +85,9 @@ class ImageThreat:
     step_scale: float = 1.0
     #: Start restarts > 0 from a random point in the constraint set.
     random_start: bool = True
+    #: Colour channels the threat needs (3 for the colour and JPEG threats, which work in
+    #: RGB); ``None``: any number, grayscale included.
+    channels: int | None = None
 
     # -- to implement -------------------------------------------------------------------
     def param_shape(self, x: torch.Tensor) -> tuple[int, ...]:
@@ -129,8 +132,13 @@ class ImageThreat:
 
     # -- shared --------------------------------------------------------------------------
     def check_input(self, x: torch.Tensor, name: str = "x") -> torch.Tensor:
-        """Validate ``x`` for this threat (shape, range); subclasses add their own checks."""
-        return check_images(x, name)
+        """Validate ``x`` for this threat (shape, range, :attr:`channels`); subclasses add
+        their own checks."""
+        check_images(x, name)
+        if self.channels is not None and x.shape[1] != self.channels:
+            raise InputError(f"threat '{self.name}' needs {self.channels} colour channels "
+                             f"(RGB); {name} has {x.shape[1]}")
+        return x
 
     def within(self, x: torch.Tensor, params: torch.Tensor, eps: torch.Tensor,
                x_adv: torch.Tensor | None = None) -> torch.Tensor:

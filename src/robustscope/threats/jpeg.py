@@ -25,8 +25,7 @@ import math
 
 import torch
 
-from robustscope.core.errors import InputError
-from robustscope.threats.image import ImageThreat, check_images
+from robustscope.threats.image import ImageThreat
 from robustscope.threats.lp import L1
 from robustscope.threats.tensors import per_input
 
@@ -82,11 +81,7 @@ class _JPEGThreat(ImageThreat):
     """Shared encoding; parameters are the flattened quantised-coefficient offsets, Y first
     (Hp x Wp), then Cb and Cr (Hp/2 x Wp/2 each)."""
 
-    def check_input(self, x, name="x"):
-        check_images(x, name)
-        if x.shape[1] != 3:
-            raise InputError(f"{name} must have 3 colour channels (RGB); got {x.shape[1]}")
-        return x
+    channels = 3
 
     def param_shape(self, x):
         hp, wp = _padded(x.shape[2], x.shape[3])

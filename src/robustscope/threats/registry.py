@@ -123,6 +123,14 @@ class ThreatEntry:
             return np.empty(0)
         return level_grid(self.grid_step)
 
+    @property
+    def channels(self) -> int | None:
+        """The colour channels the threat needs (3 for the colour and JPEG threats), ``None``
+        for any number or where robustscope does not implement it. Imports its module."""
+        if self.threat_class is None:
+            return None
+        return getattr(_load(self.threat_class), "channels", None)
+
     def takes(self, option: str) -> bool:
         """The factory accepts the keyword ``option`` (``features`` for LPIPS)."""
         factory = self.factory

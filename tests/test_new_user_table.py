@@ -1,0 +1,342 @@
+"""Issue 17 ("What a new user hits first") as one table: every case of items 2, 3, 8 and 11,
+and the command-line side of items 1, 4, 6, 9 and 14, as (arguments, exit code, message
+fragment, files that must not exist afterwards, files that must be unchanged).
+
+``{d}`` in a case is the module's folder of inputs (made once by :func:`inputs`), ``{o}`` a
+fresh folder per case for outputs. A case that fails must have written nothing: its outputs
+are listed under ``absent`` and the inputs it names as outputs under ``unchanged``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from robustscope.cli.app import app
+from robustscope.core.errors import InputError, RobustscopeWarning
+
+runner = CliRunner()
+#: A folder no process can create files in, root included (the tests run as root in CI).
+READ_ONLY = "/sys"
+
+
+@dataclass(frozen=True)
+class Case:
+    """One row of the table."""
+
+    item: str
+    args: tuple[str, ...]
+    code: int
+    fragment: str
+    absent: tuple[str, ...] = ()
+    unchanged: tuple[str, ...] = ()
+    #: a RobustscopeWarning the command must give (its message contains this)
+    warns: str = ""
+
+
+def _c(item: str, args: str, code: int, fragment: str, absent: str = "",
+       unchanged: str = "", warns: str = "") -> Case:
+    return Case(item, tuple(args.split()), code, fragment, tuple(absent.split()),
+                tuple(unchanged.split()), warns)
+
+
+# radius with the named logistic regression on the plain CSV, its outputs in {o}
+RADIUS = "radius --model {d}/m.skops --data {d}/d.csv -q"
+GRID = "image-grid --model {d}/net.pt --data {d}/img.npz --threats linf --steps 1"
+
+CASES: dict[str, Case] = {
+    # -- item 2: never over an input, never two outputs on one path, writable before work --
+    "out is the data file": _c("2", "radius --model {d}/m.skops --data {d}/d.csv "
+                               "--out {d}/d.csv", 2, "is the --data file", unchanged="{d}/d.csv"),
+    "out is the model file": _c("2", "radius --model {d}/x.json --data {d}/d.csv "
+                                "--out {d}/x.json", 2, "is the --model file",
+                                unchanged="{d}/x.json"),
+    "out is the feature file": _c("2", RADIUS + " --features {d}/feat.yaml --out "
+                                  "{d}/feat.yaml", 2, "is the --features file",
+                                  unchanged="{d}/feat.yaml"),
+    "adversarial-out is out": _c("2", RADIUS + " --out {o}/r.csv --adversarial-out {o}/r.csv",
+                                 2, "are the same file", absent="{o}/r.csv"),
+    "out in a read-only folder": _c("2", RADIUS + f" --out {READ_ONLY}/r.csv", 2,
+                                    "cannot write in folder"),
+    "adversarial-out in a read-only folder": _c(
+        "2", RADIUS + f" --out {{o}}/r.csv --adversarial-out {READ_ONLY}/a.npz", 2,
+        "--adversarial-out: cannot write in folder", absent="{o}/r.csv"),
+    "out folder missing": _c("2", RADIUS + " --out {o}/nope/r.csv", 2, "does not exist"),
+    "out extension": _c("2", RADIUS + " --out {o}/r.txt", 2, "unknown extension '.txt'",
+                        absent="{o}/r.txt"),
+    "image-grid out is the data": _c("2", GRID + " --out {d}/img.npz", 2, "is the --data file",
+                                     unchanged="{d}/img.npz"),
+    "image-grid levels-out is the model": _c("2", GRID + " --out {o}/g.json --levels-out "
+                                             "{d}/net.pt", 2, "is the --model file",
+                                             absent="{o}/g.json", unchanged="{d}/net.pt"),
+    "image-grid out extension": _c("2", GRID + " --out {o}/g.csv", 2, "use .json",
+                                   absent="{o}/g.csv"),
+    "compare out is a run's manifest": _c("2", "compare {d}/runA {d}/runA --out "
+                                          "{d}/runA/run.json", 2, "is the RUN_A run.json file",
+                                          unchanged="{d}/runA/run.json"),
+    "compare out extension": _c("2", "compare {d}/runA {d}/runA --out {o}/c.txt", 2,
+                                "use .html", absent="{o}/c.txt"),
+    "leaderboard figures is a file": _c("2", "leaderboard --accuracies {d}/a.json --figures "
+                                        "{d}/a.json", 2, "is a file, not a folder",
+                                        unchanged="{d}/a.json"),
+    "leaderboard figures read-only": _c("2", "leaderboard --accuracies {d}/a.json --figures "
+                                        f"{READ_ONLY}/figs", 2, "cannot write in folder"),
+    "demo out-dir read-only": _c("2", f"demo -q --out-dir {READ_ONLY}/demo", 2,
+                                 "cannot write in folder"),
+    "run folder would replace its data": _c("2", "run {d}/inplace/spec.yaml -q", 2,
+                                            "which is the data.path file",
+                                            unchanged="{d}/inplace/radii_linf.csv"),
+    "run store is its data": _c("2", "run {d}/storedata/spec.yaml -q", 2,
+                                "outputs.store", unchanged="{d}/storedata/d.csv",
+                                absent="{d}/storedata/out"),
+    # -- item 3: columns by name --------------------------------------------------------------
+    "columns reordered by the model's names": _c("3", "radius --model {d}/m.skops --data "
+                                                 "{d}/d_perm.csv --out {o}/r.csv", 0, "wrote"),
+    "missing column named": _c("3", RADIUS.replace("d.csv", "d_missing.csv") + " --out "
+                               "{o}/r.csv", 2, "missing column(s) c", absent="{o}/r.csv"),
+    "unknown column named": _c("3", RADIUS.replace("d.csv", "d_extra.csv") + " --out "
+                               "{o}/r.csv", 2, "unknown column(s) x", absent="{o}/r.csv"),
+    "order assumed is said": _c("3", "radius --model {d}/bare.skops --data {d}/d.csv --out "
+                                "{o}/r.csv", 0, "column order assumed"),
+    "run: missing column named": _c("3", "run {d}/missing/spec.yaml -q", 2,
+                                    "missing column(s) c", absent="{d}/missing/out/run.json"),
+    # -- item 8: one loader, degenerate data ------------------------------------------------
+    "radius reads Parquet": _c("8", "radius --model {d}/m.skops --data {d}/d.parquet --out "
+                               "{o}/r.csv", 0, "wrote"),
+    "one row without a feature file": _c("8", RADIUS.replace("d.csv", "one.csv") + " --out "
+                                         "{o}/r.csv", 2, "one row", absent="{o}/r.csv"),
+    "one row with a feature file": _c("8", RADIUS.replace("d.csv", "one.csv") + " --features "
+                                      "{d}/feat.yaml --out {o}/r.csv", 0, ""),
+    "empty feature file": _c("8", RADIUS + " --features {d}/empty.yaml --out {o}/r.csv", 2,
+                             "is empty", absent="{o}/r.csv"),
+    "duplicate CSV columns": _c("8", RADIUS.replace("d.csv", "dup.csv") + " --out {o}/r.csv",
+                                2, "'a' appear more than once", absent="{o}/r.csv"),
+    "duplicate Parquet columns": _c("8", RADIUS.replace("d.csv", "dup.parquet") + " --out "
+                                    "{o}/r.csv", 2, "'a' appear more than once"),
+    # -- item 11: one line, exit code 2 ----------------------------------------------------
+    "empty CSV": _c("11", RADIUS.replace("d.csv", "empty.csv") + " --out {o}/r.csv", 2,
+                    "empty.csv: the file is empty", absent="{o}/r.csv"),
+    "header-only CSV": _c("11", RADIUS.replace("d.csv", "header.csv") + " --out {o}/r.csv", 2,
+                          "no rows (only a header)", absent="{o}/r.csv"),
+    "damaged Parquet": _c("11", RADIUS.replace("d.csv", "bad.parquet") + " --out {o}/r.csv",
+                          2, "cannot read as Parquet"),
+    "data is a folder": _c("11", "radius --model {d}/m.skops --data {d} --out {o}/r.csv", 2,
+                           "is a folder, not a file"),
+    "truncated XGBoost JSON": _c("11", "radius --model {d}/trunc.json --data {d}/d.csv --out "
+                                 "{o}/r.csv", 2, "not a valid XGBoost model",
+                                 absent="{o}/r.csv"),
+    "truncated XGBoost UBJ": _c("11", "radius --model {d}/trunc.ubj --data {d}/d.csv --out "
+                                "{o}/r.csv", 2, "not a valid XGBoost model"),
+    "device not on this machine": _c("11", RADIUS + " --out {o}/r.csv --device cuda:99", 2,
+                                     "--device cuda:99: not available", absent="{o}/r.csv"),
+    "device unknown": _c("11", RADIUS + " --out {o}/r.csv --device nosuch", 2,
+                         "unknown device 'nosuch'"),
+    "model is a folder": _c("11", "radius --model {d} --data {d}/d.csv --out {o}/r.csv", 2,
+                            "is a folder, not a model file"),
+    "adversarial-out extension": _c("11", RADIUS + " --out {o}/r.csv --adversarial-out "
+                                    "{o}/a.txt", 2, "use .npz", absent="{o}/r.csv {o}/a.txt"),
+    "leaderboard accuracies is a folder": _c("11", "leaderboard --accuracies {d}", 2,
+                                             "is a folder, not a file"),
+    "leaderboard empty accuracies": _c("11", "leaderboard --accuracies {d}/empty.json", 2,
+                                       "not valid JSON"),
+    "leaderboard db not a store": _c("11", "leaderboard --store {d}/d.csv", 2,
+                                     "not a SQLite database"),
+    "leaderboard bad sort": _c("11", "leaderboard --accuracies {d}/a.json --sort x", 2,
+                               "--sort"),
+    "image-grid device": _c("11", GRID + " --out {o}/g.json --device nosuch", 2,
+                            "unknown device", absent="{o}/g.json"),
+    "image-grid no images": _c("11", GRID.replace("img.npz", "img0.npz") + " --out {o}/g.json",
+                               2, "X and y have no rows", absent="{o}/g.json"),
+    "image-grid model is a folder": _c("11", GRID.replace("{d}/net.pt", "{d}") + " --out "
+                                       "{o}/g.json", 2, "is a folder"),
+    "image-grid truncated model": _c("11", GRID.replace("net.pt", "trunc.json") + " --out "
+                                     "{o}/g.json", 2, "not a valid XGBoost model"),
+    "run on an empty CSV": _c("11", "run {d}/emptydata/spec.yaml -q", 2, "the file is empty"),
+    # -- already done items, where the command line shows them -----------------------------
+    "1: XGBoost fitted on a DataFrame": _c("1", "radius --model {d}/x.json --data {d}/small.csv "
+                                           "--out {o}/r.csv", 0, "wrote"),
+    "4: the summary counts satisfied": _c("4", "radius --model {d}/m.skops --data {d}/d.csv "
+                                          "--out {o}/r.csv", 0, "satisfied"),
+    "6: exact solver on TorchScript ReLU": _c("6", "radius --model {d}/relu.pt --data "
+                                              "{d}/small.csv --solver exact --out {o}/r.csv",
+                                              0, "wrote"),
+    "9: leaderboard with acc* = 0": _c("9", "leaderboard --accuracies {d}/a.json --accuracies "
+                                       "{d}/b.json --reference best --attacks linf", 0,
+                                       "excluded"),
+    "14: pgd on trees warns": _c("14", "radius --model {d}/x.json --data {d}/small.csv --solver "
+                                 "pgd --budget 200 --out {o}/r.csv", 0, "wrote",
+                                 warns="solver='pgd' is a gradient attack"),
+}
+
+
+def _spec(folder: Path, text: str, files: dict[str, pd.DataFrame] | None = None) -> None:
+    folder.mkdir()
+    for name, frame in (files or {}).items():
+        frame.to_csv(folder / name, index=False)
+    (folder / "spec.yaml").write_text(text)
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory) -> Path:
+    """Every input file of the table, small enough that a case runs in about a second."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    import skops.io as sio
+    import xgboost as xgb
+    from sklearn.linear_model import LogisticRegression
+
+    d = tmp_path_factory.mktemp("inputs")
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(40, 3))
+    y = (X[:, 0] + 0.5 * X[:, 1] - X[:, 2] > 0).astype(int)
+    frame = pd.DataFrame(X, columns=["a", "b", "c"])
+    sio.dump(LogisticRegression().fit(frame, y), d / "m.skops")      # names a, b, c
+    sio.dump(LogisticRegression().fit(X, y), d / "bare.skops")       # no names
+    booster = xgb.XGBClassifier(n_estimators=3, max_depth=2).fit(frame, y)
+    booster.save_model(d / "x.json")
+    booster.save_model(d / "x.ubj")
+    text = (d / "x.json").read_bytes()
+    (d / "trunc.json").write_bytes(text[: len(text) // 2])
+    raw = (d / "x.ubj").read_bytes()
+    (d / "trunc.ubj").write_bytes(raw[: len(raw) // 2])
+    torch.manual_seed(0)
+    relu = torch.nn.Sequential(torch.nn.Linear(3, 6), torch.nn.ReLU(), torch.nn.Linear(6, 2))
+    torch.jit.script(relu).save(str(d / "relu.pt"))
+    torch.jit.script(torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(16, 2))).save(
+        str(d / "net.pt"))
+
+    data = frame.assign(label=y)
+    data.to_csv(d / "d.csv", index=False)
+    data[["c", "a", "b", "label"]].to_csv(d / "d_perm.csv", index=False)
+    data[["a", "b", "label"]].to_csv(d / "d_missing.csv", index=False)
+    data.assign(x=0.0)[["a", "b", "c", "x", "label"]].to_csv(d / "d_extra.csv", index=False)
+    data.iloc[:6].to_csv(d / "small.csv", index=False)
+    data.iloc[:1].to_csv(d / "one.csv", index=False)
+    data.iloc[:0].to_csv(d / "header.csv", index=False)
+    data.to_parquet(d / "d.parquet")
+    (d / "empty.csv").write_text("")
+    (d / "dup.csv").write_text("a,a,label\n1,2,0\n3,4,1\n")
+    pq.write_table(pa.table([pa.array([1.0, 2.0]), pa.array([3.0, 4.0]), pa.array([0, 1])],
+                            names=["a", "a", "label"]), d / "dup.parquet")
+    (d / "bad.parquet").write_text("not parquet")
+    (d / "feat.yaml").write_text("default: {lower: -5, upper: 5}\n")
+    (d / "empty.yaml").write_text("# nothing here\n")
+
+    images = rng.uniform(size=(4, 1, 4, 4))
+    np.savez(d / "img.npz", X=images, y=np.array([0, 1, 0, 1]))
+    np.savez(d / "img0.npz", X=images[:0], y=np.zeros(0, dtype=int))
+
+    (d / "a.json").write_text(json.dumps({"NoAttack": 90.0, "AutoLinfAttack":
+                                          {"0.005": 80.0, "0.5": 0.0}}))
+    (d / "b.json").write_text(json.dumps({"NoAttack": 80.0, "AutoLinfAttack":
+                                          {"0.005": 60.0, "0.5": 0.0}}))
+    (d / "empty.json").write_text("")
+    (d / "runA").mkdir()
+    (d / "runA" / "run.json").write_text('{"not": "a finished run"}')
+
+    threats = "threats: [{name: linf, strengths: {max: 1, num: 4}}]\n"
+    # the run folder is the data's folder, and the data is named like a radius table
+    _spec(d / "inplace", "model: {path: ../m.skops}\ndata: {path: radii_linf.csv}\n"
+          + threats + "outputs: {dir: .}\n", {"radii_linf.csv": data})
+    _spec(d / "storedata", "model: {path: ../m.skops}\ndata: {path: d.csv}\n" + threats
+          + "outputs: {dir: out, store: d.csv}\n", {"d.csv": data})
+    _spec(d / "missing", "model: {path: ../m.skops}\ndata: {path: ../d_missing.csv}\n"
+          + threats + "outputs: {dir: out}\nexecution: {workers: 1}\n")
+    _spec(d / "emptydata", "model: {path: ../m.skops}\ndata: {path: ../empty.csv}\n"
+          + threats + "outputs: {dir: out}\n")
+    return d
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_new_user_table(name: str, inputs: Path, tmp_path: Path) -> None:
+    case = CASES[name]
+
+    def fill(text: str) -> str:
+        return text.format(d=inputs, o=tmp_path)
+
+    unchanged = {Path(fill(p)): _digest(Path(fill(p))) for p in case.unchanged}
+    if case.warns:
+        with pytest.warns(RobustscopeWarning, match=case.warns):
+            result = runner.invoke(app, [fill(a) for a in case.args])
+    else:
+        result = runner.invoke(app, [fill(a) for a in case.args])
+    assert result.exit_code == case.code, f"#{case.item} {name}: {result.output}"
+    if case.code == 0:
+        assert case.fragment in result.output, result.output
+    else:
+        lines = result.stderr.splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: "), result.output
+        assert case.fragment in lines[0], lines[0]
+    for path in case.absent:
+        assert not Path(fill(path)).exists(), f"{path} was written"
+    for path, digest in unchanged.items():
+        assert _digest(path) == digest, f"{path} was changed"
+    assert not list(inputs.glob(".*.tmp*")), "a temporary file was left behind"
+
+
+def test_every_item_has_a_case() -> None:
+    assert {c.item for c in CASES.values()} == {"1", "2", "3", "4", "6", "8", "9", "11", "14"}
+
+
+def test_reordered_columns_give_the_same_radii(inputs: Path, tmp_path: Path) -> None:
+    """Item 3: the same data with its columns in another order gives the same table."""
+    tables = []
+    for name in ("d.csv", "d_perm.csv", "d.parquet"):
+        out = tmp_path / f"{name}.csv"
+        result = runner.invoke(app, ["radius", "--model", str(inputs / "m.skops"), "--data",
+                                     str(inputs / name), "--out", str(out), "-q"])
+        assert result.exit_code == 0, result.output
+        tables.append(pd.read_csv(out).drop(columns="seconds"))
+    pd.testing.assert_frame_equal(tables[0], tables[1])
+    pd.testing.assert_frame_equal(tables[0], tables[2])
+
+
+def test_assumed_order_is_kept_in_the_json_result(inputs: Path, tmp_path: Path) -> None:
+    """Item 3: where nothing knows the names, the JSON table says the order was assumed."""
+    out = tmp_path / "r.json"
+    result = runner.invoke(app, ["radius", "--model", str(inputs / "bare.skops"), "--data",
+                                 str(inputs / "d.csv"), "--out", str(out), "-q"])
+    assert result.exit_code == 0, result.output
+    assert "column order assumed" in json.loads(out.read_text())["meta"]["columns"]
+
+
+def test_seed_none_is_refused_in_python(inputs: Path) -> None:
+    """Item 11: ``seed=None`` in Python is bad input, named."""
+    import skops.io as sio
+
+    from robustscope import radius
+
+    model = sio.load(inputs / "m.skops")
+    data = pd.read_csv(inputs / "small.csv")
+    with pytest.raises(InputError, match="seed"):
+        radius(model, data[["a", "b", "c"]], data["label"].to_numpy(), seed=None)
+
+
+def test_a_failed_second_output_leaves_neither(inputs: Path, tmp_path: Path, monkeypatch) -> None:
+    """Item 2: when writing the counterexamples fails (a full disk, say) after the table
+    was written to its temporary file, neither output appears and no temporary is left."""
+    from robustscope.core.result import RadiusResult
+
+    def full_disk(self, path):
+        Path(path).write_bytes(b"partial")
+        raise OSError(28, "No space left on device", str(path))
+
+    monkeypatch.setattr(RadiusResult, "save_adversarial", full_disk)
+    result = runner.invoke(app, ["radius", "--model", str(inputs / "m.skops"), "--data",
+                                 str(inputs / "small.csv"), "--out", str(tmp_path / "r.csv"),
+                                 "--adversarial-out", str(tmp_path / "a.npz"), "-q"])
+    assert result.exit_code == 1, result.output
+    assert "No space left on device" in result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
