@@ -81,7 +81,7 @@ SECTIONS: tuple[Section, ...] = (
         "search with `solver=\"exact\"` (network MILP with CROWN pre-activation bounds). "
         "Bracket ratio r / lb (median, p90), brackets closed within 1e-4, seconds per input, "
         "and soundness violations (lb above a verified radius; must be 0). auto_LiRPA is "
-        "compared only where it imports.", 20),
+        "compared only where it imports.", 30),
     Section(
         "peers", "Against the peers and the exact radius (issue 8)",
         ("benchmarks/peers/run_all.py", "--full"),
