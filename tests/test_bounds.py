@@ -279,3 +279,14 @@ def test_auto_certifies_when_its_estimated_cost_is_within_the_share(
     correct = res.status != "misclassified"
     assert (res.lower_bound[correct] > 0).all() == certified
     assert (res.lower_bound <= res.radius).all()
+
+
+def test_a_module_whose_reading_fails_is_refused_as_bad_input():
+    class Branchy(nn.Module):
+        def forward(self, x):
+            if x.sum() > 0:  # data-dependent control flow: torch.fx cannot trace it
+                return x
+            return -x
+
+    with pytest.raises(InputError, match="bound propagation"):
+        read_network(Branchy(), (3,))

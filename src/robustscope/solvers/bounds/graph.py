@@ -155,7 +155,13 @@ def read_network(module: nn.Module, input_shape: tuple[int, ...],
     except Exception as exc:
         raise InputError(f"bound propagation: {type(module).__name__} does not run on inputs "
                          f"of shape {tuple(input_shape)} ({exc})") from exc
-    return _Reader(gm, tuple(input_shape), device).read()
+    try:
+        return _Reader(gm, tuple(input_shape), device).read()
+    except InputError:
+        raise
+    except Exception as exc:  # a user's module can make any operation fail
+        raise InputError(f"bound propagation cannot read {type(module).__name__} "
+                         f"({type(exc).__name__}: {exc})") from exc
 
 
 def _plain_module(module) -> nn.Module:
