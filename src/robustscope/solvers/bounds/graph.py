@@ -141,7 +141,11 @@ def read_network(module: nn.Module, input_shape: tuple[int, ...],
     """
     device = torch.device(device)
     module = _plain_module(module)
-    net64 = copy.deepcopy(module).to(device=device, dtype=torch.float64).eval()
+    try:
+        net64 = copy.deepcopy(module).to(device=device, dtype=torch.float64).eval()
+    except Exception as exc:  # modules holding handles, locks, ... cannot be copied
+        raise InputError(f"bound propagation cannot copy {type(module).__name__} to float64 "
+                         f"({type(exc).__name__}: {exc})") from exc
     for p in net64.parameters():
         p.requires_grad_(False)
     try:
