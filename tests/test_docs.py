@@ -86,6 +86,11 @@ def test_mkdocs_build_strict(tmp_path):
     assert (tmp_path / "site" / "api" / "search" / "index.html").is_file()
 
 
+def test_certified_page_example_runs(tmp_path, monkeypatch):
+    ns = run_page("certified.md", tmp_path, monkeypatch)
+    assert (ns["result"].lower_bound > 0).any()
+
+
 def test_relations_tutorial_runs(tmp_path, monkeypatch):
     ns = run_page("tutorials/relations.md", tmp_path, monkeypatch)
     effect = ns["effect"]

@@ -110,3 +110,27 @@ def test_a_saved_network_of_other_layers_is_refused_by_name(tmp_path):
     scripted = torch.jit.script(net)
     with pytest.raises(InputError, match="layer 1 is Tanh"):
         relu_layers(scripted)
+
+
+def test_convolutional_network_milp_brackets_the_attack():
+    """A tiny CNN with max-pooling: the MILP over the graph closes its brackets, its radius
+    lies between the CROWN certificate and the attack's counterexample."""
+    torch.manual_seed(4)
+    net = torch.nn.Sequential(torch.nn.Conv2d(1, 2, 3), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+                              torch.nn.Flatten(), torch.nn.Linear(8, 3)).eval()
+    with torch.no_grad():
+        net[4].bias.zero_()  # every class predicted somewhere in the box
+    X = torch.rand(6, 1, 6, 6).numpy()
+    with torch.no_grad():
+        y = net(torch.as_tensor(X)).argmax(1).numpy()
+    space = FeatureSpace.box((1, 6, 6))
+    attack = radius(net, X, y, threat="linf", space=space, certify="none")
+    exact = radius(net, X, y, threat="linf", space=space, solver="exact", certify="crown")
+    assert exact.meta["exact_solver"] == "relu"
+    done = np.isfinite(attack.radius)
+    assert done.sum() >= 4 and (exact.status[done] == "exact").all()
+    assert (exact.radius[done] <= attack.radius[done] * (1 + 1e-4)).all()  # MILP tolerance
+    assert (exact.lower_bound[done] <= exact.radius[done]).all()
+    with torch.no_grad():
+        adv = net(torch.as_tensor(exact.x_adv[done], dtype=torch.float32)).argmax(1).numpy()
+    assert (adv != y[done]).all()

@@ -18,7 +18,7 @@ import typer
 from rich.console import Console
 
 from robustscope.cli.common import OneLineErrorsGroup, computing, reporting_errors
-from robustscope.solvers.registry import SEARCH_SOLVERS
+from robustscope.solvers.registry import CERTIFY_CHOICES, SEARCH_SOLVERS
 from robustscope.threats.registry import threat_names
 
 app = typer.Typer(
@@ -44,6 +44,7 @@ ThreatName = Enum("ThreatName", {name: name for name in threat_names("lp")}, typ
 RESULT_SUFFIXES = (".csv", ".parquet", ".json")
 
 SolverName = Enum("SolverName", {name: name for name in SEARCH_SOLVERS}, type=str)
+CertifyName = Enum("CertifyName", {name: name for name in CERTIFY_CHOICES}, type=str)
 
 
 def _print_version(value: bool) -> None:
@@ -96,6 +97,10 @@ def radius_command(
                                       "arbitrary code)."),
     device: str = typer.Option("cpu", help="Torch device, e.g. cpu or cuda:0."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar or summary."),
+    certify: CertifyName = typer.Option(CertifyName.auto, help="Certified lower bounds of "
+                                        "torch networks by bound propagation: auto (CROWN "
+                                        "when cheaper than the attack), none, ibp, crown or "
+                                        "alpha-crown."),
 ) -> None:
     """Radius of robustness of every input, one row per input."""
     from robustscope.core.checks import check_device
@@ -122,7 +127,8 @@ def radius_command(
             result = radius(clf, dataset.X, dataset.y, threat=threat.value, space=space,
                             solver=solver.value, max_radius=max_radius, budget=budget,
                             rtol=rtol, seed=seed, device=device, progress=advance,
-                            invalid=invalid, compare_unconstrained=compare_unconstrained)
+                            invalid=invalid, compare_unconstrained=compare_unconstrained,
+                            certify=certify.value)
         if order_note is not None:
             result.meta["columns"] = order_note
         writes = [(out, result.save)]

@@ -20,6 +20,7 @@ import numpy as np
 from robustscope.core.fileio import atomic_write
 from robustscope.core.result import CENSORED, MISCLASSIFIED
 from robustscope.core.statuses import AT_ZERO, STATUSES
+from robustscope.report.bracket_figures import bracket_figure, has_brackets
 from robustscope.report.figures import (
     Curve,
     accuracy_vs_strength_figure,
@@ -106,6 +107,10 @@ def _section_context(ev: Evaluation, sec: Section) -> dict:
     _figure(figures, notes, "Robust accuracy against strength (markers: the grid)",
             lambda: accuracy_vs_strength_figure([Curve.of(sec.name, res, sec.strengths)],
                                                 title=f"Accuracy vs strength — {sec.name}"))
+    if has_brackets(res):
+        _figure(figures, notes, "Certified lower bound beside the verified radius; certified "
+                "against empirical robust accuracy",
+                lambda: bracket_figure(res, title=sec.name))
 
     scores = None
     if sec.scores is not None:

@@ -11,6 +11,9 @@ For each batch the search
    ``(hi - lo) / hi <= rtol`` or the budget is spent;
 4. verifies **every** candidate by projecting it into the feature space and calling the model
    again; only verified candidates ever define a radius.
+5. certifies a lower bound of torch networks by bound propagation below the verified radius
+   (``certify=``; see ``docs/certified.md``), and under ``solver="exact"`` runs the network
+   MILP over the ball of that radius.
 
 Inputs already decided cost nothing more. Inputs without a counterexample up to
 ``max_radius`` are ``censored`` (radius ``inf``).
@@ -55,8 +58,15 @@ from robustscope.models.threads import AUTO, check_threads, fit_threads, limited
 from robustscope.models.torch_model import TorchClassifier
 from robustscope.models.wrap import wrap_model
 from robustscope.search.verify import Verifier
+from robustscope.solvers.bounds.certify import (
+    bound_radius,
+    estimated_passes,
+    network_or_none,
+)
+from robustscope.solvers.bounds.domain import make_domain
+from robustscope.solvers.bounds.graph import Network, read_network
 from robustscope.solvers.exact_relu import relu_layers
-from robustscope.solvers.registry import check_search_solver, get_solver
+from robustscope.solvers.registry import CERTIFY_CHOICES, check_search_solver, get_solver
 from robustscope.threats import LpThreat, get_threat
 
 log = logging.getLogger(__name__)
@@ -74,6 +84,10 @@ DOUBLINGS = 7
 EXACT_RTOL = 1e-4
 #: Largest share of a per-input budget that the minimum-norm solver may spend.
 MINNORM_BUDGET_SHARE = 0.4
+#: Under ``certify="auto"``, CROWN runs when its estimated cost (forward-pass equivalents,
+#: counting the neurons IBP leaves unstable at the attack's radius) is at most this share of
+#: the passes the attack spent on the batch's inputs.
+AUTO_CERTIFY_SHARE = 1.0
 
 
 @dataclass
@@ -134,6 +148,7 @@ def radius(
     threads: str | int | None = AUTO,
     invalid: str = "error",
     compare_unconstrained: bool = False,
+    certify: str = "auto",
 ) -> RadiusResult:
     """Radius of robustness of each input.
 
@@ -170,10 +185,18 @@ def radius(
         NaN for invalid rows) and whether its counterexample breaks a relation
         (``meta['unconstrained_breaks']``, 0 / 1); read them with
         :func:`robustscope.scores.relations.relation_effect`.
+    certify : certified lower bounds of torch networks by bound propagation (see
+        ``docs/certified.md``): ``"auto"`` runs CROWN under ``solver="auto"`` or
+        ``"exact"`` when its estimated cost is at most ``AUTO_CERTIFY_SHARE`` of the
+        attack's; ``"ibp"``, ``"crown"``, ``"alpha-crown"`` run that method on every input
+        (an error if the network cannot be read); ``"none"`` never.
     """
     if invalid not in ("error", "status"):
         raise InputError(f"invalid must be 'error' or 'status', got {invalid!r}")
     check_search_solver(solver)
+    if certify not in CERTIFY_CHOICES:
+        raise InputError(f"certify must be one of {', '.join(CERTIFY_CHOICES)}, got "
+                         f"'{certify}'")
     if not (0 < rtol < 1):
         raise InputError(f"rtol must be in (0, 1), got {rtol}")
     budget = check_positive(budget, "budget (passes per input)", integer=True, allow_none=True)
@@ -185,11 +208,11 @@ def radius(
     work = min(len(X), batch_size) * math.prod(X.shape[1:])
     with limited_threads(threads, work):
         res = _radius(model, X, y, threat, space, solver, max_radius, budget, rtol, seed,
-                      statement, device, batch_size, config, progress, invalid)
+                      statement, device, batch_size, config, progress, invalid, certify)
         if compare_unconstrained and space is not None and space.has_relations:
             free = _radius(model, X, y, threat, space.unconstrained(), solver,
                            res.max_radius, budget, rtol, seed, statement, device, batch_size,
-                           config, None)
+                           config, None, "error", certify)
             invalid_rows = res.status == INVALID
             breaks = free.found & ~space.relations_hold(free.x_adv) & ~invalid_rows
             res.meta["unconstrained_radius"] = np.where(invalid_rows, np.nan,
@@ -199,7 +222,8 @@ def radius(
 
 
 def _radius(model, X, y, threat, space, solver, max_radius, budget, rtol, seed, statement,
-            device, batch_size, config, progress, invalid="error") -> RadiusResult:
+            device, batch_size, config, progress, invalid="error",
+            certify="auto") -> RadiusResult:
     threat = get_threat(threat)
     statement = statement or DECISION_CHANGE
     model = wrap_model(model, input_shape=X.shape[1:], device=device, example=X)
@@ -223,6 +247,7 @@ def _radius(model, X, y, threat, space, solver, max_radius, budget, rtol, seed, 
 
     # networks get their MILP only when asked for; linear models and trees by default
     used_exact = kind if solver == "exact" or (solver == "auto" and kind != "relu") else None
+    certifier = _certifier(model, threat, statement, solver, certify, X.shape[1:])
     n = len(X)
     ledger = QueryLedger(n, budget)
     model.charge_probe(ledger)  # wrapping may have called the model on the first inputs
@@ -236,7 +261,7 @@ def _radius(model, X, y, threat, space, solver, max_radius, budget, rtol, seed, 
         idx = searched[start:start + batch_size]
         t0 = time.perf_counter()
         _search_batch(model, X[idx], labels[idx], idx, space, threat, solver, kind, max_radius,
-                      rtol, statement, ledger, generator, config, out)
+                      rtol, statement, ledger, generator, config, out, certifier)
         out.seconds[idx] = (time.perf_counter() - t0) / len(idx)
         if progress is not None:
             progress(len(idx))
@@ -248,8 +273,28 @@ def _radius(model, X, y, threat, space, solver, max_radius, budget, rtol, seed, 
         seconds=out.seconds, threat=threat.name, solver=solver, max_radius=float(max_radius),
         classes=getattr(model, "classes", None),
         meta={"seed": seed, "budget": budget, "rtol": rtol, "statement": statement.name,
-              "model": model.name, "exact_solver": used_exact},
+              "model": model.name, "exact_solver": used_exact,
+              "certify": None if certifier is None else certifier[1]},
     )
+
+
+def _certifier(model: Classifier, threat, statement: Statement, solver: str, certify: str,
+               shape: tuple[int, ...]) -> tuple[Network, str] | None:
+    """``(graph, method)`` where bound propagation may certify this search's inputs (the
+    method ``auto`` still weighs its cost per batch), else ``None``."""
+    if certify == "none" or (certify == "auto" and solver not in ("auto", "exact")):
+        return None
+    usable = (isinstance(model, TorchClassifier) and isinstance(threat, LpThreat)
+              and statement.target is None)
+    if certify != "auto":
+        if not usable:
+            raise InputError(f"certify='{certify}' needs a torch network, an Lp threat and an "
+                             f"untargeted statement; got {model.name} under {threat.name}")
+        return read_network(model.module, tuple(shape), model.device), certify
+    if not usable:
+        return None
+    net = network_or_none(model.module, tuple(shape), model.device)
+    return None if net is None else (net, "auto")
 
 
 def _broken_inputs(space: FeatureSpace, X: np.ndarray, invalid: str) -> np.ndarray:
@@ -313,16 +358,25 @@ def exact_kind(model: Classifier, threat: LpThreat, statement: Statement) -> str
     if getattr(model, "is_tree_ensemble", False):
         return "trees"
     if isinstance(model, TorchClassifier) and threat.p in (1.0, math.inf):
-        try:
-            relu_layers(model.module)
-        except InputError:
+        if statement.target is not None or _relu_network(model) is None:
             return None
-        return "relu" if statement.target is None else None
+        return "relu"
     return None
 
 
+def _relu_network(model: TorchClassifier):
+    """What the network MILP reads: the layers of a plain ReLU MLP (any saved format), else
+    the graph of a network with ReLUs (convolutions, pooling, residual sums), else None."""
+    try:
+        return relu_layers(model.module)
+    except InputError:
+        pass
+    net = network_or_none(model.module, tuple(model.input_shape or ()), model.device)
+    return net if net is not None and net.relus else None
+
+
 def _search_batch(model, X, labels, idx, space, threat, solver, kind, max_radius, rtol,
-                  statement, ledger, generator, config, out) -> None:
+                  statement, ledger, generator, config, out, certifier=None) -> None:
     x = torch.as_tensor(X, dtype=torch.float64, device=model.device)
     y = torch.as_tensor(labels, device=model.device)
     with model.charging(ledger, idx):
@@ -350,6 +404,8 @@ def _search_batch(model, X, labels, idx, space, threat, solver, kind, max_radius
             _run_attacks(state, "auto" if solver == "exact" else solver, active)
         if kind == "relu" and solver == "exact":
             _certify_relu(state, active)
+        if certifier is not None:
+            _certify_bounds(state, active, *certifier)
 
     r = state.best_r.cpu().numpy()
     found = r <= max_radius  # a counterexample beyond the largest strength tried is censored
@@ -424,7 +480,7 @@ def _certify_relu(state: _BatchState, active: torch.Tensor) -> None:
     if len(sub) == 0:
         return
     upper = (state.best_r[sub] * (1 + 1e-6)).cpu().numpy()
-    res = EXACT_RELU(relu_layers(model.module), state.x[sub].cpu().numpy(),
+    res = EXACT_RELU(_relu_network(model), state.x[sub].cpu().numpy(),
                             state.y[sub].cpu().numpy(), upper, space, threat,
                             time_limit=config.exact_time_limit)
     has = torch.as_tensor(res.found, device=sub.device)
@@ -436,8 +492,41 @@ def _certify_relu(state: _BatchState, active: torch.Tensor) -> None:
             state.check(sub[has], space.apply_delta(x_sub, u * push))
     lower = torch.as_tensor(np.minimum(res.lower_bound, upper), dtype=torch.float64,
                             device=state.x.device)
-    state.lower[sub] = lower
+    # HiGHS's tolerances (~1e-7 on rows) can put its bound a hair above a verified
+    # counterexample: a certified bound never exceeds the verified radius
+    lower = torch.minimum(lower, state.best_r[sub])
+    state.lower[sub] = torch.maximum(state.lower[sub], lower)
     state.exact[sub] = state.best_r[sub] - lower <= EXACT_RTOL * state.best_r[sub]
+
+
+def _certify_bounds(state: _BatchState, active: torch.Tensor, net: Network,
+                    method: str) -> None:
+    """Torch networks: the largest strength at which bound propagation proves the decision,
+    by bisection below the attack's radius (``max_radius`` where it found none); kept where
+    it beats the bound already held. Under ``auto``, CROWN runs when its estimated cost is
+    within ``AUTO_CERTIFY_SHARE`` of the passes the attack spent on these inputs."""
+    sub = torch.nonzero(active).reshape(-1)
+    if len(sub) == 0:
+        return
+    upper = torch.where(torch.isfinite(state.best_r[sub]), state.best_r[sub],
+                        torch.full_like(state.best_r[sub], state.max_radius))
+    if method == "auto":
+        owners = state.owners[sub.cpu().numpy()]
+        spent = float(np.mean(state.ledger.forward[owners] + state.ledger.backward[owners]))
+        x = state.x[sub]
+        lo, hi = state.space.delta_bounds(x.reshape(len(x), -1))
+        dom = make_domain(x, lo, hi, state.space.scale, upper, state.threat.p)
+        if estimated_passes(net, "crown", dom) > AUTO_CERTIFY_SHARE * spent:
+            return
+        method = "crown"
+    res = bound_radius(net, state.x[sub], state.y[sub].cpu().numpy(), state.space,
+                       state.threat, upper.cpu().numpy(), method=method, network=net,
+                       logits=state.clean_logits[sub], model_dtype=state.model.dtype)
+    cert = torch.as_tensor(res.lower_bound, dtype=torch.float64, device=state.x.device)
+    state.lower[sub] = torch.maximum(state.lower[sub], cert)
+    r = state.best_r[sub]
+    state.exact[sub] = state.exact[sub] | (torch.isfinite(r) & (r - state.lower[sub] <=
+                                                                 EXACT_RTOL * r))
 
 
 def _runner_up_targets(logits: torch.Tensor, y: torch.Tensor, count: int) -> list:

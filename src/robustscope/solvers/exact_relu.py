@@ -1,16 +1,31 @@
-"""Exact minimal perturbation of small ReLU networks by mixed-integer programming.
+"""Exact minimal perturbation of ReLU networks by mixed-integer programming.
 
-A network ``Sequential(Flatten?, Linear, ReLU, ..., Linear)`` is encoded exactly (Tjeng et al.,
-ICLR 2019): every ReLU whose pre-activation can take both signs over the search domain gets a
-binary variable and big-M constraints from interval bounds; stable ReLUs are linear. One binary
-per candidate class selects which logit must overtake the label's. The objective is the Linf
-(``t`` with ``-t <= u_i <= t``) or L1 (``u = p - m``) norm of the scaled perturbation
-``u = (x' - x) / scale``; feature bounds and immutable features bound ``u``. L2 would make the
-problem a mixed-integer QP, which HiGHS does not solve: it is not supported.
+The network is read into the graph of :mod:`robustscope.solvers.bounds.graph` (Linear,
+Conv, BatchNorm, pooling, residual sums, standardising layers; max-pooling as ReLUs) and
+encoded exactly (Tjeng et al., ICLR 2019): one continuous vector per node, equality rows for
+affine maps and sums, and per ReLU
+
+- stable neurons fixed by their pre-activation bounds (``l >= 0``: ``a = z``; ``u <= 0``:
+  ``a = 0``);
+- unstable ones with a binary ``delta`` and big-M rows from the tight bounds:
+  ``a >= z``, ``a <= z - l (1 - delta)``, ``a <= u delta``.
+
+Pre-activation bounds come from CROWN (:mod:`robustscope.solvers.bounds.propagate`) over
+the search domain, intersected with interval bounds; they make most ReLUs stable and big-M
+small. One binary per candidate class selects which logit must overtake the label's (a class
+whose CROWN margin bound is positive cannot, and gets no binary; big-M of the others is their
+CROWN margin bound). The objective is the Linf (``t`` with ``-t <= u_i <= t``) or L1
+(``u = p - m``) norm of the scaled perturbation ``u = (x' - x) / scale``; feature bounds and
+immutable features bound ``u``.
 
 The search domain is the ball of an upper bound ``r_ub`` (from an attack's verified
-counterexample), which makes the interval bounds tight and most ReLUs stable. HiGHS returns
-the best counterexample found and a certified lower bound (its dual bound) within a time limit.
+counterexample). HiGHS returns the best counterexample found and a certified lower bound
+(its dual bound) within a time limit: on a time limit the result is the best certified bound
+reached.
+
+L2 is not supported: its objective makes a mixed-integer program with a quadratic (or
+second-order cone) objective, which ``scipy.optimize.milp`` / HiGHS does not solve; for L2
+the certified bound of bound propagation (``certify=``) is what robustscope offers.
 """
 
 from __future__ import annotations
@@ -26,12 +41,23 @@ from scipy.optimize import Bounds, LinearConstraint, milp
 from robustscope.core.errors import InputError
 from robustscope.core.space import FeatureSpace
 from robustscope.core.statuses import ATTACKED, CENSORED, EXACT
+from robustscope.solvers.bounds.domain import make_domain
+from robustscope.solvers.bounds.graph import AFFINE, INPUT, SUM, Network, read_network
+from robustscope.solvers.bounds.propagate import (
+    backward_bound,
+    interval_bounds,
+    margin_spec,
+    preactivation_bounds,
+)
 from robustscope.solvers.output import SolverOutput
 from robustscope.solvers.relations import relation_rows
 from robustscope.threats.lp import LpThreat
 
-#: ReLUs at most this many: beyond, big-M programs rarely close within a sensible time.
+#: ReLUs at most this many (:func:`relu_layers`, the plain-MLP reader).
 MAX_RELUS = 2000
+#: Unstable ReLUs (binaries) at most this many per input; beyond, the input's MILP is not
+#: attempted (its bound stays the CROWN bound the search holds).
+MAX_BINARIES = 3000
 
 
 def relu_layers(module: torch.nn.Module) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -138,8 +164,25 @@ def _attribute(module, target: str) -> torch.Tensor:
     return module
 
 
+def as_network(network, input_shape: tuple[int, ...], device="cpu") -> Network:
+    """A :class:`Network` from a graph, a torch module or a ``[(W, b), ...]`` ReLU chain."""
+    if isinstance(network, Network):
+        return network
+    if isinstance(network, list):
+        mods: list[torch.nn.Module] = []
+        for k, (w, b) in enumerate(network):
+            lin = torch.nn.Linear(w.shape[1], w.shape[0]).double()
+            with torch.no_grad():
+                lin.weight.copy_(torch.as_tensor(w))
+                lin.bias.copy_(torch.as_tensor(b))
+            mods += [lin] if k == len(network) - 1 else [lin, torch.nn.ReLU()]
+        network = torch.nn.Sequential(*mods)
+        input_shape = (network[0].in_features,)
+    return read_network(network, tuple(input_shape), device)
+
+
 def exact_relu_radius(
-    layers: list[tuple[np.ndarray, np.ndarray]],
+    layers,
     x: np.ndarray,
     y: np.ndarray,
     upper: np.ndarray,
@@ -149,179 +192,273 @@ def exact_relu_radius(
 ) -> SolverOutput:
     """Certified lower bound and MILP counterexample for each input.
 
-    ``x`` (n, d) original units, ``y`` (n,) predicted classes, ``upper`` (n,) a verified upper
-    bound of each radius (the MILP searches the ball of that radius; ``inf`` = the whole box,
-    allowed only when every feature is bounded). ``time_limit`` in seconds per input.
+    ``layers`` a :class:`~robustscope.solvers.bounds.graph.Network`, a torch module or
+    ``[(W, b), ...]`` (:func:`relu_layers`); ``x`` ``(n, *shape)`` original units, ``y``
+    ``(n,)`` predicted classes, ``upper`` ``(n,)`` a verified upper bound of each radius
+    (the MILP searches the ball of that radius; ``inf`` = the whole box, allowed only when
+    every feature is bounded). ``time_limit`` in seconds per input.
 
-    Returns a :class:`~robustscope.solvers.output.SolverOutput`: ``lower_bound`` certified;
-    ``x_adv`` the MILP's incumbent where it has one (the input elsewhere, radius ``inf``);
-    status ``exact`` where the MILP closed its gap.
+    Returns a :class:`~robustscope.solvers.output.SolverOutput`: ``lower_bound`` certified
+    (``inf`` where no decision change lies inside the ball); ``x_adv`` the MILP's incumbent
+    where it has one (the input elsewhere, radius ``inf``); status ``exact`` where the MILP
+    closed its gap; ``meta["binaries"]`` the unstable ReLUs per input.
     """
     if threat.p not in (1.0, math.inf):
         raise InputError(f"the exact network solver supports linf and l1, not {threat.name} "
-                         "(an L2 objective makes a mixed-integer QP)")
-    x = np.asarray(x, dtype=np.float64).reshape(len(x), -1)
-    n, d = x.shape
-    lo_all, hi_all = space.delta_bounds(torch.as_tensor(x))
+                         "(an L2 objective makes a mixed-integer QP, which HiGHS does not "
+                         "solve)")
+    x = np.asarray(x, dtype=np.float64)
+    n = len(x)
+    net = as_network(layers, tuple(x.shape[1:]))
+    flat = torch.as_tensor(x.reshape(n, -1), dtype=torch.float64, device=net.device)
+    lo, hi = space.delta_bounds(flat)
+    r_ub = torch.as_tensor(np.asarray(upper, dtype=np.float64), device=net.device)
+    dom = make_domain(flat, lo, hi, space.scale, r_ub, threat.p)
+    box_lo, box_hi = dom.box()
+    if not (torch.isfinite(box_lo).all() and torch.isfinite(box_hi).all()):
+        raise InputError("the exact network solver needs a finite search box: give an "
+                         "upper bound (an attack's radius) or bounded features")
+    y_t = torch.as_tensor(np.asarray(y), device=net.device).long()
+    with torch.no_grad():
+        ibp = interval_bounds(net, dom)
+        pre = preactivation_bounds(net, dom, ibp)
+        spec = margin_spec(y_t, net.n_classes)
+        last = len(net.nodes) - 1
+        # lower bounds of z_y - z_j (who can overtake) and of z_j - z_y (big-M)
+        margin = backward_bound(net, dom, pre, last, spec)
+        reverse = backward_bound(net, dom, pre, last, -spec)
+    matrices = affine_matrices(net)
     lower = np.zeros(n)
-    u_out = np.full((n, d), np.nan)
+    u_out = np.full((n, flat.shape[1]), np.nan)
     closed = np.zeros(n, dtype=bool)
     seconds = np.zeros(n)
+    binaries = np.zeros(n, dtype=np.int64)
     for i in range(n):
         t0 = time.perf_counter()
-        lo, hi = lo_all[i].numpy(), hi_all[i].numpy()
-        r = float(upper[i])
-        if math.isfinite(r):
-            lo, hi = np.maximum(lo, -r), np.minimum(hi, r)
-        if not (np.isfinite(lo).all() and np.isfinite(hi).all()):
-            raise InputError("the exact network solver needs a finite search box: give an "
-                             "upper bound (an attack's radius) or bounded features")
-        res = _solve_one(layers, x[i], int(y[i]), lo, hi, space.scale, threat, time_limit, r,
-                         space.relations)
-        if res is not None:
-            lower[i], u_i, closed[i] = res
-            if u_i is not None:
-                u_out[i] = u_i
+        nodes = {k: (v[0][i].reshape(-1).cpu().numpy(), v[1][i].reshape(-1).cpu().numpy())
+                 for k, v in ibp.items()}
+        for k, (zl, zu) in pre.items():
+            nodes[k] = (zl[i].reshape(-1).cpu().numpy(), zu[i].reshape(-1).cpu().numpy())
+        binaries[i] = _count_unstable(net, nodes)
+        if binaries[i] > MAX_BINARIES:
+            seconds[i] = time.perf_counter() - t0
+            continue
+        res = _solve_one(net, matrices, x[i].reshape(-1), int(y[i]), nodes,
+                         margin[i].cpu().numpy(), reverse[i].cpu().numpy(),
+                         box_lo[i].cpu().numpy(),
+                         box_hi[i].cpu().numpy(), space.scale, threat, time_limit,
+                         float(upper[i]), getattr(space, "relations", None))
+        lower[i], u_i, closed[i] = res
+        if u_i is not None:
+            u_out[i] = u_i
         seconds[i] = time.perf_counter() - t0
     found = ~np.isnan(u_out).any(axis=1)
     u = np.where(found[:, None], u_out, 0.0)
-    x_adv = space.apply_delta(torch.as_tensor(x), torch.as_tensor(u))
+    x_t = torch.as_tensor(x)
+    x_adv = space.apply_delta(x_t, torch.as_tensor(u))
     radius = np.where(found, threat.norm(torch.as_tensor(u)).numpy(), np.inf)
     status = np.where(closed & found, EXACT, np.where(found, ATTACKED, CENSORED))
     return SolverOutput(x_adv=x_adv, radius=radius, lower_bound=lower,
                         status=status.astype(object), adv_prediction=np.full(n, -1),
-                        forward_queries=np.zeros(n, dtype=np.int64), seconds=seconds)
+                        forward_queries=np.zeros(n, dtype=np.int64), seconds=seconds,
+                        meta={"binaries": binaries})
 
 
-def _interval_bounds(layers, x, lo, hi, scale, l1_radius: float = math.inf):
-    """Interval pre-activation bounds ``[(L, U), ...]`` of every layer over the box (and, for
-    the first layer, the L1 ball of ``l1_radius``: ``|w . (s * u)| <= r max_i |w_i s_i|``)."""
-    a_lo, a_hi = x + lo * scale, x + hi * scale
-    bounds = []
-    for k, (w, b) in enumerate(layers):
-        center, radius = (a_lo + a_hi) / 2, (a_hi - a_lo) / 2
-        z_c, z_r = w @ center + b, np.abs(w) @ radius
-        if k == 0 and math.isfinite(l1_radius):
-            ball_c = w @ x + b
-            ball_r = l1_radius * np.abs(w * scale).max(axis=1)
-            z_lo = np.maximum(z_c - z_r, ball_c - ball_r)
-            z_hi = np.minimum(z_c + z_r, ball_c + ball_r)
-            z_c, z_r = (z_lo + z_hi) / 2, (z_hi - z_lo) / 2
-        bounds.append((z_c - z_r, z_c + z_r))
-        if k < len(layers) - 1:
-            a_lo, a_hi = np.maximum(z_c - z_r, 0), np.maximum(z_c + z_r, 0)
-    return bounds
+def affine_matrices(net: Network, chunk: int = 512) -> dict[int, sp.csr_matrix]:
+    """Per affine node, the sparse matrix ``W`` (node size x parent size) of its linear
+    part, read by applying the map to the parent's unit vectors (in chunks)."""
+    out = {}
+    for k, nd in enumerate(net.nodes):
+        if nd.kind != AFFINE:
+            continue
+        parent = net.nodes[nd.parents[0]]
+        if nd.transpose is not None and isinstance(nd.fn, torch.nn.Linear):
+            out[k] = sp.csr_matrix(nd.fn.weight.detach().cpu().numpy())
+            continue
+        blocks = []
+        with torch.no_grad():
+            for start in range(0, parent.size, chunk):
+                stop = min(parent.size, start + chunk)
+                eye = torch.zeros(stop - start, parent.size, dtype=torch.float64,
+                                  device=net.device)
+                eye[torch.arange(stop - start), torch.arange(start, stop)] = 1.0
+                cols = nd.fn(eye.reshape(-1, *parent.shape)) - nd.bias
+                blocks.append(sp.csr_matrix(cols.reshape(stop - start, -1).cpu().numpy()))
+        out[k] = sp.vstack(blocks).T.tocsr()
+        out[k].eliminate_zeros()
+    return out
 
 
-def _solve_one(layers, x, y, lo, hi, scale, threat, time_limit, r_ub, relations=None):
+def _count_unstable(net: Network, nodes) -> int:
+    count = 0
+    for r in net.relus:
+        zl, zu = nodes[net.nodes[r].parents[0]]
+        count += int(((zl < 0) & (zu > 0)).sum())
+    return count
+
+
+class _Program:
+    """Columns (variables with bounds, costs, integrality) and row blocks of one MILP."""
+
+    def __init__(self) -> None:
+        self.lo: list[np.ndarray] = []
+        self.hi: list[np.ndarray] = []
+        self.cost: list[np.ndarray] = []
+        self.integer: list[np.ndarray] = []
+        self.rows: list[dict[tuple[int, int], sp.spmatrix]] = []
+        self.row_lo: list[np.ndarray] = []
+        self.row_hi: list[np.ndarray] = []
+
+    @property
+    def n_var(self) -> int:
+        return sum(len(v) for v in self.lo)
+
+    def add(self, lo, hi, cost=None, integer: bool = False) -> tuple[int, int]:
+        """New columns; returns their range ``(start, stop)``."""
+        lo = np.asarray(lo, float).reshape(-1)
+        start = self.n_var
+        self.lo.append(lo)
+        self.hi.append(np.asarray(hi, float).reshape(-1))
+        self.cost.append(np.zeros(len(lo)) if cost is None else np.asarray(cost, float))
+        self.integer.append(np.full(len(lo), 1 if integer else 0))
+        return start, start + len(lo)
+
+    def constrain(self, coefs: dict, low, high) -> None:
+        """Rows ``low <= sum_block coefs[block] @ columns(block) <= high``."""
+        self.rows.append(coefs)
+        self.row_lo.append(np.asarray(low, float).reshape(-1))
+        self.row_hi.append(np.asarray(high, float).reshape(-1))
+
+    def solve(self, time_limit: float):
+        n_var = self.n_var
+        matrix = sp.vstack([_row_block(r, n_var) for r in self.rows], format="csr")
+        return milp(np.concatenate(self.cost), integrality=np.concatenate(self.integer),
+                    bounds=Bounds(np.concatenate(self.lo), np.concatenate(self.hi)),
+                    constraints=LinearConstraint(matrix, np.concatenate(self.row_lo),
+                                                 np.concatenate(self.row_hi)),
+                    options={"time_limit": time_limit, "mip_rel_gap": 1e-7})
+
+
+def assemble(net: Network, matrices, x, y, nodes, margin, reverse, box_lo, box_hi, scale,
+             threat: LpThreat, r_ub: float, relations=None
+             ) -> tuple[_Program, list, list[int]] | None:
+    """Every row of one input's MILP, in one place: the perturbation and its norm, the
+    network, the decision change. Returns ``(program, u_terms, candidates)``, or ``None``
+    when no class can overtake ``y`` (its margin bound is positive for every class).
+
+    ``nodes`` maps every node to its value bounds ``(lower, upper)`` (flat arrays),
+    ``margin[j]`` / ``reverse[j]`` are lower bounds of ``z_y - z_j`` / ``z_j - z_y``;
+    ``relations`` (the feature space's) add their linear rows on ``x + u * scale``. The
+    bounds, computed without the relations, stay valid (the program's set only shrinks).
+
+    ``u_terms`` ``[(columns, sign)]`` give ``u`` (``sum sign * columns``)."""
+    k_out = net.n_classes
+    candidates = [j for j in range(k_out) if j != y and margin[j] <= 0]
+    if not candidates:
+        return None
+    prog = _Program()
     d = len(x)
-    linf = threat.p == math.inf
-    bounds = _interval_bounds(layers, x, lo, hi, scale, math.inf if linf else r_ub)
-    w_out, b_out = layers[-1]
-    k = w_out.shape[0]
-    # --- variables: perturbation, objective helper, activations, ReLU phases, class choice
-    var_lo: list[np.ndarray] = []
-    var_hi: list[np.ndarray] = []
-    cost: list[np.ndarray] = []
-    integer: list[np.ndarray] = []
-
-    def add(lo_v, hi_v, c, is_int=False) -> tuple[int, int]:
-        start = sum(len(v) for v in var_lo)
-        var_lo.append(np.asarray(lo_v, float))
-        var_hi.append(np.asarray(hi_v, float))
-        cost.append(np.asarray(c, float))
-        integer.append(np.full(len(var_lo[-1]), 1 if is_int else 0))
-        return start, start + len(var_lo[-1])  # a column range (slices are unhashable)
-
-    rows, row_lo, row_hi = [], [], []
-
-    def constrain(coefs: dict[tuple[int, int], np.ndarray], low: np.ndarray,
-                  high: np.ndarray) -> None:
-        rows.append(coefs)
-        row_lo.append(np.asarray(low, float))
-        row_hi.append(np.asarray(high, float))
-
-    if linf:
-        u_sl = add(lo, hi, np.zeros(d))
-        t_sl = add([0.0], [max(np.abs(lo).max(), np.abs(hi).max())], [1.0])
-        eye = sp.identity(d, format="csr")
+    # -- perturbation and objective
+    u_sl = prog.add(box_lo, box_hi)
+    eye = sp.identity(d, format="csr")
+    if threat.p == math.inf:
+        t_sl = prog.add([0.0], [max(np.abs(box_lo).max(), np.abs(box_hi).max())], [1.0])
         ones = sp.csr_matrix(np.ones((d, 1)))
-        constrain({u_sl: eye, t_sl: -ones}, np.full(d, -np.inf), np.zeros(d))
-        constrain({u_sl: -eye, t_sl: -ones}, np.full(d, -np.inf), np.zeros(d))
-        u_terms = [(u_sl, 1.0)]
+        prog.constrain({u_sl: eye, t_sl: -ones}, np.full(d, -np.inf), np.zeros(d))
+        prog.constrain({u_sl: -eye, t_sl: -ones}, np.full(d, -np.inf), np.zeros(d))
     else:
-        p_sl = add(np.zeros(d), np.maximum(hi, 0), np.ones(d))
-        m_sl = add(np.zeros(d), np.maximum(-lo, 0), np.ones(d))
-        u_terms = [(p_sl, 1.0), (m_sl, -1.0)]
+        p_sl = prog.add(np.zeros(d), np.maximum(box_hi, 0), np.ones(d))
+        m_sl = prog.add(np.zeros(d), np.maximum(-box_lo, 0), np.ones(d))
+        prog.constrain({u_sl: eye, p_sl: -eye, m_sl: eye}, np.zeros(d), np.zeros(d))
         if math.isfinite(r_ub):  # the objective cut tightens the LP relaxation
             row = sp.csr_matrix(np.ones((1, d)))
-            constrain({p_sl: row, m_sl: row}, [-np.inf], [r_ub])
-
+            prog.constrain({p_sl: row, m_sl: row}, [-np.inf], [r_ub])
     if relations is not None and not relations.is_linear_empty:
-        # relations between features, on x + u * scale (u = p - m for L1)
+        # relations between features, on x' = x + u * scale
         rel, rel_lo, rel_hi = relation_rows(relations, np.arange(d), x, scale, d)
-        constrain({sl: sign * rel for sl, sign in u_terms}, rel_lo, rel_hi)
-
-    # a_prev as (terms: [(slice, matrix)], constant)
-    prev_terms = [(sl, sign * sp.diags(scale)) for sl, sign in u_terms]
-    prev_const = x.copy()
-    for li, (w, b) in enumerate(layers[:-1]):
-        z_lo, z_hi = bounds[li]
-        width = w.shape[0]
-        a_sl = add(np.zeros(width), np.maximum(z_hi, 0), np.zeros(width))
-        z_terms = [(sl, sp.csr_matrix(w) @ m) for sl, m in prev_terms]
-        z_const = w @ prev_const + b
-        active = z_lo >= 0
-        unstable = (z_lo < 0) & (z_hi > 0)
-        idx_a = np.flatnonzero(active)
-        if len(idx_a):  # a = z
-            coefs = {sl: -m[idx_a] for sl, m in z_terms}
-            coefs = _merge(coefs, a_sl, _select(width, idx_a))
-            constrain(coefs, z_const[idx_a], z_const[idx_a])
-        idx_u = np.flatnonzero(unstable)
-        if len(idx_u):
-            dl_sl = add(np.zeros(len(idx_u)), np.ones(len(idx_u)), np.zeros(len(idx_u)), True)
-            sel = _select(width, idx_u)
-            eye_u = sp.identity(len(idx_u), format="csr")
-            lz, uz = z_lo[idx_u], z_hi[idx_u]
-            # a >= z
-            coefs = _merge({sl: -m[idx_u] for sl, m in z_terms}, a_sl, sel)
-            constrain(coefs, z_const[idx_u], np.full(len(idx_u), np.inf))
-            # a <= z - L (1 - delta)  <=>  a - z - L delta <= -L + const
-            coefs = _merge({sl: -m[idx_u] for sl, m in z_terms}, a_sl, sel)
-            coefs[dl_sl] = -sp.diags(lz) @ eye_u
-            constrain(coefs, np.full(len(idx_u), -np.inf), z_const[idx_u] - lz)
-            # a <= U delta
-            constrain({a_sl: sel, dl_sl: -sp.diags(uz) @ eye_u}, np.full(len(idx_u), -np.inf),
-                      np.zeros(len(idx_u)))
-        prev_terms = [(a_sl, sp.identity(width, format="csr"))]
-        prev_const = np.zeros(width)
-
-    # output: some class j must reach the label's logit
-    out_lo, out_hi = _difference_bounds(bounds, layers, prev_terms, x, lo, hi, scale, y)
-    candidates = [j for j in range(k) if j != y and out_hi[j] >= 0]
-    if not candidates:
-        return math.inf, None, True  # no decision change inside the box: radius > r_ub
-    s_sl = add(np.zeros(len(candidates)), np.ones(len(candidates)), np.zeros(len(candidates)),
-               True)
-    z_terms = [(sl, sp.csr_matrix(w_out) @ m) for sl, m in prev_terms]
-    z_const = w_out @ prev_const + b_out
+        prog.constrain({u_sl: rel}, rel_lo, rel_hi)
+    # -- the network: node value = terms (column range -> matrix) + constant
+    values: list[tuple[dict, np.ndarray]] = []
+    for k, nd in enumerate(net.nodes):
+        if nd.kind == INPUT:
+            values.append(({u_sl: sp.diags(scale)}, x.copy()))
+            continue
+        zl, zu = nodes[k]
+        if nd.kind == AFFINE:
+            terms, const = values[nd.parents[0]]
+            w = matrices[k]
+            bias = nd.bias.reshape(-1).cpu().numpy()
+            col = prog.add(zl, zu)
+            coefs = {sl: -(w @ m) for sl, m in terms.items()}
+            coefs = _merge(coefs, col, sp.identity(nd.size, format="csr"))
+            prog.constrain(coefs, w @ const + bias, w @ const + bias)
+            values.append(({col: sp.identity(nd.size, format="csr")}, np.zeros(nd.size)))
+        elif nd.kind == SUM:
+            col = prog.add(zl, zu)
+            coefs: dict = {col: sp.identity(nd.size, format="csr")}
+            const = np.zeros(nd.size)
+            for p in nd.parents:
+                terms, c = values[p]
+                for sl, m in terms.items():
+                    coefs = _merge(coefs, sl, -m)
+                const = const + c
+            prog.constrain(coefs, const, const)
+            values.append(({col: sp.identity(nd.size, format="csr")}, np.zeros(nd.size)))
+        else:
+            values.append(_relu_rows(prog, values[nd.parents[0]], *nodes[nd.parents[0]]))
+    # -- the decision change: some candidate j reaches the label's logit
+    terms, const = values[-1]
+    s_sl = prog.add(np.zeros(len(candidates)), np.ones(len(candidates)), integer=True)
     for c, j in enumerate(candidates):
-        coefs = {sl: m[[j]] - m[[y]] for sl, m in z_terms}
-        big_m = max(0.0, -out_lo[j])
-        sel = sp.csr_matrix(([-big_m], ([0], [c])), shape=(1, len(candidates)))
-        coefs[s_sl] = sel
-        # z_j - z_y >= -M (1 - s_j)  <=>  row.v - M s_j >= -M - (const_j - const_y)
-        constrain(coefs, [-big_m - (z_const[j] - z_const[y])], [np.inf])
-    constrain({s_sl: sp.csr_matrix(np.ones((1, len(candidates))))}, [1.0], [1.0])
+        coefs = {sl: m[[j]] - m[[y]] for sl, m in terms.items()}
+        big_m = max(0.0, -float(reverse[j]))
+        coefs[s_sl] = sp.csr_matrix(([-big_m], ([0], [c])), shape=(1, len(candidates)))
+        # z_j - z_y >= -M (1 - s_j)  <=>  row . v - M s_j >= -M - (const_j - const_y)
+        prog.constrain(coefs, [-big_m - (const[j] - const[y])], [np.inf])
+    prog.constrain({s_sl: sp.csr_matrix(np.ones((1, len(candidates))))}, [1.0], [1.0])
+    return prog, ([(u_sl, 1.0)]), candidates
 
-    n_var = sum(len(v) for v in var_lo)
-    matrix = sp.vstack([_row_block(r, n_var) for r in rows], format="csr")
-    res = milp(np.concatenate(cost), integrality=np.concatenate(integer),
-               bounds=Bounds(np.concatenate(var_lo), np.concatenate(var_hi)),
-               constraints=LinearConstraint(matrix, np.concatenate(row_lo),
-                                            np.concatenate(row_hi)),
-               options={"time_limit": time_limit, "mip_rel_gap": 1e-7})
+
+def _relu_rows(prog: _Program, parent, zl: np.ndarray, zu: np.ndarray):
+    """Rows of ``a = relu(z)`` for ``z`` = ``parent`` (terms, constant) within ``[zl, zu]``;
+    returns ``a`` as (terms, constant)."""
+    terms, const = parent
+    width = len(zl)
+    a_sl = prog.add(np.zeros(width), np.maximum(zu, 0))
+    sel_all = sp.identity(width, format="csr")
+    idx_a = np.flatnonzero(zl >= 0)
+    if len(idx_a):  # active: a = z
+        coefs = _merge({sl: -m[idx_a] for sl, m in terms.items()}, a_sl, sel_all[idx_a])
+        prog.constrain(coefs, const[idx_a], const[idx_a])
+    idx_u = np.flatnonzero((zl < 0) & (zu > 0))
+    if len(idx_u):
+        m_u = len(idx_u)
+        dl_sl = prog.add(np.zeros(m_u), np.ones(m_u), integer=True)
+        sel = sel_all[idx_u]
+        eye_u = sp.identity(m_u, format="csr")
+        lz, uz = zl[idx_u], zu[idx_u]
+        # a >= z
+        coefs = _merge({sl: -m[idx_u] for sl, m in terms.items()}, a_sl, sel)
+        prog.constrain(coefs, const[idx_u], np.full(m_u, np.inf))
+        # a <= z - L (1 - delta)  <=>  a - z - L delta <= -L + const
+        coefs = _merge({sl: -m[idx_u] for sl, m in terms.items()}, a_sl, sel)
+        coefs[dl_sl] = -sp.diags(lz) @ eye_u
+        prog.constrain(coefs, np.full(m_u, -np.inf), const[idx_u] - lz)
+        # a <= U delta
+        prog.constrain({a_sl: sel, dl_sl: -sp.diags(uz) @ eye_u}, np.full(m_u, -np.inf),
+                       np.zeros(m_u))
+    # dead neurons: a's upper bound max(zu, 0) = 0 already fixes a = 0
+    return {a_sl: sel_all}, np.zeros(width)
+
+
+def _solve_one(net, matrices, x, y, nodes, margin, reverse, box_lo, box_hi, scale, threat,
+               time_limit, r_ub, relations=None):
+    built = assemble(net, matrices, x, y, nodes, margin, reverse, box_lo, box_hi, scale,
+                     threat, r_ub, relations)
+    if built is None:
+        return math.inf, None, True  # no decision change inside the box: radius > r_ub
+    prog, u_terms, _ = built
+    res = prog.solve(time_limit)
     lower = getattr(res, "mip_dual_bound", None)
     lower = 0.0 if lower is None or not np.isfinite(lower) else max(0.0, float(lower))
     if res.status == 2:  # infeasible: no decision change inside the box
@@ -332,11 +469,6 @@ def _solve_one(layers, x, y, lo, hi, scale, threat, time_limit, r_ub, relations=
     u = sum(sign * v[slice(*sl)] for sl, sign in u_terms)
     value = float(res.fun)
     return min(lower, value), u, res.status == 0
-
-
-def _select(width: int, idx: np.ndarray) -> sp.csr_matrix:
-    return sp.csr_matrix((np.ones(len(idx)), (np.arange(len(idx)), idx)),
-                         shape=(len(idx), width))
 
 
 def _merge(coefs: dict, sl: tuple[int, int], m) -> dict:
@@ -350,22 +482,7 @@ def _row_block(coefs: dict[tuple[int, int], sp.spmatrix], n_var: int) -> sp.csr_
     parts = []
     for (start, stop), m in coefs.items():
         m = sp.coo_matrix(m)
+        assert m.shape[1] == stop - start
         parts.append(sp.coo_matrix((m.data, (m.row, m.col + start)),
                                    shape=(m.shape[0], n_var)))
-        assert m.shape[1] == stop - start
     return sum(parts[1:], parts[0]).tocsr()
-
-
-def _difference_bounds(bounds, layers, prev_terms, x, lo, hi, scale, y):
-    """Interval bounds of ``z_j - z_y`` from the last hidden layer's activation bounds."""
-    w_out, b_out = layers[-1]
-    if len(layers) == 1:
-        a_lo, a_hi = x + lo * scale, x + hi * scale
-    else:
-        z_lo, z_hi = bounds[-2]
-        a_lo, a_hi = np.maximum(z_lo, 0), np.maximum(z_hi, 0)
-    diff = w_out - w_out[y]
-    center, radius = (a_lo + a_hi) / 2, (a_hi - a_lo) / 2
-    c = diff @ center + (b_out - b_out[y])
-    r = np.abs(diff) @ radius
-    return c - r, c + r

@@ -32,7 +32,8 @@ class SolverInfo:
     ``run`` takes ``(model, x, y, space, threat, eps, statement, generator, **options)``
     except the exact solvers, which take the model's parameters (linear ``(W, b)``, ReLU
     layers) or the model itself (trees) first; ``needs`` says what the model must offer:
-    ``gradients`` (autograd), ``queries`` (any model), ``linear``, ``trees`` or ``relu``.
+    ``gradients`` (autograd), ``queries`` (any model), ``linear``, ``trees``, ``relu`` or
+    ``network`` (a torch module that :mod:`robustscope.solvers.bounds.graph` reads).
     """
 
     name: str
@@ -82,6 +83,9 @@ SOLVERS: dict[str, SolverInfo] = {s.name: s for s in (
     SolverInfo("exact-relu", "exact",
                "exact_relu:exact_relu_radius", "relu", ("linf", "l1"),
                "mixed-integer program over the ball of an attack's radius (HiGHS)"),
+    SolverInfo("bound-propagation", "exact",
+               "bounds.certify:bound_radius", "network", _LP,
+               "certified radius by IBP / CROWN / alpha-CROWN and bisection (no candidate)"),
     SolverInfo("image-pgd", "image",
                "image_pgd:image_pgd", "gradients", ("image",),
                "PGD over an image threat's parameters (colour, spatial, JPEG, LPIPS)"),
@@ -93,6 +97,11 @@ SOLVERS: dict[str, SolverInfo] = {s.name: s for s in (
 STRATEGIES = ("auto", "exact")
 #: What ``radius(..., solver=...)``, ``--solver`` and a spec's ``solver`` accept.
 SEARCH_SOLVERS = (*STRATEGIES, "minnorm", "pgd")
+#: Bound propagation methods (:mod:`robustscope.solvers.bounds`), cheapest first.
+BOUND_METHODS = ("ibp", "crown", "alpha-crown")
+#: What ``radius(..., certify=...)`` and ``--certify`` accept: ``auto`` (CROWN when it costs
+#: at most a stated share of the attack), ``none``, or one bound method.
+CERTIFY_CHOICES = ("auto", "none", *BOUND_METHODS)
 
 
 def get_solver(name: str) -> SolverInfo:

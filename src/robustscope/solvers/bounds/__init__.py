@@ -1,0 +1,13 @@
+"""Certified bounds of torch networks by bound propagation (IBP, CROWN, alpha-CROWN).
+
+- :mod:`.graph` reads a network with ``torch.fx`` into a small graph of four node kinds
+  (input, affine, ReLU, sum);
+- :mod:`.domain` is the set of inputs a bound covers: the feature space's box intersected
+  with the threat's Lp ball, and the exact (Linf, L1) or dual (L2) minimum of a linear
+  function over it;
+- :mod:`.propagate` computes lower bounds of linear functions of the logits;
+- :mod:`.certify` turns them into a certified radius per input by bisection.
+
+Everything runs in float64 on the model's device: see :mod:`.certify` for how rounding is
+kept from making a certificate unsafe.
+"""

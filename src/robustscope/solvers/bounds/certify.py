@@ -1,0 +1,176 @@
+"""Certified radius per input: the largest strength at which a bound proves the decision.
+
+For input ``x`` with predicted class ``c`` the decision cannot change inside the domain of
+strength ``eps`` when the lower bound of ``logit_c - logit_j`` is positive for every
+``j != c``. The domain grows with ``eps``, so a proof at ``eps`` certifies every smaller
+strength: the certified radius is found by bisection on ``[0, upper]``, ``upper`` an
+attack's verified radius (no sound bound can prove beyond it). The first probe is
+``upper (1 - FIRST_PROBE_GAP)``: on networks where the bound is tight it closes the bracket
+in one pass. Later probes halve the bracket in log scale (a quarter of ``upper`` while
+nothing is proven, then the geometric mean), so loose bounds far below the radius are found
+in a few steps.
+
+Soundness. The bounds are computed in float64 from the network's parameters cast to
+float64; the model itself may run in float32, whose rounding moves logits by a few units of
+its last place. A margin counts as proven only above ``tolerance = MARGIN_ULPS * machine
+epsilon of the model's dtype * (1 + max |clean logit|)``, which covers that rounding (and
+float64's own, ~1e-16 relative) for networks of moderate depth and width.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+
+from robustscope.core.errors import InputError
+from robustscope.core.space import FeatureSpace
+from robustscope.core.statuses import CENSORED
+from robustscope.solvers.bounds.domain import Domain, make_domain
+from robustscope.solvers.bounds.graph import Network, read_network
+from robustscope.solvers.bounds.propagate import (
+    ALPHA_STEPS,
+    METHODS,
+    interval_bounds,
+    margin_lower_bounds,
+)
+from robustscope.solvers.output import SolverOutput
+from robustscope.threats.lp import LpThreat
+
+#: Relative gap below the attack's radius of the first probe (half the search's exact rtol).
+FIRST_PROBE_GAP = 5e-5
+#: Bisection stops when ``hi - lo <= BISECT_RTOL * hi``.
+BISECT_RTOL = 1e-3
+#: Bisection steps at most (after the first probe).
+MAX_STEPS = 12
+#: Margins must exceed this many units of the model dtype's last place (times the logits'
+#: size) to count as proven.
+MARGIN_ULPS = 64
+
+
+def margin_tolerance(logits: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``(n,)`` smallest margin that counts as proven, for clean ``logits`` ``(n, k)``."""
+    return MARGIN_ULPS * torch.finfo(dtype).eps * (1 + logits.abs().amax(dim=1))
+
+
+def proven(net: Network, dom: Domain, y: torch.Tensor, tolerance: torch.Tensor,
+           method: str, steps: int = ALPHA_STEPS) -> torch.Tensor:
+    """``(n,)`` bool: every margin of class ``y`` is above ``tolerance`` over the domain."""
+    lb = margin_lower_bounds(net, dom, y, method, steps)
+    return lb.amin(dim=1) > tolerance
+
+
+def certified_radius(net: Network, dom: Domain, y: torch.Tensor, upper: torch.Tensor,
+                     tolerance: torch.Tensor, method: str = "crown",
+                     steps: int = ALPHA_STEPS) -> torch.Tensor:
+    """``(n,)`` certified radius (float64) below ``upper`` ``(n,)`` (finite), by bisection.
+
+    ``dom``'s ``eps`` is ignored (replaced per probe); ``y`` are the predicted classes."""
+    upper = upper.to(dom.x)
+    lo = torch.zeros_like(upper)
+    hi = upper.clone()
+    eps = upper * (1 - FIRST_PROBE_GAP)
+    todo = torch.arange(len(upper), device=upper.device)
+    for step in range(MAX_STEPS + 1):
+        if len(todo) == 0:
+            break
+        if step > 0:  # bisection in log scale: loose bounds sit far below the radius
+            lo_t, hi_t = lo[todo], hi[todo]
+            eps = torch.where(lo_t > 0, torch.sqrt(lo_t * hi_t), hi_t / 4)
+        else:
+            eps = eps[todo]
+        ok = proven(net, dom.subset(todo).with_eps(eps), y[todo], tolerance[todo], method,
+                    steps)
+        lo[todo] = torch.where(ok, eps, lo[todo])
+        hi[todo] = torch.where(ok, hi[todo], eps)
+        if step == 0:
+            todo = todo[~ok]
+        still = hi[todo] - lo[todo] > BISECT_RTOL * hi[todo]
+        todo = todo[still]
+    return lo
+
+
+def check_method(method: str) -> str:
+    """``method`` if it is a bound method, else an :class:`InputError` naming them."""
+    if method not in METHODS:
+        raise InputError(f"certify method '{method}' is not known; choose one of "
+                         f"{', '.join(METHODS)}")
+    return method
+
+
+def estimated_passes(net: Network, method: str, dom: Domain | None = None) -> float:
+    """Cost of one certified radius, in forward-pass equivalents per input, for comparison
+    with an attack's model passes: a backward pass costs about one pass of the graph up to
+    its target per specification row; bisection makes ``MAX_STEPS + 1`` of them.
+
+    Intermediate rows are the neurons IBP leaves unstable over ``dom`` (the domain at the
+    attack's radius, the largest probed), or every neuron without ``dom``."""
+    prefix = net.prefix_macs()
+    total = max(prefix[-1], 1)
+    if method == "ibp":
+        return 2.0 * (MAX_STEPS + 1)
+    feeds = sorted({net.nodes[r].parents[0] for r in net.relus})
+    if dom is None:
+        rows = {k: net.nodes[k].size for k in feeds}
+    else:
+        with torch.no_grad():
+            ibp = interval_bounds(net, dom)
+        rows = {k: int(((ibp[k][0] < 0) & (ibp[k][1] > 0)).reshape(len(dom.x), -1)
+                       .any(dim=0).sum()) for k in feeds}
+    one = sum(2 * rows[k] * prefix[k] for k in feeds) / total
+    one += net.n_classes * (ALPHA_STEPS + 2 if method == "alpha-crown" else 1) + 1
+    return one * (MAX_STEPS + 1)
+
+
+def bound_radius(model, x: torch.Tensor, y, space: FeatureSpace, threat: LpThreat, eps,
+                 statement=None, generator=None, method: str = "crown",
+                 network: Network | None = None, logits: torch.Tensor | None = None,
+                 model_dtype: torch.dtype = torch.float32) -> SolverOutput:
+    """Solver of the registry's calling convention: the certified radius of each input.
+
+    ``model`` a torch module (or a ``TorchClassifier``, whose module is read), ``x``
+    ``(n, *shape)`` inputs in original units, ``y`` ``(n,)`` predicted classes, ``eps``
+    ``(n,)`` verified upper bounds of the radii (an attack's). Returns no candidate
+    (radius ``inf``, status ``censored``) and ``lower_bound``, the certified radius;
+    ``meta["closed"]`` marks inputs where it reaches ``eps`` within ``2 FIRST_PROBE_GAP``
+    (the search, which holds the counterexample, sets the status). ``network``
+    (already read) and ``logits`` (clean, for the tolerance) are optional shortcuts.
+    """
+    if statement is not None and getattr(statement, "target", None) is not None:
+        raise InputError("bound propagation certifies decision changes only (no target)")
+    check_method(method)
+    t0 = time.perf_counter()
+    x = torch.as_tensor(x)
+    module = getattr(model, "module", model)
+    device = x.device
+    net = network or read_network(module, tuple(x.shape[1:]), device)
+    x64 = x.to(torch.float64)
+    y = torch.as_tensor(np.asarray(y), device=device).reshape(-1).long()
+    upper = torch.as_tensor(np.asarray(eps, dtype=np.float64), device=device).reshape(-1)
+    if not torch.isfinite(upper).all() or (upper < 0).any():
+        raise InputError("bound_radius: eps must hold finite upper bounds >= 0")
+    lo, hi = space.delta_bounds(x64.reshape(len(x64), -1))
+    dom = make_domain(x64, lo, hi, space.scale, upper, threat.p)
+    if logits is None:
+        with torch.no_grad():
+            logits = net.logits(x64)
+    tolerance = margin_tolerance(logits.to(x64), model_dtype)
+    lower = certified_radius(net, dom, y, upper, tolerance, method)
+    n = len(x)
+    closed = (lower >= upper * (1 - 2 * FIRST_PROBE_GAP)).cpu().numpy()
+    seconds = (time.perf_counter() - t0) / max(n, 1)
+    return SolverOutput(x_adv=x.clone(), radius=np.full(n, np.inf),
+                        lower_bound=lower.cpu().numpy(),
+                        status=np.full(n, CENSORED, dtype=object),
+                        adv_prediction=np.full(n, -1, dtype=np.int64),
+                        forward_queries=np.zeros(n, dtype=np.int64),
+                        seconds=np.full(n, seconds), meta={"method": method, "closed": closed})
+
+
+def network_or_none(module, input_shape, device) -> Network | None:
+    """The network's graph, or ``None`` when bound propagation cannot read it."""
+    try:
+        return read_network(module, input_shape, device)
+    except InputError:
+        return None

@@ -1,0 +1,292 @@
+"""Bound propagation (IBP, CROWN, alpha-CROWN): graph reading, soundness against sampled
+margins, the exact MILP radius and verified counterexamples, and the search's certify option."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from scipy.optimize import linprog
+from torch import nn
+
+from robustscope import FeatureSpace, InputError
+from robustscope.search.engine import radius
+from robustscope.solvers.bounds.certify import bound_radius, certified_radius, margin_tolerance
+from robustscope.solvers.bounds.domain import make_domain
+from robustscope.solvers.bounds.graph import read_network
+from robustscope.solvers.bounds.propagate import margin_lower_bounds
+from robustscope.solvers.exact_relu import exact_relu_radius, relu_layers
+from robustscope.threats import L1, L2, LINF
+
+THREATS = {"linf": LINF, "l2": L2, "l1": L1}
+NORM_ORD = {"linf": np.inf, "l2": 2, "l1": 1}
+
+
+class Standardise(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("mean", torch.tensor([0.4]).reshape(1, 1, 1, 1))
+        self.register_buffer("std", torch.tensor([0.3]).reshape(1, 1, 1, 1))
+
+    def forward(self, x):
+        return (x - self.mean) / self.std
+
+
+class Residual(nn.Module):
+    def __init__(self, c: int) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(c, c, 3, padding=1)
+        self.bn = nn.BatchNorm2d(c)
+
+    def forward(self, x):
+        return x + torch.relu(self.bn(self.conv(x)))
+
+
+class Head(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(8, 12), nn.Linear(12, 3)
+
+    def forward(self, x):
+        x = x.view(x.size(0), -1)
+        return self.fc2(nn.functional.relu(self.fc1(x)))
+
+
+def small_cnn(seed: int) -> nn.Module:
+    torch.manual_seed(seed)
+    net = nn.Sequential(Standardise(), nn.Conv2d(1, 2, 3, padding=1), nn.ReLU(), Residual(2),
+                        nn.MaxPool2d(2), nn.AvgPool2d(2), Head())
+    with torch.no_grad():
+        net[3].bn.running_mean.uniform_(-0.2, 0.2)
+        net[3].bn.running_var.uniform_(0.5, 2.0)
+    return net.eval()
+
+
+def random_mlp(seed: int, d: int, widths: tuple[int, ...], k: int) -> nn.Module:
+    torch.manual_seed(seed)
+    layers: list[nn.Module] = []
+    for w_in, w_out in zip((d, *widths), widths, strict=False):
+        layers += [nn.Linear(w_in, w_out), nn.ReLU()]
+    layers.append(nn.Linear((d, *widths)[-1], k))
+    return nn.Sequential(*layers).eval()
+
+
+def test_graph_reads_conv_residual_pool_and_standardising_layers():
+    net = small_cnn(0)
+    graph = read_network(net, (1, 8, 8))
+    x = torch.rand(6, 1, 8, 8, dtype=torch.float64)
+    with torch.no_grad():
+        expected = net.double()(x)
+    torch.testing.assert_close(graph.logits(x), expected, rtol=1e-12, atol=1e-12)
+    assert graph.n_relus == 2 * 64 + 2 * 64 + 3 * 2 * 16 + 12  # max-pool as three ReLUs
+
+
+@pytest.mark.parametrize("layer, name", [(nn.Sigmoid(), "Sigmoid"), (nn.Tanh(), "Tanh")])
+def test_unsupported_operation_is_named(layer, name):
+    net = nn.Sequential(nn.Linear(4, 5), layer, nn.Linear(5, 2))
+    with pytest.raises(InputError, match=f"'1'.*{name}"):
+        read_network(net, (4,))
+
+
+def test_product_of_activations_is_refused():
+    class Square(nn.Module):
+        def forward(self, x):
+            return x * x
+
+    with pytest.raises(InputError, match="product"):
+        read_network(Square(), (3,))
+
+
+def _sampled_margins(net, x, y, lo, hi, eps, p, rng, samples=200):
+    """Smallest margin seen at random points of the domain (vertices for Linf)."""
+    n, d = x.shape
+    worst = torch.full((n, 3), math.inf, dtype=torch.float64)
+    for _ in range(samples):
+        g = torch.as_tensor(rng.standard_normal((n, d)))
+        if p == math.inf:
+            u = torch.sign(g) * eps[:, None]
+        else:
+            u = g / torch.linalg.vector_norm(g, ord=p, dim=1, keepdim=True) * eps[:, None]
+            u = u * torch.as_tensor(rng.uniform(0.5, 1.0, (n, 1)))
+        u = torch.minimum(torch.maximum(u, lo), hi)
+        with torch.no_grad():
+            logits = net((x + u).reshape(n, 1, 8, 8))
+        m = logits.gather(1, y[:, None]) - logits
+        worst = torch.minimum(worst, m.scatter(1, y[:, None], math.inf))
+    return worst
+
+
+@pytest.mark.parametrize("p", [math.inf, 2.0, 1.0])
+def test_bounds_lie_below_every_sampled_margin(p):
+    rng = np.random.default_rng(1)
+    net = small_cnn(1).double()
+    graph = read_network(net, (1, 8, 8))
+    x = torch.rand(3, 64, dtype=torch.float64)
+    lo, hi = -x, 1 - x
+    eps = torch.full((3,), {math.inf: 0.02, 2.0: 0.15, 1.0: 0.6}[p], dtype=torch.float64)
+    dom = make_domain(x, lo, hi, torch.ones(64), eps, p)
+    with torch.no_grad():
+        y = net(x.reshape(3, 1, 8, 8)).argmax(1)
+    worst = _sampled_margins(net, x, y, lo, hi, eps, p, rng)
+    bounds = {m: margin_lower_bounds(graph, dom, y, m, steps=4)
+              for m in ("ibp", "crown", "alpha-crown")}
+    for lb in bounds.values():
+        assert (lb <= worst + 1e-9).all()
+    assert (bounds["alpha-crown"] >= bounds["crown"] - 1e-12).all()
+    assert (bounds["crown"] >= bounds["ibp"] - 1e-9).double().mean() > 0.9
+
+
+@pytest.mark.parametrize("p", [1.0, 2.0])
+def test_domain_minimum_against_linear_programming(p):
+    rng = np.random.default_rng(2)
+    d = 6
+    x = torch.zeros(1, d, dtype=torch.float64)
+    lo = torch.as_tensor(-rng.uniform(0, 0.5, (1, d)))
+    hi = torch.as_tensor(rng.uniform(0, 0.5, (1, d)))
+    eps = torch.tensor([0.6], dtype=torch.float64)
+    dom = make_domain(x, lo, hi, torch.ones(d), eps, p)
+    g = torch.as_tensor(rng.standard_normal((1, 4, d)))
+    got = dom.minimum(g)[0].numpy()
+    for s in range(4):
+        gs = g[0, s].numpy()
+        if p == 1.0:  # u = a - b, a, b >= 0: min g.u, sum(a + b) <= eps
+            res = linprog(np.concatenate([gs, -gs]), A_ub=np.ones((1, 2 * d)), b_ub=[0.6],
+                          bounds=[(0, h) for h in hi[0].numpy()] +
+                                 [(0, -v) for v in lo[0].numpy()])
+            assert got[s] == pytest.approx(res.fun, abs=1e-9)
+        else:  # dual bound: below the value at random feasible points, above the dual norm
+            u = rng.standard_normal((2000, d))
+            u = u / np.linalg.norm(u, axis=1, keepdims=True) * rng.uniform(0, 0.6, (2000, 1))
+            u = np.clip(u, lo[0].numpy(), hi[0].numpy())
+            assert got[s] <= (u @ gs).min() + 1e-12
+            assert got[s] >= -0.6 * np.linalg.norm(gs) - 1e-12
+
+
+def _digits_box(n_features: int) -> FeatureSpace:
+    return FeatureSpace.box(n_features)
+
+
+@pytest.mark.parametrize("threat", ["linf", "l1"])
+def test_certified_radius_is_below_the_exact_milp_radius(threat):
+    """Many small random networks: certified <= exact (MILP, closed) for every method."""
+    rng = np.random.default_rng(3)
+    space = _digits_box(4)
+    checked = 0
+    for seed in range(14):
+        widths = ((8,), (6, 6), (10,))[seed % 3]
+        net = random_mlp(seed, 4, widths, 3).double()
+        x = torch.as_tensor(rng.uniform(0.2, 0.8, (3, 4)))
+        with torch.no_grad():
+            y = net(x).argmax(1)
+        exact = exact_relu_radius(relu_layers(net), x.numpy(), y.numpy(), np.full(3, np.inf),
+                                  space, THREATS[threat], time_limit=20)
+        ok = exact.closed & exact.found
+        if not ok.any():
+            continue
+        graph = read_network(net, (4,))
+        lo, hi = space.delta_bounds(x)
+        upper = torch.as_tensor(exact.radius[ok] * 1.5)
+        dom = make_domain(x[ok], lo[ok], hi[ok], space.scale, upper, THREATS[threat].p)
+        tol = margin_tolerance(graph.logits(x[ok]), torch.float64)
+        for method in ("ibp", "crown", "alpha-crown"):
+            cert = certified_radius(graph, dom, y[ok], upper, tol, method, steps=3).numpy()
+            assert (cert <= exact.radius[ok] * (1 + 1e-6) + 1e-9).all(), (seed, method)
+            if method != "ibp":
+                assert (cert > 0).all()
+        checked += int(ok.sum())
+    assert checked >= 12
+
+
+@pytest.mark.parametrize("threat", ["linf", "l2", "l1"])
+def test_certified_bound_is_below_every_verified_counterexample(digits, digits_mlp, threat):
+    X, y = digits[0][:15], digits[1][:15]
+    space = FeatureSpace.box(64)
+    res = radius(digits_mlp, X, y, threat=threat, space=space, certify="crown")
+    correct = res.status != "misclassified"
+    assert (res.lower_bound[correct] > 0).all()
+    found = np.isfinite(res.radius)
+    assert (res.lower_bound[found] <= res.radius[found]).all()
+    # every counterexample is verified again here: the certified ball holds none
+    u = (res.x_adv - X).reshape(len(X), -1) / space.scale
+    size = np.linalg.norm(u, ord=NORM_ORD[threat], axis=1)
+    with torch.no_grad():
+        adv = digits_mlp(torch.tensor(res.x_adv, dtype=torch.float32)).argmax(1).numpy()
+    flipped = (adv != y) & correct
+    assert (size[flipped] >= res.lower_bound[flipped]).all()
+    assert res.meta["certify"] == "crown"
+
+
+def test_bracket_of_a_linear_network_closes():
+    """Without ReLUs CROWN is exact: at the closed-form radius the bracket closes."""
+    torch.manual_seed(0)
+    net = nn.Linear(5, 3).double()
+    x = torch.rand(4, 5, dtype=torch.float64) * 0.2 + 0.4
+    space = FeatureSpace.from_arrays(np.full(5, -10.0), np.full(5, 10.0), np.ones(5))
+    with torch.no_grad():
+        logits = net(x)
+    y = logits.argmax(1)
+    w = net.weight.detach()
+    # Linf radius without active bounds: min_j margin_j / ||w_y - w_j||_1
+    diff = w[y][:, None, :] - w[None, :, :]
+    margin = logits.gather(1, y[:, None]) - logits
+    r = (margin / diff.abs().sum(-1).clamp_min(1e-12)).scatter(1, y[:, None], math.inf)
+    exact = r.amin(1).numpy()
+    out = bound_radius(net, x, y.numpy(), space, LINF, exact * (1 + 1e-7),
+                       model_dtype=torch.float64)
+    assert out.meta["closed"].all()
+    assert (out.lower_bound <= exact).all()
+
+
+def test_certify_option_is_checked(digits, digits_mlp):
+    X, y = digits[0][:3], digits[1][:3]
+    with pytest.raises(InputError, match="certify"):
+        radius(digits_mlp, X, y, certify="milp")
+    res = radius(digits_mlp, X, y, space=FeatureSpace.box(64), certify="none")
+    assert (res.lower_bound == 0).all() and res.meta["certify"] is None
+
+
+def test_cli_certify_fills_lower_bounds(tmp_path, digits, digits_mlp):
+    import pandas as pd
+    from typer.testing import CliRunner
+
+    from robustscope.cli.app import app
+
+    X, y = digits
+    np.savez(tmp_path / "data.npz", X=X[:6].reshape(6, 1, 8, 8), y=y[:6])
+    path = tmp_path / "net.pt"
+    torch.jit.script(nn.Sequential(nn.Flatten(), *digits_mlp)).save(str(path))
+    out = tmp_path / "radii.csv"
+    result = CliRunner().invoke(app, ["radius", "--model", str(path), "--data",
+                                      str(tmp_path / "data.npz"), "--out", str(out),
+                                      "--certify", "crown", "--quiet"])
+    assert result.exit_code == 0, result.output
+    table = pd.read_csv(out)
+    correct = table["status"] != "misclassified"
+    assert (table["lower_bound"][correct] > 0).all()
+    assert (table["lower_bound"] <= table["radius"]).all()
+
+
+@pytest.mark.parametrize("share, certified", [(0.0, False), (1e9, True)])
+def test_auto_certifies_when_its_estimated_cost_is_within_the_share(
+        digits, digits_mlp, monkeypatch, share, certified):
+    import robustscope.search.engine as engine
+
+    monkeypatch.setattr(engine, "AUTO_CERTIFY_SHARE", share)
+    X, y = digits[0][:4], digits[1][:4]
+    res = radius(digits_mlp, X, y, threat="linf", space=FeatureSpace.box(64))
+    correct = res.status != "misclassified"
+    assert (res.lower_bound[correct] > 0).all() == certified
+    assert (res.lower_bound <= res.radius).all()
+
+
+def test_a_module_whose_reading_fails_is_refused_as_bad_input():
+    class Branchy(nn.Module):
+        def forward(self, x):
+            if x.sum() > 0:  # data-dependent control flow: torch.fx cannot trace it
+                return x
+            return -x
+
+    with pytest.raises(InputError, match="bound propagation"):
+        read_network(Branchy(), (3,))
