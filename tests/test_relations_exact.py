@@ -1,5 +1,5 @@
-"""Relations between features in the exact solvers' programs (ReLU network MILP), and the
-exact paths' statuses when a program does not hold the relations (tree ensembles)."""
+"""Relations between features in the exact solvers' programs: the ReLU network MILP and the
+tree-ensemble MILP, each against a brute force over valid points."""
 
 from __future__ import annotations
 
@@ -115,8 +115,9 @@ def test_relu_exact_search_gives_valid_counterexamples():
 
 
 def test_tree_exact_path_stays_honest_under_relations():
-    """The tree MILP does not hold the relations: its bound is still a certified lower bound,
-    counterexamples are valid, and 'exact' only where the valid radius meets the bound."""
+    """The search's tree path under relations: counterexamples are valid, 'exact' only where
+    the valid radius meets the bound, and (the MILP holding the relations) every bracket
+    closes."""
     from sklearn.ensemble import GradientBoostingClassifier
 
     rng = np.random.default_rng(0)
@@ -132,6 +133,8 @@ def test_tree_exact_path_stays_honest_under_relations():
     exact = res.status == "exact"
     np.testing.assert_allclose(res.radius[exact], res.lower_bound[exact], rtol=1e-4)
     assert (res.lower_bound[res.found] <= res.radius[res.found] * (1 + 1e-9)).all()
+    searched = ~np.isin(res.status, ("misclassified", "satisfied"))
+    assert searched.sum() >= 8 and (res.status[searched] == "exact").all()
 
 
 # -- tree ensembles: the MILP holds the relations ---------------------------------------------
@@ -256,3 +259,33 @@ def test_tree_relations_change_the_radius_and_search_is_exact():
     both = res.found & free.found
     assert (res.radius[both] >= free.radius[both] - 1e-9).all()
     assert (res.radius[both] > free.radius[both] * (1 + 1e-6)).any()
+
+
+def test_tree_milp_relations_with_integer_and_one_hot_features():
+    """late <= payments over integer counts, a one-hot pair and a continuous share with
+    share <= 0.1 * payments: brute force over every valid (late, payments, group) and a
+    grid of the share."""
+    import lightgbm
+
+    rng = np.random.default_rng(3)
+    n = 500
+    pay = rng.integers(0, 11, n).astype(float)
+    late = np.floor(rng.uniform(0, 1, n) * (pay + 1))
+    g = rng.integers(0, 2, n).astype(float)
+    share = rng.uniform(0, 1, n) * 0.1 * pay
+    X = np.column_stack([late, pay, g, 1 - g, share])
+    y = (late / (pay + 1) + 0.3 * g + 0.2 * share > 0.6).astype(int)
+    model = lightgbm.LGBMClassifier(n_estimators=10, num_leaves=6, min_child_samples=5,
+                                    n_jobs=1, verbose=-1).fit(X, y)
+    space = FeatureSpace.from_arrays(
+        [0, 0, 0, 0, 0], [10, 10, 1, 1, 1], scale=[10, 10, 1, 1, 1],
+        types=["integer", "integer", "categorical", "categorical", "real"],
+        names=["late", "pay", "own", "rent", "share"], groups=[[2, 3]]).constrain(
+        ["late <= pay", "share <= 0.1 * pay"])
+    counts = np.arange(11.0)
+    pts = np.array([(a, b, o, 1 - o, s) for a, b, o, s in itertools.product(
+        counts, counts, (0.0, 1.0), np.linspace(0, 1, 41))])
+    pts = pts[space.relations_hold(pts)]
+    keep = space.relations_hold(X)
+    closed = _check_tree_radius(model, space, X[keep][:5], y[keep][:5], lambda x0: pts)
+    assert closed >= 10
