@@ -408,7 +408,7 @@ def _run_exact_trees(state: _BatchState, active: torch.Tensor) -> torch.Tensor:
     unbreakable = torch.as_tensor(np.isinf(res.lower_bound), device=sub.device)
     beyond = torch.as_tensor(res.lower_bound > max_radius, device=sub.device)
     # the verified radius must meet the bound: the verification may have moved a candidate
-    # (relations between features the MILP does not hold) and measured it larger
+    # (moved within the relations' tolerance; or an L2 bound on related tree features)
     closed &= state.best_r[sub] - state.lower[sub] <= EXACT_RTOL * state.best_r[sub]
     state.exact[sub] = closed | unbreakable
     still = active.clone()
