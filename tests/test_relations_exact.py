@@ -161,7 +161,7 @@ def _valid_flip_distances(model, pts: np.ndarray, x0: np.ndarray, y0: int, p: fl
     return np.linalg.norm((pts[other] - x0) / scale, ord=p, axis=1)
 
 
-def _check_tree_radius(model, space, X, y, grid_of, threats=("linf", "l1")) -> int:
+def _check_tree_radius(model, space, X, y, grid_of, threats=("linf", "l1", "l2")) -> int:
     """Exact tree radii under the relations against the brute force over valid points;
     returns how many inputs closed (status ``exact``)."""
     from robustscope.solvers.exact_trees import exact_tree_radius

@@ -46,6 +46,10 @@ the model's own ``predict_proba``; when the library settles a near-tie the other
 program is solved again with a 100x and then 10^4x larger margin, and a counterexample that
 still fails is dropped (``meta['verification_failures']`` lists the inputs).
 
+Relations between features (``space.relations``, linear rows) are held by a raw-unit column
+per related feature tied to its predicates (:func:`_relation_block`); see
+``docs/exact-trees.md``.
+
 Missing values are not modelled (inputs are finite); see :mod:`robustscope.models.trees`.
 """
 
@@ -115,7 +119,9 @@ EXACT_RTOL = 1e-7
 REL_RADIUS_CAP = 1e6
 #: HiGHS feasibility tolerance set when the program holds relations, so that a solution sits
 #: within the relations' own tolerance (1e-9 relative).
-REL_FEASIBILITY_TOLERANCE = 1e-10
+REL_FEASIBILITY_TOLERANCE = 1e-9
+#: L2 under relations: rounds of tangent cuts on the related features' squared distances.
+OA_ROUNDS = 30
 #: HiGHS optimality gaps (relative, absolute) asked for.
 MIP_REL_GAP = 1e-9
 MIP_ABS_GAP = 1e-12
@@ -148,6 +154,9 @@ class _Reduced:
     rel_lo: np.ndarray | None = None      # (k,) column bounds (raw units)
     rel_hi: np.ndarray | None = None
     rel_int: np.ndarray | None = None     # (k,) bool: integral feature
+    rel_t: np.ndarray | None = None       # (k,) L2: columns bounding the squared distances
+    rel_x0: np.ndarray | None = None      # (k,) L2: the input's values of those features
+    rel_scale: np.ndarray | None = None   # (k,) L2: their scales
 
 
 @dataclass(frozen=True)
@@ -247,7 +256,8 @@ def _reduce(prog: Program, costs: Costs, cutoff: float, linf: bool,
     offset = 0.0
     l1 = not linf and costs.power == 1.0
     priced = np.zeros(len(prog.feature_preds), dtype=bool)  # distance on the raw column
-    if rel is not None and l1 and not feasibility:
+    priced_mode = None if feasibility or linf else ("l1" if l1 else "l2")
+    if rel is not None and priced_mode is not None:
         priced[rel.feats] = True
     for f, preds in enumerate(prog.feature_preds):
         fp = preds[state[preds] < 0]
@@ -291,12 +301,12 @@ def _reduce(prog: Program, costs: Costs, cutoff: float, linf: bool,
                    b_col)
     if rel is not None:
         radius = cutoff ** (1.0 / costs.power) * (1 + 1e-12)
-        _relation_block(prog, red, rel, col, radius, l1 and not feasibility)
+        _relation_block(prog, red, rel, costs, col, radius, priced_mode)
     return red
 
 
-def _relation_block(prog: Program, red: _Reduced, rel: _RelInput, col: np.ndarray,
-                    radius: float, l1: bool) -> None:
+def _relation_block(prog: Program, red: _Reduced, rel: _RelInput, costs: Costs,
+                    col: np.ndarray, radius: float, mode: str | None) -> None:
     """Append to ``red`` a raw-unit column ``x_f`` per feature in a relation and the relation
     rows over them (:func:`~robustscope.solvers.relations.relation_rows`).
 
@@ -306,13 +316,13 @@ def _relation_block(prog: Program, red: _Reduced, rel: _RelInput, col: np.ndarra
     left of ``r``, ``p = 0`` gives ``x_f >= r`` (big-M rows over the column's bounds), so
     every valid point is feasible and its cost is counted. Distances are measured on these
     columns: Linf ``b >= |x_f - x0_f| / (scale_f unit)``; L1 a column ``t_f >=`` the same in
-    the objective instead of the feature's telescoping cut costs. L2 keeps the cut costs (a
-    relaxation: the squared distance of ``x_f`` is not linear), so its bound stays certified
-    but the bracket may stay open.
+    the objective instead of the feature's telescoping cut costs; L2 a column ``t_f`` in the
+    objective bounded below by the squared cut costs and by tangents of the squared scaled
+    distance (more are added per solution in :func:`_solve_class`, see :data:`OA_ROUNDS`).
     """
     k = len(rel.feats)
     base = red.a.shape[1]
-    n_new = k + (k if l1 else 0)
+    n_new = k + (k if mode else 0)
     ri: list[int] = []
     rj: list[int] = []
     rv: list[float] = []
@@ -360,7 +370,25 @@ def _relation_block(prog: Program, red: _Reduced, rel: _RelInput, col: np.ndarra
         if red.b_col >= 0:
             row([red.b_col, c], [1.0, -1.0 / unit], -x0f / unit, np.inf)
             row([red.b_col, c], [1.0, 1.0 / unit], x0f / unit, np.inf)
-        if l1:
+        if mode == "l2":
+            t = base + k + i
+            # squared distance: tangents of z^2 (z = (x - x0) / s) and the cell's cut costs;
+            # _solve_class adds tangents at each solution until the bound meets it
+            reach = min(radius, max(x0f - a_, b_ - x0f) / s)
+            for at in np.linspace(-reach, reach, 9):
+                if at != 0.0:
+                    row([t, c], [1.0, -2.0 * at / (s * red.unit)],
+                        (-2.0 * at * x0f / s - at * at) / red.unit, np.inf)
+            fp = preds[red.state[preds] < 0]
+            up, down = fp[costs.origin_left[fp]], fp[~costs.origin_left[fp]][::-1]
+            cols, vals, rhs = [t], [1.0], 0.0
+            for chain, sign in ((up, 1.0), (down, -1.0)):
+                w = np.diff(np.concatenate([[0.0], costs.cost[chain] ** 2])) / red.unit
+                cols += col[chain].tolist()
+                vals += (sign * w).tolist()
+                rhs += float(w.sum()) if sign > 0 else 0.0
+            row(cols, vals, rhs, np.inf)
+        if mode == "l1":
             t = base + k + i
             row([t, c], [1.0, -1.0 / unit], -x0f / unit, np.inf)
             row([t, c], [1.0, 1.0 / unit], x0f / unit, np.inf)
@@ -377,12 +405,15 @@ def _relation_block(prog: Program, red: _Reduced, rel: _RelInput, col: np.ndarra
     red.row_hi = np.concatenate([red.row_hi, hi, m_hi])
     obj = np.zeros(n_col)
     obj[:base] = red.obj
-    if l1:
+    if mode:
         obj[base + k:] = 1.0
     red.obj = obj
     red.infeasible = infeasible
     red.rel_feats, red.rel_cols = rel.feats, base + np.arange(k)
     red.rel_lo, red.rel_hi, red.rel_int = x_lo, x_hi, rel.integral[rel.feats]
+    if mode == "l2":
+        red.rel_t = base + k + np.arange(k)
+        red.rel_x0, red.rel_scale = rel.x0[rel.feats], rel.scale[rel.feats]
 
 
 def _build_point(prog: Program, x0: np.ndarray, res: _Solve,
@@ -467,7 +498,7 @@ def _solve_class(red: _Reduced, pairs: list[tuple[int, int, float]], cutoff: flo
     if red.rel_cols is not None:
         col_lo[red.rel_cols], col_hi[red.rel_cols] = red.rel_lo, red.rel_hi
         integrality[red.rel_cols] = red.rel_int
-        col_hi[red.rel_cols[-1] + 1:] = np.inf  # L1 distance columns
+        col_hi[red.rel_cols[-1] + 1:] = np.inf  # L1 / L2 distance columns
     if red.feasibility:
         pass
     elif red.linf:
@@ -478,8 +509,40 @@ def _solve_class(red: _Reduced, pairs: list[tuple[int, int, float]], cutoff: flo
         hi.append([scaled_cutoff * (1 + 1e-12) - red.obj_offset])
     a = sp.vstack(blocks, format="csr")
     obj = red.obj if objective else np.zeros_like(red.obj)
-    res = backend.run(a, np.concatenate(lo), np.concatenate(hi), col_lo, col_hi, obj,
+    row_lo, row_hi = np.concatenate(lo), np.concatenate(hi)
+    t0 = time.perf_counter()
+    res = backend.run(a, row_lo, row_hi, col_lo, col_hi, obj,
                       red.obj_offset if objective else 0.0, integrality, n_p, time_limit)
+    for _ in range(OA_ROUNDS if objective and red.rel_t is not None else 0):
+        # L2 under relations: the squared distances of the related features are bounded by
+        # tangents; cut at the solution until the program's optimum meets its true cost
+        if res.status != "optimal" or res.values is None:
+            break
+        x, t = res.values[red.rel_cols], res.values[red.rel_t]
+        z = (x - red.rel_x0) / red.rel_scale
+        short = z * z / red.unit - t
+        if short.sum() <= 1e-9 * max(res.objective, 1e-12):
+            break
+        remaining = time_limit - (time.perf_counter() - t0)
+        if remaining <= 0:
+            break
+        cut = np.flatnonzero(short > 0)
+        scale = red.rel_scale[cut] * red.unit
+        rows = sp.csr_matrix((np.concatenate([np.ones(len(cut)), -2.0 * z[cut] / scale]),
+                              (np.tile(np.arange(len(cut)), 2),
+                               np.concatenate([red.rel_t[cut], red.rel_cols[cut]]))),
+                             shape=(len(cut), n_col))
+        a = sp.vstack([a, rows], format="csr")
+        row_lo = np.concatenate(
+            [row_lo, (-2.0 * z[cut] * red.rel_x0[cut] / red.rel_scale[cut] - z[cut] ** 2)
+             / red.unit])
+        row_hi = np.concatenate([row_hi, np.full(len(cut), np.inf)])
+        res = backend.run(a, row_lo, row_hi, col_lo, col_hi, obj, red.obj_offset,
+                          integrality, n_p, remaining)
+    if objective and red.rel_t is not None and res.values is not None:
+        z = (res.values[red.rel_cols] - red.rel_x0) / red.rel_scale
+        # the solution's true cost (the program's objective bounds it from below)
+        res.objective += float(np.maximum(z * z / red.unit - res.values[red.rel_t], 0).sum())
     if res.p is not None:
         full = red.state.astype(np.float64)
         full[red.free] = res.p
