@@ -295,3 +295,25 @@ def test_tree_milp_relations_with_integer_and_one_hot_features():
     keep = space.relations_hold(X)
     closed = _check_tree_radius(model, space, X[keep][:5], y[keep][:5], lambda x0: pts)
     assert closed >= 10
+
+
+def test_tree_milp_relations_on_unbounded_features():
+    """Related features without a finite bound: the columns stay within REL_RADIUS_CAP of
+    the input; the radius is still below every valid flipping point of a grid."""
+    import xgboost
+
+    rng = np.random.default_rng(0)
+    X = rng.uniform(0, 1, (400, 3))
+    y = (X[:, 0] + 0.6 * X[:, 2] > 0.8).astype(int)
+    model = xgboost.XGBClassifier(n_estimators=8, max_depth=3, learning_rate=0.5,
+                                  n_jobs=1).fit(X, y)
+    space = FeatureSpace.from_arrays([0, 0, -np.inf], [1, np.inf, 1], scale=[1, 1, 1],
+                                     names=["a", "b", "c"]).constrain(
+        ["a <= b", "a <= 0.5 * c"])
+    axis = np.linspace(0, 1, 41)
+    grid = np.array(list(itertools.product(axis, axis, axis)))
+    grid = grid[space.relations_hold(grid)]
+    keep = space.relations_hold(X)
+    closed = _check_tree_radius(model, space, X[keep][:4], y[keep][:4], lambda x0: grid,
+                                threats=("linf", "l1"))
+    assert closed >= 8
