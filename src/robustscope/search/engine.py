@@ -464,7 +464,8 @@ def _run_exact_trees(state: _BatchState, active: torch.Tensor) -> torch.Tensor:
     unbreakable = torch.as_tensor(np.isinf(res.lower_bound), device=sub.device)
     beyond = torch.as_tensor(res.lower_bound > max_radius, device=sub.device)
     # the verified radius must meet the bound: the verification may have moved a candidate
-    # (relations between features the MILP does not hold) and measured it larger
+    # (moved within the relations' tolerance; or L2 tangent cuts on related tree features
+    # that ran out before the bound met the solution)
     closed &= state.best_r[sub] - state.lower[sub] <= EXACT_RTOL * state.best_r[sub]
     state.exact[sub] = closed | unbreakable
     still = active.clone()

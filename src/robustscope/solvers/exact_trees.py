@@ -46,6 +46,10 @@ the model's own ``predict_proba``; when the library settles a near-tie the other
 program is solved again with a 100x and then 10^4x larger margin, and a counterexample that
 still fails is dropped (``meta['verification_failures']`` lists the inputs).
 
+Relations between features (``space.relations``, linear rows) are held by a raw-unit column
+per related feature tied to its predicates (:func:`_relation_block`); see
+``docs/exact-trees.md``.
+
 Missing values are not modelled (inputs are finite); see :mod:`robustscope.models.trees`.
 """
 
@@ -69,6 +73,7 @@ import torch
 
 from robustscope.core.checks import check_labels
 from robustscope.core.errors import InputError, ModelError
+from robustscope.core.relations import Relations
 from robustscope.core.space import FeatureSpace
 from robustscope.core.statuses import ATTACKED, CENSORED, EXACT, MISCLASSIFIED, SATISFIED
 from robustscope.models.base import QueryLedger
@@ -80,6 +85,7 @@ from robustscope.models.trees import (
     parse_tree_model,
 )
 from robustscope.solvers.output import SolverOutput
+from robustscope.solvers.relations import relation_rows
 from robustscope.solvers.tree_bounds import (
     LeafBoxes,
     box_point,
@@ -108,6 +114,14 @@ Check = Callable[[np.ndarray], int]
 
 #: Relative gap under which a bracket counts as closed.
 EXACT_RTOL = 1e-7
+#: Under relations a feature's column moves at most this many scales from the input (radius
+#: units), so that its big-M rows stay finite; bounds certified under relations are capped here.
+REL_RADIUS_CAP = 1e6
+#: HiGHS feasibility tolerance set when the program holds relations, so that a solution sits
+#: within the relations' own tolerance (1e-9 relative).
+REL_FEASIBILITY_TOLERANCE = 1e-9
+#: L2 under relations: rounds of tangent cuts on the related features' squared distances.
+OA_ROUNDS = 30
 #: HiGHS optimality gaps (relative, absolute) asked for.
 MIP_REL_GAP = 1e-9
 MIP_ABS_GAP = 1e-12
@@ -133,14 +147,54 @@ class _Reduced:
     infeasible: bool = False  # a one-hot group cannot be satisfied
     feasibility: bool = False  # no objective: any move within the cutoff will do
     unit: float = 1.0         # costs in the program are divided by this (keeps them O(1))
+    b_col: int = -1           # column of the Linf norm variable (-1: none)
+    # relations between features: one raw-unit column per feature in a relation
+    rel_feats: np.ndarray | None = None   # (k,) features with a column
+    rel_cols: np.ndarray | None = None    # (k,) their columns
+    rel_lo: np.ndarray | None = None      # (k,) column bounds (raw units)
+    rel_hi: np.ndarray | None = None
+    rel_int: np.ndarray | None = None     # (k,) bool: integral feature
+    rel_t: np.ndarray | None = None       # (k,) L2: columns bounding the squared distances
+    rel_x0: np.ndarray | None = None      # (k,) L2: the input's values of those features
+    rel_scale: np.ndarray | None = None   # (k,) L2: their scales
+
+
+@dataclass(frozen=True)
+class _RelInput:
+    """The linear relations of the feature space, for the programs of one input."""
+
+    relations: Relations
+    feats: np.ndarray      # (k,) features with a nonzero coefficient in some row
+    x0: np.ndarray         # (d,) the input, raw units
+    scale: np.ndarray      # (d,)
+    lower: np.ndarray      # (d,) valid bounds (integral features rounded inwards)
+    upper: np.ndarray
+    integral: np.ndarray   # (d,) bool
+    mutable: np.ndarray    # (d,) bool
+
+
+def _rel_input(space: FeatureSpace, x0: np.ndarray) -> _RelInput | None:
+    """The relations to hold for input ``x0`` ``(d,)``; ``None`` without linear rows."""
+    rel = space.relations
+    if rel is None or rel.is_linear_empty:
+        return None
+    used = (np.abs(np.vstack([rel.A, rel.C])) > 0).any(axis=0)
+    if not used.any():
+        return None
+    integral = np.isin(space.types, INTEGRAL_TYPES)
+    lower = np.where(integral, np.ceil(space.lower), space.lower).astype(np.float64)
+    upper = np.where(integral, np.floor(space.upper), space.upper).astype(np.float64)
+    return _RelInput(rel, np.flatnonzero(used), x0, space.scale.astype(np.float64), lower,
+                     upper, integral, space.mutable.astype(bool))
 
 
 def _reduce(prog: Program, costs: Costs, cutoff: float, linf: bool,
-            feasibility: bool = False) -> _Reduced:
+            feasibility: bool = False, rel: _RelInput | None = None) -> _Reduced:
     """Fix every predicate whose crossing alone costs more than ``cutoff`` (objective units)
     to the input's side, drop the leaves no free predicate can reach, and build the rows.
     With ``feasibility`` (Linf only) the program has no objective: every move left free
-    already costs at most ``cutoff``."""
+    already costs at most ``cutoff``. With ``rel``, the relations between features hold
+    (:func:`_relation_block`)."""
     far = costs.frozen | (costs.cost ** costs.power > cutoff * (1 + 1e-12))
     state = np.where(far, costs.origin_left.astype(np.int64), -1)
     free = np.flatnonzero(~far)
@@ -200,7 +254,12 @@ def _reduce(prog: Program, costs: Costs, cutoff: float, linf: bool,
     n_col = n_p + n_leaf + (1 if with_b else 0)
     obj = np.zeros(n_col)
     offset = 0.0
-    for preds in prog.feature_preds:
+    l1 = not linf and costs.power == 1.0
+    priced = np.zeros(len(prog.feature_preds), dtype=bool)  # distance on the raw column
+    priced_mode = None if feasibility or linf else ("l1" if l1 else "l2")
+    if rel is not None and priced_mode is not None:
+        priced[rel.feats] = True
+    for f, preds in enumerate(prog.feature_preds):
         fp = preds[state[preds] < 0]
         if len(fp) == 0:
             continue
@@ -209,7 +268,7 @@ def _reduce(prog: Program, costs: Costs, cutoff: float, linf: bool,
         up = fp[costs.origin_left[fp]]             # cuts above the input, ascending
         down = fp[~costs.origin_left[fp]][::-1]    # cuts below it, descending
         for chain, rising in ((up, True), (down, False)):
-            if len(chain) == 0 or feasibility:
+            if len(chain) == 0 or feasibility or priced[f]:
                 continue
             w = np.diff(np.concatenate([[0.0], costs.cost[chain] ** costs.power])) / unit
             cols = col[chain].tolist()
@@ -234,10 +293,149 @@ def _reduce(prog: Program, costs: Costs, cutoff: float, linf: bool,
         infeasible |= not cols and target != 0
     if with_b:
         obj[-1] = 1.0
+    b_col = n_col - 1 if with_b else -1
     a = sp.csr_matrix((rv, (ri, rj)), shape=(len(lo), n_col))
     scores = np.array(leaf_scores).reshape(n_leaf, len(const))
-    return _Reduced(free, state, a, np.array(lo), np.array(hi), scores, const, obj, offset,
-                    linf, costs.origin_left.astype(np.float64), infeasible, feasibility, unit)
+    red = _Reduced(free, state, a, np.array(lo), np.array(hi), scores, const, obj, offset,
+                   linf, costs.origin_left.astype(np.float64), infeasible, feasibility, unit,
+                   b_col)
+    if rel is not None:
+        radius = cutoff ** (1.0 / costs.power) * (1 + 1e-12)
+        _relation_block(prog, red, rel, costs, col, radius, priced_mode)
+    return red
+
+
+def _relation_block(prog: Program, red: _Reduced, rel: _RelInput, costs: Costs,
+                    col: np.ndarray, radius: float, mode: str | None) -> None:
+    """Append to ``red`` a raw-unit column ``x_f`` per feature in a relation and the relation
+    rows over them (:func:`~robustscope.solvers.relations.relation_rows`).
+
+    ``x_f`` is bounded by the feature's valid bounds and the ball of ``radius`` (radius units;
+    fixed at the input for an immutable feature) and lies in the closure of the cell its
+    predicates select: ``p = 1`` (left of cut ``r``) gives ``x_f <= `` the largest valid value
+    left of ``r``, ``p = 0`` gives ``x_f >= r`` (big-M rows over the column's bounds), so
+    every valid point is feasible and its cost is counted. Distances are measured on these
+    columns: Linf ``b >= |x_f - x0_f| / (scale_f unit)``; L1 a column ``t_f >=`` the same in
+    the objective instead of the feature's telescoping cut costs; L2 a column ``t_f`` in the
+    objective bounded below by the squared cut costs and by tangents of the squared scaled
+    distance (more are added per solution in :func:`_solve_class`, see :data:`OA_ROUNDS`).
+    """
+    k = len(rel.feats)
+    base = red.a.shape[1]
+    n_new = k + (k if mode else 0)
+    ri: list[int] = []
+    rj: list[int] = []
+    rv: list[float] = []
+    lo: list[float] = []
+    hi: list[float] = []
+
+    def row(cols: list[int], vals: list[float], low: float, high: float) -> None:
+        r = len(lo)
+        ri.extend([r] * len(cols))
+        rj.extend(cols)
+        rv.extend(vals)
+        lo.append(low)
+        hi.append(high)
+
+    radius = min(radius, REL_RADIUS_CAP)  # keeps the big-M rows finite on unbounded features
+    x_lo, x_hi = np.empty(k), np.empty(k)
+    infeasible = red.infeasible
+    for i, f in enumerate(rel.feats):
+        x0f, s = float(rel.x0[f]), float(rel.scale[f])
+        if rel.mutable[f]:
+            a_, b_ = max(rel.lower[f], x0f - radius * s), min(rel.upper[f], x0f + radius * s)
+            if rel.integral[f]:
+                a_, b_ = math.ceil(a_ - 1e-9), math.floor(b_ + 1e-9)
+        else:
+            a_ = b_ = x0f
+        preds = prog.feature_preds[f]
+        for q in preds:  # predicates fixed to a side bound the column
+            if red.state[q] == 1:
+                b_ = min(b_, float(prog.pred_left[q]))
+            elif red.state[q] == 0:
+                a_ = max(a_, float(prog.pred_cut[q]))
+        infeasible |= a_ > b_
+        b_ = max(a_, b_)
+        x_lo[i], x_hi[i] = a_, b_
+        c = base + i
+        for q in preds:
+            if red.state[q] >= 0:
+                continue
+            pc, left = int(col[q]), float(prog.pred_left[q])
+            cut = float(prog.pred_cut[q])
+            # p = 1 => x <= left ; p = 0 => x >= cut
+            row([c, pc], [1.0, max(b_ - left, 0.0)], -np.inf, max(b_, left))
+            row([c, pc], [1.0, max(cut - a_, 0.0)], cut, np.inf)
+        unit = s * red.unit
+        if red.b_col >= 0:
+            row([red.b_col, c], [1.0, -1.0 / unit], -x0f / unit, np.inf)
+            row([red.b_col, c], [1.0, 1.0 / unit], x0f / unit, np.inf)
+        if mode == "l2":
+            t = base + k + i
+            # squared distance: tangents of z^2 (z = (x - x0) / s) and the cell's cut costs;
+            # _solve_class adds tangents at each solution until the bound meets it
+            reach = min(radius, max(x0f - a_, b_ - x0f) / s)
+            for at in np.linspace(-reach, reach, 9):
+                if at != 0.0:
+                    row([t, c], [1.0, -2.0 * at / (s * red.unit)],
+                        (-2.0 * at * x0f / s - at * at) / red.unit, np.inf)
+            fp = preds[red.state[preds] < 0]
+            up, down = fp[costs.origin_left[fp]], fp[~costs.origin_left[fp]][::-1]
+            cols, vals, rhs = [t], [1.0], 0.0
+            for chain, sign in ((up, 1.0), (down, -1.0)):
+                w = np.diff(np.concatenate([[0.0], costs.cost[chain] ** 2])) / red.unit
+                cols += col[chain].tolist()
+                vals += (sign * w).tolist()
+                rhs += float(w.sum()) if sign > 0 else 0.0
+            row(cols, vals, rhs, np.inf)
+        if mode == "l1":
+            t = base + k + i
+            row([t, c], [1.0, -1.0 / unit], -x0f / unit, np.inf)
+            row([t, c], [1.0, 1.0 / unit], x0f / unit, np.inf)
+    n_col = base + n_new
+    columns = np.full(rel.relations.n_features, -1, dtype=np.int64)
+    columns[rel.feats] = base + np.arange(k)
+    offset = np.where(columns >= 0, 0.0, rel.x0)  # x_f = v[column]: raw units
+    mat, m_lo, m_hi = relation_rows(rel.relations, columns, offset, np.ones_like(rel.x0),
+                                    n_col)
+    own = sp.csr_matrix((rv, (ri, rj)), shape=(len(lo), n_col))
+    old = sp.hstack([red.a, sp.csr_matrix((red.a.shape[0], n_new))], format="csr")
+    red.a = sp.vstack([old, own, mat], format="csr")
+    red.row_lo = np.concatenate([red.row_lo, lo, m_lo])
+    red.row_hi = np.concatenate([red.row_hi, hi, m_hi])
+    obj = np.zeros(n_col)
+    obj[:base] = red.obj
+    if mode:
+        obj[base + k:] = 1.0
+    red.obj = obj
+    red.infeasible = infeasible
+    red.rel_feats, red.rel_cols = rel.feats, base + np.arange(k)
+    red.rel_lo, red.rel_hi, red.rel_int = x_lo, x_hi, rel.integral[rel.feats]
+    if mode == "l2":
+        red.rel_t = base + k + np.arange(k)
+        red.rel_x0, red.rel_scale = rel.x0[rel.feats], rel.scale[rel.feats]
+
+
+def _build_point(prog: Program, x0: np.ndarray, res: _Solve,
+                 red: _Reduced) -> np.ndarray:
+    """The counterexample ``(d,)`` of a solution: every feature at the nearest valid value of
+    the chosen cell, except the features in a relation, which take their column's value
+    (moved into the cell's valid values when HiGHS left it on a cut within its tolerance)."""
+    x = construct(prog, x0, res.p)
+    if red.rel_feats is None or res.x_rel is None:
+        return x
+    for f, v, integral in zip(red.rel_feats, res.x_rel, red.rel_int, strict=True):
+        preds = prog.feature_preds[f]
+        if integral:
+            v = float(np.round(v))
+        if len(preds):
+            left = res.p[preds] > 0.5
+            if (~left).any():
+                v = max(v, float(prog.pred_cut[preds[~left]].max()))
+            if left.any():
+                v = min(v, float(prog.pred_left[preds[left]].min()))
+        x[f] = v
+    return x
 
 
 @dataclass
@@ -246,6 +444,8 @@ class _Solve:
     objective: float         # incumbent objective (inf when none)
     dual_bound: float        # certified lower bound on the objective
     p: np.ndarray | None     # (n_pred,) predicate values of the incumbent (0/1)
+    values: np.ndarray | None = None  # all column values of the incumbent
+    x_rel: np.ndarray | None = None   # (k,) values of the relation columns (raw units)
 
 
 @dataclass(frozen=True)
@@ -293,24 +493,62 @@ def _solve_class(red: _Reduced, pairs: list[tuple[int, int, float]], cutoff: flo
     col_lo = np.zeros(n_col)
     col_hi = np.ones(n_col)
     scaled_cutoff = cutoff / red.unit
+    integrality = np.zeros(n_col, dtype=np.int64)
+    integrality[:n_p] = 1
+    if red.rel_cols is not None:
+        col_lo[red.rel_cols], col_hi[red.rel_cols] = red.rel_lo, red.rel_hi
+        integrality[red.rel_cols] = red.rel_int
+        col_hi[red.rel_cols[-1] + 1:] = np.inf  # L1 / L2 distance columns
     if red.feasibility:
         pass
     elif red.linf:
-        col_hi[-1] = scaled_cutoff * (1 + 1e-12) if np.isfinite(cutoff) else np.inf
+        col_hi[red.b_col] = scaled_cutoff * (1 + 1e-12) if np.isfinite(cutoff) else np.inf
     elif np.isfinite(cutoff):
         blocks.append(sp.csr_matrix(red.obj[None, :]))
         lo.append([-np.inf])
         hi.append([scaled_cutoff * (1 + 1e-12) - red.obj_offset])
     a = sp.vstack(blocks, format="csr")
-    integrality = np.zeros(n_col, dtype=np.int64)
-    integrality[:n_p] = 1
     obj = red.obj if objective else np.zeros_like(red.obj)
-    res = backend.run(a, np.concatenate(lo), np.concatenate(hi), col_lo, col_hi, obj,
+    row_lo, row_hi = np.concatenate(lo), np.concatenate(hi)
+    t0 = time.perf_counter()
+    res = backend.run(a, row_lo, row_hi, col_lo, col_hi, obj,
                       red.obj_offset if objective else 0.0, integrality, n_p, time_limit)
+    for _ in range(OA_ROUNDS if objective and red.rel_t is not None else 0):
+        # L2 under relations: the squared distances of the related features are bounded by
+        # tangents; cut at the solution until the program's optimum meets its true cost
+        if res.status != "optimal" or res.values is None:
+            break
+        x, t = res.values[red.rel_cols], res.values[red.rel_t]
+        z = (x - red.rel_x0) / red.rel_scale
+        short = z * z / red.unit - t
+        if short.sum() <= 1e-9 * max(res.objective, 1e-12):
+            break
+        remaining = time_limit - (time.perf_counter() - t0)
+        if remaining <= 0:
+            break
+        cut = np.flatnonzero(short > 0)
+        scale = red.rel_scale[cut] * red.unit
+        rows = sp.csr_matrix((np.concatenate([np.ones(len(cut)), -2.0 * z[cut] / scale]),
+                              (np.tile(np.arange(len(cut)), 2),
+                               np.concatenate([red.rel_t[cut], red.rel_cols[cut]]))),
+                             shape=(len(cut), n_col))
+        a = sp.vstack([a, rows], format="csr")
+        row_lo = np.concatenate(
+            [row_lo, (-2.0 * z[cut] * red.rel_x0[cut] / red.rel_scale[cut] - z[cut] ** 2)
+             / red.unit])
+        row_hi = np.concatenate([row_hi, np.full(len(cut), np.inf)])
+        res = backend.run(a, row_lo, row_hi, col_lo, col_hi, obj, red.obj_offset,
+                          integrality, n_p, remaining)
+    if objective and red.rel_t is not None and res.values is not None:
+        z = (res.values[red.rel_cols] - red.rel_x0) / red.rel_scale
+        # the solution's true cost (the program's objective bounds it from below)
+        res.objective += float(np.maximum(z * z / red.unit - res.values[red.rel_t], 0).sum())
     if res.p is not None:
         full = red.state.astype(np.float64)
         full[red.free] = res.p
         res.p = full
+        if red.rel_cols is not None and res.values is not None:
+            res.x_rel = res.values[red.rel_cols]
     res.objective *= red.unit
     res.dual_bound *= red.unit
     return res
@@ -389,19 +627,21 @@ def _run_highspy(a, row_lo, row_hi, col_lo, col_hi, obj, offset, integrality, n_
     info = h.getInfo()
     ms = highspy.HighsModelStatus
     has_sol = info.primal_solution_status == 2  # kSolutionStatusFeasible
-    p = None
+    p = values = None
     if has_sol:
-        p = np.round(np.asarray(h.getSolution().col_value)[:n_pred])
+        values = np.asarray(h.getSolution().col_value, dtype=np.float64)
+        p = np.round(values[:n_pred])
     if status == ms.kOptimal:
         value, bound = info.objective_function_value, info.mip_dual_bound
-        return _Solve("optimal", value, min(bound, value) if np.isfinite(bound) else value, p)
+        return _Solve("optimal", value, min(bound, value) if np.isfinite(bound) else value, p,
+                      values)
     if status == ms.kInfeasible:
         return _Solve("infeasible", np.inf, np.inf, None)
     if status in (ms.kTimeLimit, ms.kInterrupt, ms.kSolutionLimit, ms.kIterationLimit):
         bound = info.mip_dual_bound if np.isfinite(info.mip_dual_bound) else 0.0
         return _Solve("time_limit", info.objective_function_value if has_sol else np.inf,
-                      bound, p)
-    return _Solve("error", np.inf, 0.0, p)
+                      bound, p, values)
+    return _Solve("error", np.inf, 0.0, p, values)
 
 
 def _run_scipy(a, row_lo, row_hi, col_lo, col_hi, obj, offset, integrality, n_pred,
@@ -413,18 +653,20 @@ def _run_scipy(a, row_lo, row_hi, col_lo, col_hi, obj, offset, integrality, n_pr
                options={"time_limit": max(float(time_limit), 1e-3),
                         "mip_rel_gap": MIP_REL_GAP, "disp": False,
                         "presolve": options.get("presolve", "on") != "off"})
-    p = None if res.x is None else np.round(res.x[:n_pred])
+    values = None if res.x is None else np.asarray(res.x, dtype=np.float64)
+    p = None if values is None else np.round(values[:n_pred])
     if res.status == 0:
         bound = getattr(res, "mip_dual_bound", None)
         bound = res.fun if bound is None or not np.isfinite(bound) else min(bound, res.fun)
-        return _Solve("optimal", res.fun + offset, bound + offset, p)
+        return _Solve("optimal", res.fun + offset, bound + offset, p, values)
     if res.status == 2:
         return _Solve("infeasible", np.inf, np.inf, None)
     if res.status == 1:
         bound = getattr(res, "mip_dual_bound", None)
         bound = bound + offset if bound is not None and np.isfinite(bound) else 0.0
-        return _Solve("time_limit", np.inf if res.x is None else res.fun + offset, bound, p)
-    return _Solve("error", np.inf, 0.0, p)
+        return _Solve("time_limit", np.inf if res.x is None else res.fun + offset, bound, p,
+                      values)
+    return _Solve("error", np.inf, 0.0, p, values)
 
 
 
@@ -535,6 +777,10 @@ def _exact_tree_radius(model, x, y, space, threat, time_limit, max_radius, backe
     comp, cached = _compiled(ens, space)
     prog = comp.prog
     opts = dict(HIGHS_OPTIONS if highs_options is None else highs_options)
+    holds_relations = space.relations is not None and not space.relations.is_linear_empty
+    if holds_relations:
+        for name in ("primal_feasibility_tolerance", "mip_feasibility_tolerance"):
+            opts[name] = min(float(opts.get(name, 1e-7)), REL_FEASIBILITY_TOLERANCE)
     solver = _Backend(backend, tuple(sorted(opts.items())))
     ledger = QueryLedger(n)
     if clean_class is None:
@@ -550,7 +796,7 @@ def _exact_tree_radius(model, x, y, space, threat, time_limit, max_radius, backe
         t0 = time.perf_counter()
         x0, yi = x_np[i], int(y_np[i])
         check = functools.partial(verify, i) if verify is not None else functools.partial(
-            _model_check, clf, ledger, i, yi, target)
+            _model_check, clf, ledger, i, yi, target, space)
         if model_pred[i] != yi or (target is not None and model_pred[i] == target):
             out["radius"][i] = out["lower"][i] = 0.0
             out["status"][i] = MISCLASSIFIED if model_pred[i] != yi else SATISFIED
@@ -566,7 +812,8 @@ def _exact_tree_radius(model, x, y, space, threat, time_limit, max_radius, backe
             best_r, best_x, best_cls, lower, failed = (start.radius, start.x, start.cls,
                                                        start.lower, False)
             n_pruned += 1
-        elif threat.p == math.inf and linf_search == "bisect":
+        elif threat.p == math.inf and linf_search == "bisect" and not holds_relations:
+            # (under relations the Linf radius need not be a crossing cost: minimised below)
             best_r, best_x, best_cls, lower, failed = _linf_search(
                 prog, check, ens, space, x0, yi, target, t0 + time_limit, max_radius, solver,
                 growth, start)
@@ -711,8 +958,8 @@ def _prune(comp: _Compiled, ens: TreeEnsemble, check: Check, space: FeatureSpace
             if not _decides(scores, yi, target, prog.tie_tol):
                 continue
             x_adv = box_point(prog, x0, lo, hi)
-            if not _one_hot_ok(space, x_adv):
-                continue
+            if not _one_hot_ok(space, x_adv) or not space.relations_hold(x_adv[None])[0]:
+                continue  # (the MILP holds the relations; a walk does not)
             if norm((x_adv - x0) / space.scale, p) > lower * (1 + EXACT_RTOL):
                 x_adv = _shrink(ens, space, x0, x_adv, cand[index + 1:k + 1], yi, target,
                                 prog.tie_tol)
@@ -752,6 +999,7 @@ def _shrink(ens: TreeEnsemble, space: FeatureSpace, x0: np.ndarray, x_adv: np.nd
     integral = np.isin(space.types, INTEGRAL_TYPES)
     moved = (pts != x0[None, :]) & (pts != x_adv[None, :])
     pts = pts[~(moved & integral[None, :]).any(axis=1)]
+    pts = pts[space.relations_hold(pts)]
     if len(pts) == 0:
         return x_adv
     scores = ens.class_scores(pts)
@@ -793,6 +1041,8 @@ def _solve_input(prog: Program, check: Check, ens: TreeEnsemble,
     linf = threat.p == math.inf
     power = 2.0 if threat.p == 2.0 else 1.0
     costs = input_costs(prog, x0, space, threat.p)
+    rel = _rel_input(space, x0)
+    cap = np.inf if rel is None else REL_RADIUS_CAP ** power
     free = costs.cost[~costs.frozen]
     if len(free) == 0:  # nothing can move: no counterexample at any radius
         return np.inf, x0.copy(), -1, np.inf, False
@@ -820,16 +1070,17 @@ def _solve_input(prog: Program, check: Check, ens: TreeEnsemble,
                 continue
             cutoff = min(level, best_r) ** power
             if cutoff not in reduced:
-                reduced[cutoff] = _reduce(prog, costs, cutoff, linf)
+                reduced[cutoff] = _reduce(prog, costs, cutoff, linf, rel=rel)
             red = reduced[cutoff]
             # a feasibility program first: cheap to refute, and when it finds a move its
             # cost tightens the cutoff of the minimisation that follows
             probe = _solve_class(red, goal.with_margin(prog.tie_tol), cutoff, remaining,
                                  backend, objective=False)
             if probe.status == "infeasible":
-                bounds.append(cutoff)
+                bounds.append(min(cutoff, cap))
                 continue
-            if probe.p is not None:
+            if probe.p is not None and rel is None:
+                # (under relations the point is only near the program's solution: skipped)
                 moved = construct(prog, x0, probe.p)
                 cost = norm((moved - x0) / space.scale, threat.p) ** power
                 if cost < cutoff:
@@ -837,7 +1088,7 @@ def _solve_input(prog: Program, check: Check, ens: TreeEnsemble,
                     red = _reduce(prog, costs, cutoff, linf)
             res, x_adv, cls, ok = _attempt(prog, red, check, x0, goal, cutoff, deadline,
                                            backend)
-            bounds.append(cutoff if res.status == "infeasible" else res.dual_bound)
+            bounds.append(min(cutoff if res.status == "infeasible" else res.dual_bound, cap))
             failed |= res.p is not None and not ok
             if ok:
                 r = norm((x_adv - x0) / space.scale, threat.p)
@@ -886,7 +1137,7 @@ def _attempt(prog: Program, red: _Reduced, check: Check, x0: np.ndarray,
                        deadline - time.perf_counter(), backend)
     if res.p is None or not np.isfinite(res.objective):
         return res, x0, -1, False
-    x_adv = construct(prog, x0, res.p)
+    x_adv = _build_point(prog, x0, res, red)
     cls = check(x_adv)
     ok = cls >= 0
     for tries in (1, 2):
@@ -896,7 +1147,7 @@ def _attempt(prog: Program, red: _Reduced, check: Check, x0: np.ndarray,
                              deadline - time.perf_counter(), backend)
         if retry.p is None or not np.isfinite(retry.objective):
             break
-        x_adv = construct(prog, x0, retry.p)
+        x_adv = _build_point(prog, x0, retry, red)
         cls = check(x_adv)
         ok = cls >= 0
     return res, x_adv, cls, ok
@@ -1028,9 +1279,11 @@ def _model_predict(clf: TreeEnsembleClassifier, x: np.ndarray) -> np.ndarray:
 
 
 def _model_check(clf: TreeEnsembleClassifier, ledger: QueryLedger, i: int, yi: int,
-                 target: int | None, x_adv: np.ndarray) -> int:
+                 target: int | None, space: FeatureSpace, x_adv: np.ndarray) -> int:
     """The default check: the model's class at ``x_adv`` (charged to input ``i``) when the
-    statement holds there, else -1."""
+    statement holds there and ``x_adv`` satisfies the space's relations, else -1."""
+    if not space.relations_hold(x_adv[None])[0]:
+        return -1
     with clf.charging(ledger, np.array([i])):
         cls = int(_model_predict(clf, x_adv[None])[0])
     return cls if _holds(cls, yi, target) else -1
