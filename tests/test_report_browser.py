@@ -9,6 +9,7 @@ import pytest
 from browser import chromium_path, open_in_chromium
 from report_helpers import tabular_evaluation
 
+from robustscope.report.bracket_figures import has_brackets
 from robustscope.report.html import render_report
 
 pytestmark = pytest.mark.skipif(
@@ -34,9 +35,12 @@ def test_report_opens_cleanly_with_every_figure(tmp_path: Path):
     ev, _ = tabular_evaluation(n=30, n_bootstrap=50)
     path = render_report(ev, tmp_path / "report.html")
     seen = open_in_chromium(path)
-    # per section: flip rate, score scatter, r vs g(loss), accuracy; OOD: one per section;
-    # overview: radius distribution
-    assert seen["n_images"] == 4 * len(ev.sections) + len(ev.sections) + 1
+    # per section: flip rate, score scatter, r vs g(loss), accuracy, and the certified
+    # brackets where the section has lower bounds; OOD: one per section; overview: radius
+    # distribution
+    bracketed = sum(has_brackets(sec.result) for sec in ev.sections)
+    assert bracketed >= 1  # exact solvers on the tabular models: the figure is exercised
+    assert seen["n_images"] == 4 * len(ev.sections) + bracketed + len(ev.sections) + 1
     assert seen["broken"] == []
     assert seen["errors"] == []
     assert seen["resources"] == []
