@@ -59,8 +59,6 @@ import functools
 import hashlib
 import importlib.util
 import math
-import os
-import sys
 import threading
 import time
 from collections import OrderedDict
@@ -84,6 +82,7 @@ from robustscope.models.trees import (
     is_tree_ensemble,
     parse_tree_model,
 )
+from robustscope.solvers.highs import new_highs
 from robustscope.solvers.output import SolverOutput
 from robustscope.solvers.relations import relation_rows
 from robustscope.solvers.tree_bounds import (
@@ -554,30 +553,6 @@ def _solve_class(red: _Reduced, pairs: list[tuple[int, int, float]], cutoff: flo
     return res
 
 
-_HIGHS_BANNER_DONE = False
-
-
-def _new_highs():
-    """A ``highspy.Highs`` instance; the first one of a process prints a licence banner on
-    the C-level stdout before any option can silence it, so that one is sent to /dev/null."""
-    global _HIGHS_BANNER_DONE
-    import highspy
-
-    if _HIGHS_BANNER_DONE:
-        return highspy.Highs()
-    sys.stdout.flush()
-    saved, devnull = os.dup(1), os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(devnull, 1)
-        h = highspy.Highs()
-    finally:
-        os.dup2(saved, 1)
-        os.close(saved)
-        os.close(devnull)
-    _HIGHS_BANNER_DONE = True
-    return h
-
-
 _WORKER = threading.local()
 
 
@@ -587,7 +562,7 @@ def _worker_highs(options: dict):
     key = tuple(sorted(options.items()))
     h = getattr(_WORKER, "highs", None)
     if h is None or _WORKER.key != key:
-        h = _new_highs()
+        h = new_highs()
         h.setOptionValue("output_flag", False)
         for name, value in options.items():
             h.setOptionValue(name, value)

@@ -10,14 +10,13 @@ feature to ``x_j = offset_j + coef_j * v[column_j]`` (``column_j = -1``: the fea
 
 from __future__ import annotations
 
-import os
-import sys
 from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
 
 from robustscope.core.relations import Relations
+from robustscope.solvers.highs import new_highs
 
 #: HiGHS feasibility tolerances of the exact linear LPs (tighter than HiGHS's 1e-7 default,
 #: so that a solution sits within the relations' own tolerance).
@@ -64,30 +63,6 @@ class Solution:
     values: np.ndarray | None
 
 
-_BANNER_DONE = False
-
-
-def _highs():
-    """A ``highspy.Highs``; the first one of a process prints a banner on the C-level stdout
-    before any option can silence it, so that one is sent to /dev/null."""
-    global _BANNER_DONE
-    import highspy
-
-    if _BANNER_DONE:
-        return highspy.Highs()
-    sys.stdout.flush()
-    saved, devnull = os.dup(1), os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(devnull, 1)
-        h = highspy.Highs()
-    finally:
-        os.dup2(saved, 1)
-        os.close(saved)
-        os.close(devnull)
-    _BANNER_DONE = True
-    return h
-
-
 def solve_highs(cost: np.ndarray, matrix: sp.csr_matrix, row_lo: np.ndarray, row_hi: np.ndarray,
                 col_lo: np.ndarray, col_hi: np.ndarray, quadratic: np.ndarray | None = None,
                 time_limit: float = 60.0) -> Solution:
@@ -97,7 +72,7 @@ def solve_highs(cost: np.ndarray, matrix: sp.csr_matrix, row_lo: np.ndarray, row
     :data:`LP_FEASIBILITY_TOLERANCE`."""
     import highspy
 
-    h = _highs()
+    h = new_highs()
     h.setOptionValue("output_flag", False)
     h.setOptionValue("threads", 1)
     h.setOptionValue("time_limit", float(time_limit))
