@@ -42,3 +42,26 @@ def test_bracket_figure_draws_both_panels():
     fig = bracket_figure(res, "t")
     assert len(fig.axes) == 2
     assert "0/6 closed" in fig.axes[0].get_title()
+
+
+
+def test_bracket_figure_draws_at_most_max_drawn_inputs():
+    """A million-row run must not draw a million markers (the report's memory budget): the
+    left panel draws evenly spaced ranks, the first and last included, and says so."""
+    from robustscope.report.bracket_figures import MAX_DRAWN
+
+    n = 5 * MAX_DRAWN + 3
+    r = np.random.default_rng(0).uniform(0.1, 1.0, n)
+    res = RadiusResult(radius=r, lower_bound=r * 0.9, status=np.full(n, "attacked", object),
+                       x_adv=np.zeros((n, 2)), label=np.zeros(n, int),
+                       prediction=np.zeros(n, int), adv_prediction=np.ones(n, int),
+                       proba=np.full((n, 2), 0.5), proba_adv=np.full((n, 2), 0.5),
+                       loss=np.zeros(n), forward_queries=np.ones(n, int),
+                       backward_queries=np.zeros(n, int), seconds=np.zeros(n),
+                       threat="linf", solver="auto", max_radius=2.0)
+    left = bracket_figure(res, "t").axes[0]
+    lines = left.get_lines()
+    assert lines and all(len(line.get_xdata()) <= MAX_DRAWN for line in lines)
+    radii = next(line for line in lines if line.get_label() == "verified radius")
+    assert radii.get_ydata()[0] == r.min() and radii.get_ydata()[-1] == r.max()
+    assert f"{MAX_DRAWN:,} of {n:,} drawn" in left.get_xlabel()
