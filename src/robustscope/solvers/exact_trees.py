@@ -187,6 +187,29 @@ def _rel_input(space: FeatureSpace, x0: np.ndarray) -> _RelInput | None:
                      upper, integral, space.mutable.astype(bool))
 
 
+class _Rows:
+    """Sparse constraint rows ``lo <= A[r] . v <= hi`` collected one at a time."""
+
+    def __init__(self) -> None:
+        self.ri: list[int] = []
+        self.rj: list[int] = []
+        self.rv: list[float] = []
+        self.lo: list[float] = []
+        self.hi: list[float] = []
+
+    def add(self, cols: list[int], vals: list[float], low: float, high: float) -> None:
+        r = len(self.lo)
+        self.ri.extend([r] * len(cols))
+        self.rj.extend(cols)
+        self.rv.extend(vals)
+        self.lo.append(low)
+        self.hi.append(high)
+
+    def matrix(self, n_col: int) -> sp.csr_matrix:
+        """The rows so far, shape ``(len(lo), n_col)``."""
+        return sp.csr_matrix((self.rv, (self.ri, self.rj)), shape=(len(self.lo), n_col))
+
+
 def _reduce(prog: Program, costs: Costs, cutoff: float, linf: bool,
             feasibility: bool = False, rel: _RelInput | None = None) -> _Reduced:
     """Fix every predicate whose crossing alone costs more than ``cutoff`` (objective units)
@@ -204,19 +227,8 @@ def _reduce(prog: Program, costs: Costs, cutoff: float, linf: bool,
     col = np.full(prog.n_pred, -1, dtype=np.int64)
     col[free] = np.arange(len(free))
     n_p = len(free)
-    ri: list[int] = []
-    rj: list[int] = []
-    rv: list[float] = []
-    lo: list[float] = []
-    hi: list[float] = []
-
-    def row(cols: list[int], vals: list[float], low: float, high: float) -> None:
-        r = len(lo)
-        ri.extend([r] * len(cols))
-        rj.extend(cols)
-        rv.extend(vals)
-        lo.append(low)
-        hi.append(high)
+    rows = _Rows()
+    row = rows.add
 
     const = prog.const_scores.copy()
     leaf_scores: list[np.ndarray] = []
@@ -293,7 +305,7 @@ def _reduce(prog: Program, costs: Costs, cutoff: float, linf: bool,
     if with_b:
         obj[-1] = 1.0
     b_col = n_col - 1 if with_b else -1
-    a = sp.csr_matrix((rv, (ri, rj)), shape=(len(lo), n_col))
+    a, lo, hi = rows.matrix(n_col), rows.lo, rows.hi
     scores = np.array(leaf_scores).reshape(n_leaf, len(const))
     red = _Reduced(free, state, a, np.array(lo), np.array(hi), scores, const, obj, offset,
                    linf, costs.origin_left.astype(np.float64), infeasible, feasibility, unit,
@@ -322,19 +334,8 @@ def _relation_block(prog: Program, red: _Reduced, rel: _RelInput, costs: Costs,
     k = len(rel.feats)
     base = red.a.shape[1]
     n_new = k + (k if mode else 0)
-    ri: list[int] = []
-    rj: list[int] = []
-    rv: list[float] = []
-    lo: list[float] = []
-    hi: list[float] = []
-
-    def row(cols: list[int], vals: list[float], low: float, high: float) -> None:
-        r = len(lo)
-        ri.extend([r] * len(cols))
-        rj.extend(cols)
-        rv.extend(vals)
-        lo.append(low)
-        hi.append(high)
+    rows = _Rows()
+    row = rows.add
 
     radius = min(radius, REL_RADIUS_CAP)  # keeps the big-M rows finite on unbounded features
     x_lo, x_hi = np.empty(k), np.empty(k)
@@ -397,7 +398,7 @@ def _relation_block(prog: Program, red: _Reduced, rel: _RelInput, costs: Costs,
     offset = np.where(columns >= 0, 0.0, rel.x0)  # x_f = v[column]: raw units
     mat, m_lo, m_hi = relation_rows(rel.relations, columns, offset, np.ones_like(rel.x0),
                                     n_col)
-    own = sp.csr_matrix((rv, (ri, rj)), shape=(len(lo), n_col))
+    own, lo, hi = rows.matrix(n_col), rows.lo, rows.hi
     old = sp.hstack([red.a, sp.csr_matrix((red.a.shape[0], n_new))], format="csr")
     red.a = sp.vstack([old, own, mat], format="csr")
     red.row_lo = np.concatenate([red.row_lo, lo, m_lo])
