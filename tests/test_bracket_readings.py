@@ -10,6 +10,19 @@ from robustscope.report.bracket_figures import bracket_figure, has_brackets
 from robustscope.scores.certified import bracket_summary, certified_accuracy
 
 
+def _attacked(r: np.ndarray, lb: np.ndarray, max_radius: float) -> RadiusResult:
+    """A binary-model result whose every input is ``attacked`` with radius ``r`` and certified
+    lower bound ``lb``."""
+    n = len(r)
+    return RadiusResult(radius=r, lower_bound=lb, status=np.full(n, "attacked", object),
+                        x_adv=np.zeros((n, 2)), label=np.zeros(n, int),
+                        prediction=np.zeros(n, int), adv_prediction=np.ones(n, int),
+                        proba=np.full((n, 2), 0.5), proba_adv=np.full((n, 2), 0.5),
+                        loss=np.zeros(n), forward_queries=np.ones(n, int),
+                        backward_queries=np.zeros(n, int), seconds=np.zeros(n),
+                        threat="linf", solver="auto", max_radius=max_radius)
+
+
 def test_certified_accuracy_counts_bounds_above_each_strength():
     lb = np.array([0.0, 0.1, 0.2, 0.3])
     status = np.array(["misclassified", "exact", "attacked", "censored"], dtype=object)
@@ -31,13 +44,7 @@ def test_bracket_summary_ratio_and_closed():
 def test_bracket_figure_draws_both_panels():
     n = 6
     r = np.linspace(0.1, 0.6, n)
-    res = RadiusResult(radius=r, lower_bound=r * 0.8, status=np.full(n, "attacked", object),
-                       x_adv=np.zeros((n, 2)), label=np.zeros(n, int),
-                       prediction=np.zeros(n, int), adv_prediction=np.ones(n, int),
-                       proba=np.full((n, 2), 0.5), proba_adv=np.full((n, 2), 0.5),
-                       loss=np.zeros(n), forward_queries=np.ones(n, int),
-                       backward_queries=np.zeros(n, int), seconds=np.zeros(n),
-                       threat="linf", solver="auto", max_radius=1.0)
+    res = _attacked(r, r * 0.8, max_radius=1.0)
     assert has_brackets(res)
     fig = bracket_figure(res, "t")
     assert len(fig.axes) == 2
@@ -52,13 +59,7 @@ def test_bracket_figure_draws_at_most_max_drawn_inputs():
 
     n = 5 * MAX_DRAWN + 3
     r = np.random.default_rng(0).uniform(0.1, 1.0, n)
-    res = RadiusResult(radius=r, lower_bound=r * 0.9, status=np.full(n, "attacked", object),
-                       x_adv=np.zeros((n, 2)), label=np.zeros(n, int),
-                       prediction=np.zeros(n, int), adv_prediction=np.ones(n, int),
-                       proba=np.full((n, 2), 0.5), proba_adv=np.full((n, 2), 0.5),
-                       loss=np.zeros(n), forward_queries=np.ones(n, int),
-                       backward_queries=np.zeros(n, int), seconds=np.zeros(n),
-                       threat="linf", solver="auto", max_radius=2.0)
+    res = _attacked(r, r * 0.9, max_radius=2.0)
     left = bracket_figure(res, "t").axes[0]
     lines = left.get_lines()
     assert lines and all(len(line.get_xdata()) <= MAX_DRAWN for line in lines)
