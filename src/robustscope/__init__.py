@@ -29,7 +29,7 @@ _PUBLIC = {
     "load_model": "robustscope.models.loaders",
     # search
     "radius": "robustscope.search.engine",
-    "SearchConfig": "robustscope.search.engine",
+    "SearchConfig": "robustscope.search.plan",
     "grid_robustness": "robustscope.search.grid",
     "evaluate_threats": "robustscope.search.grid",
     "random_directions_radius": "robustscope.search.random_directions",
@@ -131,6 +131,7 @@ if TYPE_CHECKING:  # static tools see the real names
     )
     from robustscope.scores.multiattack import competitiveness
     from robustscope.scores.tradeoff import eps_for_alpha, flip_probability
-    from robustscope.search.engine import SearchConfig, radius
+    from robustscope.search.engine import radius
+    from robustscope.search.plan import SearchConfig
     from robustscope.search.grid import evaluate_threats, grid_robustness
     from robustscope.search.random_directions import random_directions_radius

@@ -26,7 +26,6 @@ import math
 import time
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -57,6 +56,13 @@ from robustscope.models.names import feature_names
 from robustscope.models.threads import AUTO, check_threads, fit_threads, limited_threads
 from robustscope.models.torch_model import TorchClassifier
 from robustscope.models.wrap import wrap_model
+from robustscope.search.plan import (
+    BLACKBOX_CONFIG,
+    AttackPlan,
+    SearchConfig,
+    StageLedger,
+    plan_attack,
+)
 from robustscope.search.verify import Verifier
 from robustscope.solvers.bounds.certify import (
     bound_radius,
@@ -80,32 +86,16 @@ EXACT_TREES = get_solver("exact-trees").run
 EXACT_RELU = get_solver("exact-relu").run
 #: Doublings from max_radius / 64 reach max_radius in 7 probes.
 DOUBLINGS = 7
+#: First PGD step of a warm-started probe, as a share of its strength (the start is close).
+WARM_STEP = 0.25
 #: A certified bracket narrower than this (relative) counts as exact (MILP tolerances).
 EXACT_RTOL = 1e-4
-#: Largest share of a per-input budget that the minimum-norm solver may spend.
-MINNORM_BUDGET_SHARE = 0.4
 #: Under ``certify="auto"``, CROWN runs when its estimated cost (forward-pass equivalents,
 #: counting the neurons IBP leaves unstable at the attack's radius) is at most this share of
 #: the passes the attack spent on the batch's inputs.
 AUTO_CERTIFY_SHARE = 1.0
 
 
-@dataclass
-class SearchConfig:
-    """Knobs of the radius search (defaults tuned on the digits MLP benchmark; black-box
-    models, whose gradients cost ``2d + 1`` queries, use :data:`BLACKBOX_CONFIG`)."""
-
-    minnorm_steps: int = 100
-    pgd_steps: int = 20
-    pgd_restarts: int = 3
-    line_search_steps: int = 10
-    max_probes: int = 12
-    first_probe: float = 0.9
-    #: Seconds per input for a MILP (tree ensembles, ReLU networks).
-    exact_time_limit: float = 10.0
-
-
-BLACKBOX_CONFIG = SearchConfig(pgd_steps=10, pgd_restarts=1, max_probes=6)
 #: Queries per input that ``solver="auto"`` gives a black-box model when no budget is set.
 BLACKBOX_BUDGET = 5000
 
@@ -114,19 +104,30 @@ class _BatchState(Verifier):
     """The verifier of one batch (which holds the model, feature space, threat, statement and
     ledger) plus the search's settings (``max_radius``, ``rtol``, ``generator``, ``config``)
     and its bookkeeping (arrays of the batch's length): certified lower bounds, closed
-    brackets, the largest strength at which an attack failed (not a certificate) and the
-    bracketing PGD runs made per input."""
+    brackets, the largest strength at which an attack failed (not a certificate), the
+    bracketing PGD runs made per input and the last failed probe's iterate (a warm start for
+    the next, larger strength). ``stages`` sums the passes of each part of the search."""
 
     def __init__(self, *args, max_radius: float, rtol: float, generator: torch.Generator,
-                 config: SearchConfig) -> None:
+                 config: SearchConfig, stages: StageLedger) -> None:
         super().__init__(*args)
         self.max_radius, self.rtol = max_radius, rtol
-        self.generator, self.config = generator, config
+        self.generator, self.config, self.stages = generator, config, stages
+        self.plan: AttackPlan | None = None
         n = len(self.x)
         self.lower = torch.zeros(n, dtype=torch.float64, device=self.x.device)
         self.exact = torch.zeros(n, dtype=torch.bool, device=self.x.device)
         self.attack_lo = torch.zeros(n, dtype=torch.float64, device=self.x.device)
         self.probes = torch.zeros(n, dtype=torch.int64, device=self.x.device)
+        #: scaled iterate ``(n, d)`` of the last probe that failed (lowest margin), valid
+        #: where ``near_ok``: inside the ball of ``attack_lo``
+        self.near_u = torch.zeros(n, self.space.n_features, dtype=self.x.dtype,
+                                  device=self.x.device)
+        self.near_ok = torch.zeros(n, dtype=torch.bool, device=self.x.device)
+
+    def stage(self, name: str):
+        """Count the passes spent inside the block as part ``name`` of the search."""
+        return self.stages.stage(name, self.ledger)
 
 
 def radius(
@@ -250,7 +251,9 @@ def _radius(model, X, y, threat, space, solver, max_radius, budget, rtol, seed, 
     certifier = _certifier(model, threat, statement, solver, certify, X.shape[1:])
     n = len(X)
     ledger = QueryLedger(n, budget)
-    model.charge_probe(ledger)  # wrapping may have called the model on the first inputs
+    stages = StageLedger()
+    with stages.stage("wrapping probe", ledger):
+        model.charge_probe(ledger)  # wrapping may have called the model on the first inputs
     generator = make_generator(seed)
     out = _Outputs(n, X.shape[1:], model.n_classes)
     searched = np.flatnonzero(~broken)
@@ -261,7 +264,7 @@ def _radius(model, X, y, threat, space, solver, max_radius, budget, rtol, seed, 
         idx = searched[start:start + batch_size]
         t0 = time.perf_counter()
         _search_batch(model, X[idx], labels[idx], idx, space, threat, solver, kind, max_radius,
-                      rtol, statement, ledger, generator, config, out, certifier)
+                      rtol, statement, ledger, generator, config, out, stages, certifier)
         out.seconds[idx] = (time.perf_counter() - t0) / len(idx)
         if progress is not None:
             progress(len(idx))
@@ -274,6 +277,8 @@ def _radius(model, X, y, threat, space, solver, max_radius, budget, rtol, seed, 
         classes=getattr(model, "classes", None),
         meta={"seed": seed, "budget": budget, "rtol": rtol, "statement": statement.name,
               "model": model.name, "exact_solver": used_exact,
+              "passes_by_part": stages.as_dict(),
+              "attack_plan": None if out.plan is None else out.plan.as_dict(),
               "certify": None if certifier is None else certifier[1]},
     )
 
@@ -349,6 +354,7 @@ class _Outputs:
         self.proba_adv = np.zeros((n, k))
         self.loss = np.zeros(n)
         self.seconds = np.zeros(n)
+        self.plan: AttackPlan | None = None
 
 
 def exact_kind(model: Classifier, threat: LpThreat, statement: Statement) -> str | None:
@@ -376,10 +382,10 @@ def _relu_network(model: TorchClassifier):
 
 
 def _search_batch(model, X, labels, idx, space, threat, solver, kind, max_radius, rtol,
-                  statement, ledger, generator, config, out, certifier=None) -> None:
+                  statement, ledger, generator, config, out, stages, certifier=None) -> None:
     x = torch.as_tensor(X, dtype=torch.float64, device=model.device)
     y = torch.as_tensor(labels, device=model.device)
-    with model.charging(ledger, idx):
+    with model.charging(ledger, idx), stages.stage("clean", ledger):
         logits = model.logits(x).detach().to(torch.float64)
     proba = torch.softmax(logits, dim=1)
     pred = logits.argmax(dim=1)
@@ -392,20 +398,25 @@ def _search_batch(model, X, labels, idx, space, threat, solver, kind, max_radius
     satisfied = statement.holds(pred, y) & ~misclassified
     wrong = misclassified | satisfied
     state = _BatchState(model, space, threat, statement, ledger, x, y, idx, logits, wrong,
-                        max_radius=max_radius, rtol=rtol, generator=generator, config=config)
+                        max_radius=max_radius, rtol=rtol, generator=generator, config=config,
+                        stages=stages)
     active = ~wrong
     if active.any():
         # linear models and trees: exact by default; networks: a MILP only when asked for
         if kind == "linear" and solver in ("exact", "auto"):
-            active = _run_exact(state, active)
+            with state.stage("exact"):
+                active = _run_exact(state, active)
         elif kind == "trees" and solver in ("exact", "auto"):
-            active = _run_exact_trees(state, active)
+            with state.stage("exact"):
+                active = _run_exact_trees(state, active)
         if active.any():
             _run_attacks(state, "auto" if solver == "exact" else solver, active)
         if kind == "relu" and solver == "exact":
-            _certify_relu(state, active)
+            with state.stage("exact"):
+                _certify_relu(state, active)
         if certifier is not None:
             _certify_bounds(state, active, *certifier)
+    out.plan = state.plan or out.plan
 
     r = state.best_r.cpu().numpy()
     found = r <= max_radius  # a counterexample beyond the largest strength tried is censored
@@ -537,31 +548,70 @@ def _runner_up_targets(logits: torch.Tensor, y: torch.Tensor, count: int) -> lis
 
 
 def _run_attacks(state: _BatchState, solver: str, active: torch.Tensor) -> None:
-    model, space, threat, statement, ledger = (state.model, state.space, state.threat,
-                                               state.statement, state.ledger)
-    generator, config = state.generator, state.config
-    d = space.n_features
-    grad_cost = model.gradient_cost(d)
+    """The attack cascade on the inputs ``active``: gradient-free for black boxes under
+    ``auto``, else the parts planned by :func:`~robustscope.search.plan.plan_attack` from the
+    per-input budget (minimum-norm runs, line search, PGD bisection)."""
+    model, space, ledger = state.model, state.space, state.ledger
+    grad_cost = model.gradient_cost(space.n_features)
     sub = torch.nonzero(active).reshape(-1)
     if solver == "auto" and not model.differentiable:
-        _run_gradient_free(state, sub)
+        with state.stage("gradient-free"):
+            _run_gradient_free(state, sub)
         return
-    _start_from_other_inputs(state, sub)
-    use_minnorm = solver == "minnorm" or (solver == "auto" and model.differentiable)
-    if use_minnorm:
-        steps = config.minnorm_steps
-        if ledger.budget is not None:  # leave most of a tight budget to the bisection
-            steps = min(steps, max(5, int(MINNORM_BUDGET_SHARE * ledger.budget) // grad_cost))
-        run = state.affordable(sub, steps * grad_cost + 1)
-        if len(run):
-            with model.charging(ledger, state.owners[run.cpu().numpy()]):
-                out = MINNORM(model, state.x[run], state.y[run], space, threat, None, statement,
-                              generator, steps=steps)
-            state.check(run, out.x_adv)
-    _line_search(state, sub, config.line_search_steps)
-    if solver == "minnorm":
+    plan = plan_attack(ledger.budget, grad_cost, model.n_classes, state.config, solver)
+    state.plan = plan
+    with state.stage("starts"):
+        _start_from_other_inputs(state, sub)
+    if plan.minnorm_steps:
+        with state.stage("minnorm"):
+            _minnorm_runs(state, sub, plan.minnorm_steps, 0, grad_cost)
+    if plan.targets:
+        with state.stage("targeted minnorm"):
+            _minnorm_runs(state, sub, plan.target_steps, plan.targets, grad_cost)
+    if plan.line_steps:
+        with state.stage("line search"):
+            _line_search(state, sub, plan.line_steps)
+    if plan.probe_steps:
+        with state.stage("bisection"):
+            _bisect_with_pgd(state, sub, grad_cost, plan)
+
+
+def _minnorm_runs(state: _BatchState, sub: torch.Tensor, steps: int, targets: int,
+                  grad_cost: int) -> None:
+    """Minimum-norm runs of ``steps`` gradient calls per input of ``sub``: one untargeted
+    (``targets=0``), else one per runner-up class (by clean logit, skipping the class the
+    best counterexample already reached), all in one batch. Inputs with a certified bracket,
+    or whose budget cannot pay every run, are skipped."""
+    model, ledger = state.model, state.ledger
+    runs = max(1, targets)
+    sub = sub[~state.exact[sub]]
+    sub = state.affordable(sub, runs * (steps * grad_cost + 1))
+    if len(sub) == 0:
         return
-    _bisect_with_pgd(state, sub, grad_cost)
+    towards = None
+    if targets:
+        order = _targets_beyond_best(state, sub, targets)
+        sub = sub.repeat(targets)
+        towards = order.T.reshape(-1)  # target k of every input, then target k + 1, ...
+    with model.charging(ledger, state.owners[sub.cpu().numpy()]):
+        out = MINNORM(model, state.x[sub], state.y[sub], state.space, state.threat, None,
+                      state.statement, state.generator, steps=steps, towards=towards)
+    m = len(sub) // runs
+    for k in range(runs):  # one verification per run: an input appears once per call
+        rows = slice(k * m, (k + 1) * m)
+        state.check(sub[rows], out.x_adv[rows])
+
+
+def _targets_beyond_best(state: _BatchState, sub: torch.Tensor, count: int) -> torch.Tensor:
+    """``(len(sub), count)`` runner-up classes by clean logit, without the label and without
+    the class of each input's best counterexample (already searched)."""
+    logits = state.clean_logits[sub]
+    masked = logits.scatter(1, state.y[sub][:, None], float("-inf"))
+    reached = state.best_logits[sub].argmax(dim=1)
+    has = torch.isfinite(state.best_r[sub])
+    masked = torch.where(has[:, None] & (torch.arange(logits.shape[1], device=logits.device)
+                                         == reached[:, None]), float("-inf"), masked)
+    return masked.argsort(dim=1, descending=True)[:, :count]
 
 
 def _run_gradient_free(state: _BatchState, sub: torch.Tensor) -> None:
@@ -621,43 +671,68 @@ def _line_search(state: _BatchState, sub: torch.Tensor, steps: int) -> None:
         lo = torch.where(ok, lo, mid)
 
 
-def _bisect_with_pgd(state: _BatchState, sub: torch.Tensor, grad_cost: int) -> None:
-    """Double-then-bisect on the strength with fixed-strength PGD, per input."""
+def _bisect_with_pgd(state: _BatchState, sub: torch.Tensor, grad_cost: int,
+                     plan: AttackPlan) -> None:
+    """Double-then-bisect on the strength with fixed-strength PGD, per input, until the
+    bracket ``[attack_lo, best_r]`` is within ``rtol`` or the budget is spent.
+
+    Each probe is warm-started: towards a smaller strength from the best counterexample
+    shrunk into the ball, towards a larger one from the last failed probe's iterate (which
+    lies inside the larger ball), with a smaller first step (the start is already close).
+    A probe that could not narrow the bracket (closed bracket, certified input) is not run.
+    """
     model, space, threat, statement, ledger = (state.model, state.space, state.threat,
                                                state.statement, state.ledger)
     max_radius, rtol, generator, config = (state.max_radius, state.rtol, state.generator,
                                            state.config)
-    run_cost = config.pgd_restarts * (config.pgd_steps * grad_cost + 1) + 1
+    restarts = plan.probe_restarts
+    run_cost = restarts * (plan.probe_steps * grad_cost + 1) + 1
     doubling_eps = torch.full((len(state.best_r),), max_radius / 64, dtype=torch.float64,
                               device=state.x.device)
     for _ in range(config.max_probes + DOUBLINGS):
-        hi, lo = state.best_r[sub], state.attack_lo[sub]
-        open_bracket = torch.isfinite(hi) & (hi - lo > rtol * hi)
+        hi, lo = state.best_r[sub], torch.maximum(state.attack_lo[sub], state.lower[sub])
+        open_bracket = torch.isfinite(hi) & (hi - lo > rtol * hi) & ~state.exact[sub]
         doubling = ~torch.isfinite(hi) & (doubling_eps[sub] <= max_radius)
         todo = sub[open_bracket | doubling]
         todo = state.affordable(todo, run_cost)
+        # without a budget, the plan's passes are the ceiling of the bisection
+        within = ledger.used(state.owners[todo.cpu().numpy()]) + run_cost <= plan.passes
+        todo = todo[torch.as_tensor(within, device=todo.device)]
         if len(todo) == 0:
             return
-        hi, lo = state.best_r[todo], state.attack_lo[todo]
+        hi = state.best_r[todo]
+        lo = torch.maximum(state.attack_lo[todo], state.lower[todo])
         # the first probe checks the warm start's radius is nearly tight (0.9 r); if the
         # attack still succeeds there, the warm start was far off: halve from then on
         first = torch.isfinite(hi) & (lo == 0) & (state.probes[todo] == 0)
         eps = torch.where(first, hi * config.first_probe, (lo + hi) / 2)
         eps = torch.where(torch.isfinite(hi), eps, doubling_eps[todo])
-        # restart 0 starts from the best counterexample shrunk into the ball (warm start);
-        # the others from random points, aimed at the runner-up classes
-        init_u = space.scaled_delta(state.best_x[todo], state.x[todo])
-        init_u = torch.where(torch.isfinite(hi)[:, None],
-                             init_u * (eps / hi.clamp_min(1e-300)).clamp(max=1.0)[:, None],
-                             torch.zeros_like(init_u))
+        init_u = _probe_start(state, todo, eps)
+        # restart 0 is warm-started and untargeted; the others aim at the runner-up classes
         towards = [None, *_runner_up_targets(state.clean_logits[todo], state.y[todo],
-                                             config.pgd_restarts - 1)]
+                                             restarts - 1)]
         with model.charging(ledger, state.owners[todo.cpu().numpy()]):
             out = PGD(model, state.x[todo], state.y[todo], space, threat, eps, statement,
-                      generator, steps=config.pgd_steps, restarts=config.pgd_restarts,
-                      towards=towards, init=init_u)
+                      generator, steps=plan.probe_steps, restarts=restarts, towards=towards,
+                      init=init_u, step_start=WARM_STEP)
         ok = state.check(todo, out.x_adv)
         state.probes[todo] += torch.isfinite(hi).to(state.probes.dtype)
         state.attack_lo[todo] = torch.where(ok, state.attack_lo[todo], eps)
+        failed_u = space.scaled_delta(out.x_adv.to(state.x.dtype), state.x[todo])
+        state.near_u[todo] = torch.where(ok[:, None], state.near_u[todo], failed_u)
+        state.near_ok[todo] = state.near_ok[todo] | ~ok
         doubling_eps[todo] = torch.where(~ok & ~torch.isfinite(state.best_r[todo]),
                                          doubling_eps[todo] * 2, doubling_eps[todo])
+
+
+def _probe_start(state: _BatchState, todo: torch.Tensor, eps: torch.Tensor) -> torch.Tensor:
+    """Warm start ``(len(todo), d)`` of a probe at strength ``eps``: the last failed probe's
+    iterate where one exists at a smaller strength (it lies inside the ball of ``eps``), else
+    the best counterexample shrunk into the ball, else 0."""
+    space = state.space
+    hi = state.best_r[todo]
+    best_u = space.scaled_delta(state.best_x[todo], state.x[todo])
+    shrunk = best_u * (eps / hi.clamp_min(1e-300)).clamp(max=1.0)[:, None]
+    start = torch.where(torch.isfinite(hi)[:, None], shrunk, torch.zeros_like(best_u))
+    grow = state.near_ok[todo] & (state.attack_lo[todo] < eps)
+    return torch.where(grow[:, None], state.near_u[todo], start)

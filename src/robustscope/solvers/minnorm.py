@@ -8,6 +8,8 @@ and projects onto the ``eps``-ball and the box. The smallest counterexample seen
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from robustscope.core.space import FeatureSpace
@@ -34,11 +36,15 @@ def minnorm(
     gamma_end: float = 0.001,
     step_start: float = 1.0,
     step_end: float = 0.01,
+    overshoot: float = 1.2,
+    linf_power: float = 0.5,
 ) -> SolverOutput:
     """Per input the smallest-norm counterexample seen (the last iterate, not counted as
     found, where none was). ``eps`` is ignored (kept for the solver
     signature); ``init`` is an optional starting counterexample ``(n, *shape)`` (warm start).
-    Costs ``steps`` gradient calls per input.
+    ``overshoot`` stretches the first-order distance to the boundary that sets the strength
+    before a first counterexample is found; ``linf_power`` shapes the Linf step (see
+    :func:`_step_direction`). Costs ``steps`` gradient calls per input.
     """
     del eps, generator
     n = x.shape[0]
@@ -60,9 +66,9 @@ def minnorm(
 
         gamma = cosine_schedule(k, steps, gamma_start, gamma_end)
         never = ~torch.isfinite(best_norm)
-        # first-order distance to the boundary along the margin's gradient, doubled: box
-        # constraints and curvature make the linear estimate fall short of the boundary
-        to_boundary = 2 * margin.clamp_min(0) / threat.dual_norm(grad).clamp_min(1e-30)
+        # first-order distance to the boundary along the margin's gradient, stretched by
+        # ``overshoot``: box constraints and curvature make the linear estimate fall short
+        to_boundary = overshoot * margin.clamp_min(0) / threat.dual_norm(grad).clamp_min(1e-30)
         grow = torch.where(never, norm + to_boundary, radius * (1 + gamma))
         shrink = torch.minimum(radius * (1 - gamma), best_norm)
         shrink = torch.where(torch.isfinite(radius), shrink, norm * (1 - gamma))
@@ -71,8 +77,22 @@ def minnorm(
         alpha = cosine_schedule(k, steps, step_start, step_end)
         step_len = alpha * radius.clamp_max(best_norm)
         step_len = torch.where(torch.isfinite(step_len), step_len, norm + to_boundary)
-        step = u - step_len[:, None] * threat.steepest_direction(grad)
+        step = u - step_len[:, None] * _step_direction(threat, grad, linf_power)
         u = problem.clip(threat.project(step, radius), threat, radius, anchor=u)
     found = torch.isfinite(best_norm)
     cand = problem.candidate(torch.where(found[:, None], best_u, u))
     return SolverOutput.of_candidates(x, cand, found.cpu().numpy(), space, threat)
+
+
+def _step_direction(threat: LpThreat, grad: torch.Tensor, linf_power: float) -> torch.Tensor:
+    """Direction ``(n, d)`` of a step along ``grad``. Linf: ``sign(g)·|g|^power`` scaled to a
+    root-mean-square of 1 (``power`` 0 is the sign step; 1 follows the gradient as FMN's L2-
+    normalised step does). Between the two, the step keeps the sign step's reach on every
+    coordinate while moving less where the gradient is weak; measured on the networks of
+    ``benchmarks/peers``, 0.5 matched or beat both ends at 25-100 steps. Other threats: the
+    threat's steepest direction."""
+    if threat.p != math.inf or linf_power == 0:
+        return threat.steepest_direction(grad)
+    mag = grad.abs() ** linf_power
+    rms = mag.pow(2).mean(dim=1, keepdim=True).sqrt().clamp_min(1e-30)
+    return torch.sign(grad) * mag / rms

@@ -1,0 +1,144 @@
+"""How the white-box radius search spends a per-input budget of model passes.
+
+A *pass* is one row through the model, forward or backward: a gradient call costs
+``grad_cost`` passes per input (2 for autograd: one forward, one backward; ``2d + 1`` for
+finite differences). Given a per-input budget ``B`` (or, without one, the default of
+:attr:`SearchConfig.default_gradients` gradient calls), :func:`plan_attack` splits it into
+
+1. an untargeted minimum-norm run (``minnorm_steps``);
+2. targeted minimum-norm runs at runner-up classes (``targets`` runs of ``target_steps``):
+   an untargeted run follows the steepest class, which on 5–15% of inputs is not the class
+   of the nearest boundary;
+3. a forward-only line search of the best counterexample towards its input
+   (``line_steps``);
+4. fixed-strength PGD probes that bisect the bracket until it is within ``rtol`` or the budget
+   is spent (``probe_steps`` each).
+
+A part that cannot be given at least ``SearchConfig.min_run_steps`` steps (or two probes) is
+dropped and its share goes to the untargeted run, so that a small budget is spent where it
+helps most. Budgets are ceilings per input: inputs whose bracket closes stop early.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+
+from robustscope.models.base import QueryLedger
+
+#: Passes kept aside for the clean prediction and the verification calls of the runs.
+RESERVED_PASSES = 2
+#: Fewest probes worth planning: one probe moves the bracket by half at most.
+MIN_PROBES = 2
+
+
+@dataclass
+class SearchConfig:
+    """Knobs of the radius search (tuned on the networks of ``benchmarks/peers``).
+
+    The white-box cascade (``solver="auto"`` / ``"minnorm"`` on a differentiable model, or
+    any model under ``solver="minnorm"`` / ``"pgd"``) is planned by :func:`plan_attack` from
+    the per-input budget; the fields below are shares of it and the sizes of its parts.
+    """
+
+    #: Gradient calls per input planned when no budget is given (300 passes for autograd).
+    default_gradients: int = 150
+    #: Share of the per-input passes for the untargeted minimum-norm run.
+    minnorm_share: float = 0.4
+    #: Share of the per-input passes for the targeted minimum-norm runs (all together).
+    target_share: float = 0.35
+    #: Most runner-up classes given a targeted minimum-norm run.
+    targets: int = 2
+    #: Fewest steps a minimum-norm run is worth (a part below it is dropped).
+    min_run_steps: int = 10
+    #: Steps of each fixed-strength PGD probe of the bisection.
+    pgd_steps: int = 10
+    #: Restarts of each probe (restart 0 is warm-started, the others aim at runner-ups).
+    pgd_restarts: int = 1
+    #: Forward-only bisection steps of the line search towards the input.
+    line_search_steps: int = 8
+    #: Most bisection probes per input (doublings to find a first bracket come on top).
+    max_probes: int = 12
+    #: The first probe of a bracket tests this share of the warm start's radius.
+    first_probe: float = 0.9
+    #: Seconds per input for a MILP (tree ensembles, ReLU networks).
+    exact_time_limit: float = 10.0
+
+
+#: Models without gradients (finite differences: ``2d + 1`` queries per gradient) under
+#: ``solver="minnorm"`` or ``"pgd"``.
+BLACKBOX_CONFIG = SearchConfig(default_gradients=120, targets=0, max_probes=6)
+
+
+@dataclass(frozen=True)
+class AttackPlan:
+    """Steps of each part of the white-box cascade for one batch (see the module doc)."""
+
+    passes: int          # per-input passes the plan was made for
+    minnorm_steps: int   # untargeted minimum-norm run (0: not run)
+    targets: int         # runner-up classes with a targeted run
+    target_steps: int    # steps of each targeted run
+    line_steps: int      # forward-only line search
+    probe_steps: int     # PGD steps per bisection probe (0: no bisection)
+    probe_restarts: int
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+def plan_attack(budget: int | None, grad_cost: int, n_classes: int, config: SearchConfig,
+                solver: str = "auto") -> AttackPlan:
+    """Split ``budget`` passes per input (``None``: ``config.default_gradients`` gradient
+    calls) among the parts of the cascade that ``solver`` runs (``auto``: all four;
+    ``minnorm``: minimum-norm runs and line search; ``pgd``: the bisection only).
+
+    The planned parts never add up to more than the budget: each run costs its steps times
+    ``grad_cost`` plus one verification pass, each probe ``pgd_restarts · (pgd_steps ·
+    grad_cost + 1) + 1``.
+    """
+    total = budget if budget is not None else config.default_gradients * grad_cost
+    avail = max(0, total - RESERVED_PASSES)
+    probe_cost = config.pgd_restarts * (config.pgd_steps * grad_cost + 1) + 1
+    if solver == "pgd":
+        return AttackPlan(total, 0, 0, 0, 0, config.pgd_steps, config.pgd_restarts)
+    line = min(config.line_search_steps, avail // 4)
+    k = max(0, min(config.targets, n_classes - 2))
+    target_steps = 0
+    while k:
+        target_steps = int(config.target_share * avail / k) // grad_cost
+        if target_steps >= config.min_run_steps:
+            break
+        k -= 1
+    if not k:
+        target_steps = 0
+    minnorm_steps = int(config.minnorm_share * avail) // grad_cost
+    rest = avail - line - (minnorm_steps + k * target_steps) * grad_cost - (1 + k)
+    probes = solver == "auto" and rest >= MIN_PROBES * probe_cost
+    if not probes:  # too little for a bracket: the untargeted run gets it
+        minnorm_steps += max(0, rest) // grad_cost
+    minnorm_steps = max(1, minnorm_steps) if avail >= grad_cost + 1 else 0
+    return AttackPlan(total, minnorm_steps, k, target_steps, line,
+                      config.pgd_steps if probes else 0, config.pgd_restarts)
+
+
+class StageLedger:
+    """Passes spent per part of the search, summed over inputs. ``with stages.stage(name,
+    ledger):`` adds what the ledger's total grew by inside the block, so the parts add up to
+    the ledger's total when every model call sits inside one."""
+
+    def __init__(self) -> None:
+        self.passes: dict[str, int] = {}
+
+    @contextlib.contextmanager
+    def stage(self, name: str, ledger: QueryLedger) -> Iterator[None]:
+        before = int(ledger.used().sum())
+        try:
+            yield
+        finally:
+            spent = int(ledger.used().sum()) - before
+            self.passes[name] = self.passes.get(name, 0) + spent
+
+    def as_dict(self) -> dict[str, int]:
+        """``{part: passes}`` for the parts that spent any."""
+        return {k: v for k, v in self.passes.items() if v}
