@@ -30,7 +30,7 @@ from robustscope.core.statement import Statement
 from robustscope.models.base import Classifier
 from robustscope.solvers._common import ScaledProblem, cosine_schedule
 from robustscope.solvers.output import SolverOutput
-from robustscope.threats.lp import LpThreat, project_l1_ball, project_l1_box
+from robustscope.threats.lp import LpThreat, project_l1_box
 
 
 def linear_l1_step(margin: torch.Tensor, grad: torch.Tensor, u: torch.Tensor,
@@ -73,26 +73,29 @@ def minnorm_l1(
     steps: int = 100,
     towards: torch.Tensor | None = None,
     init: torch.Tensor | None = None,
-    gamma_start: float = 0.05,
-    gamma_end: float = 0.001,
+    gamma_start: float = 0.3,
+    gamma_end: float = 1e-4,
     step_start: float = 1.0,
     step_end: float = 0.01,
     overshoot: float = 1.05,
-    refine: float = 0.1,
-    use_leap: bool = True,
-    adaptive: bool = False,
-    clip_proj: bool = False,
-    mask: bool = True,
-    ray_tol: float = 1e-5,
+    free_after: float = 0.5,
+    refine: float = 0.05,
+    ray_tol: float = 1e-6,
 ) -> SolverOutput:
     """Per input the smallest-L1 counterexample seen (the last iterate, not counted as found,
     where none was), for ``threat`` with ``p = 1``.
 
     ``x`` (n, *shape) inputs, ``y`` (n,) labels; ``eps`` is ignored (kept for the solver
     signature); ``init`` an optional starting point ``(n, *shape)`` (warm start);
-    ``towards`` (n,) optionally a class per input to push to. ``gamma_*``: relative change of
-    the strength per step (cosine-annealed), ``step_*``: step length relative to the
-    strength (cosine-annealed), ``overshoot``: factor on the linearised jump to the boundary.
+    ``towards`` (n,) optionally a class per input to push to. Options (all measured in
+    ``benchmarks/minnorm_l1.py``): ``gamma_start`` / ``gamma_end``: the largest relative
+    change of the strength per step, cosine-annealed, and the smallest; ``step_start`` /
+    ``step_end``: the step's L2 length relative to the strength, cosine-annealed;
+    ``overshoot``: factor on the linearised jump to the boundary; ``free_after``: share of
+    the steps after which the gradient components that push a coordinate out of its box are
+    kept (they then hold coordinates at their bound against the L1 threshold); ``refine``:
+    share of the steps (none below 10 steps) spent on the ray from ``x`` through the best
+    counterexample, by Newton steps on the margin aimed ``ray_tol`` past the boundary.
     Costs ``steps`` gradient calls per input.
     """
     del eps, generator
@@ -103,23 +106,19 @@ def minnorm_l1(
     n = x.shape[0]
     problem = ScaledProblem(model, x, y, space, statement, towards)
     lo, hi = problem.lo, problem.hi
-    inf = torch.full((n,), float("inf"), dtype=x.dtype, device=x.device)
+    zeros = torch.zeros(n, dtype=x.dtype, device=x.device)
     u = torch.zeros(n, problem.n_features, dtype=x.dtype, device=x.device)
     if init is not None:
         u = problem.clip(space.scaled_delta(init.to(x.dtype), x))
-    best_u, best_norm, radius = u.clone(), inf.clone(), inf.clone()
-    zeros = torch.zeros_like(inf)
+    best_u, best_norm, radius = u.clone(), zeros + float("inf"), zeros + float("inf")
     best_margin, best_slope = zeros.clone(), zeros.clone()
-    # the last `n_refine` steps search the ray from x through the best counterexample
-    n_refine = int(round(refine * steps)) if steps >= 10 else 0
-    main = steps - n_refine
-    base, refining = best_u, torch.zeros(n, dtype=torch.bool, device=x.device)
+    gamma_in, prev_ok = zeros + gamma_start, torch.zeros_like(zeros, dtype=torch.bool)
+    main = steps - (int(round(refine * steps)) if steps >= 10 else 0)
+    base, refining = best_u, torch.zeros_like(prev_ok)
     t_lo, t_hi, t_k = zeros.clone(), zeros + 1, zeros + 1
-    g_in = zeros + gamma_start
-    prev_ok = torch.zeros(n, dtype=torch.bool, device=x.device)
     for k in range(steps):
         logits, margin, raw = problem.margin_and_grad(u)
-        grad = problem.descent_gradient(u, raw) if mask else raw
+        grad = problem.descent_gradient(u, raw) if k < free_after * steps else raw
         ok = problem.success(logits)
         norm = u.abs().sum(dim=1)
         improved = ok & (norm < best_norm)
@@ -128,33 +127,32 @@ def minnorm_l1(
         best_margin = torch.where(improved, margin, best_margin)
         best_slope = torch.where(improved, (raw * u).sum(dim=1), best_slope)
         found = torch.isfinite(best_norm)
-        if k >= main - 1:
+
+        if k >= main - 1:  # propose the next point on the ray t -> t * base
             if k == main - 1:
                 base, refining = best_u.clone(), found
                 t_lo, t_hi = zeros.clone(), zeros + 1
                 t_k, m_k, slope = zeros + 1, best_margin, best_slope
-            else:  # u = t_k * base was evaluated
+            else:  # u = t_k * base was just evaluated
                 t_hi = torch.where(ok, torch.minimum(t_hi, t_k), t_hi)
                 t_lo = torch.where(ok, t_lo, torch.maximum(t_lo, t_k))
                 m_k, slope = margin, (raw * base).sum(dim=1)
-            # Newton on t -> margin(t * base), aimed just past the boundary; bisection where
-            # it leaves the bracket (margin is piecewise linear along the ray for ReLU nets)
+            # margin(t * base) is piecewise linear in t for a ReLU network: Newton, with a
+            # bisection of the bracket where Newton leaves it
             t_next = (t_k - m_k / slope.clamp_max(-1e-30)) * (1 + ray_tol)
-            t_next = torch.where(slope < 0, t_next, (t_lo + t_hi) / 2)
-            bad = ~torch.isfinite(t_next) | (t_next <= t_lo) | (t_next >= t_hi)
+            bad = ~torch.isfinite(t_next) | (slope >= 0) | (t_next <= t_lo) | (t_next >= t_hi)
             t_k = torch.where(bad, (t_lo + t_hi) / 2, t_next)
 
         jump, jump_len = linear_l1_step(margin, grad, u, lo, hi)
         # where the box cannot cover the linearised margin: twice the unboxed estimate
         unboxed = 2 * margin.clamp_min(0) / grad.abs().amax(dim=1).clamp_min(1e-30)
         estimate = torch.where(torch.isfinite(jump_len), jump_len, unboxed)
-        gamma = cosine_schedule(k, steps, gamma_start, gamma_end)
-        if adaptive:
-            # per input: faster while the iterate keeps its side, slower when it crosses
-            same = ok == prev_ok
-            g_in = torch.where(same, g_in * 1.5, g_in * 0.5).clamp(gamma_end, gamma_start)
-            prev_ok = ok
-            gamma = torch.minimum(g_in, torch.full_like(g_in, gamma))
+        # per input: the strength moves faster while the iterate stays on one side of the
+        # boundary and slower once it crosses, under the cosine schedule's ceiling
+        gamma_in = torch.where(ok == prev_ok, gamma_in * 1.5, gamma_in * 0.5)
+        gamma_in = gamma_in.clamp(gamma_end, gamma_start)
+        prev_ok = ok
+        gamma = gamma_in.clamp_max(cosine_schedule(k, steps, gamma_start, gamma_end))
         grow = torch.where(found, radius * (1 + gamma), norm + overshoot * estimate)
         shrink = torch.minimum(radius * (1 - gamma), best_norm)
         shrink = torch.where(torch.isfinite(radius), shrink, norm * (1 - gamma))
@@ -164,15 +162,13 @@ def minnorm_l1(
         length = alpha * torch.minimum(radius, best_norm)
         direction = grad / torch.linalg.vector_norm(grad, dim=1, keepdim=True).clamp_min(1e-30)
         moved = u - torch.nan_to_num(length, posinf=0.0)[:, None] * direction
-        # no counterexample yet: take the linearised jump (the box-aware DeepFool-L1 step)
-        leap = ~found & ~ok & torch.tensor(use_leap, device=x.device)
+        # no counterexample yet: the linearised jump (a box-aware DeepFool-L1 step)
+        leap = ~found & ~ok
         moved = torch.where(leap[:, None], u + overshoot * jump, moved)
         bound = torch.where(torch.isfinite(radius), radius, moved.abs().sum(dim=1))
-        if clip_proj:
-            u = torch.maximum(torch.minimum(project_l1_ball(moved, bound), hi), lo)
-        else:
-            u = project_l1_box(moved, bound, lo, hi)
-        u = problem.clip(u, threat, bound, anchor=u) if space.has_relations else u
+        u = project_l1_box(moved, bound, lo, hi)
+        if space.has_relations:
+            u = problem.clip(u, threat, bound, anchor=u)
         if k >= main - 1:
             u = torch.where(refining[:, None], t_k[:, None] * base, u)
     found = torch.isfinite(best_norm)
