@@ -176,3 +176,35 @@ def test_runs_on_cuda():
     out = minnorm_l1(clf, x.cuda(), y.cuda(), FeatureSpace.box(d), L1, None, Statement(),
                      torch.Generator(device="cuda").manual_seed(0), steps=30)
     assert out.x_adv.is_cuda and out.found.all()
+
+
+def test_warm_start_targets_and_misclassified_inputs():
+    d, k = 12, 4
+    net = _linear(d, k, seed=13)
+    x, y = _inputs(net, d, 8, seed=14)
+    space = FeatureSpace.box(d)
+    clf = wrap_model(net, n_classes=k, input_shape=(d,))
+    g = torch.Generator().manual_seed(0)
+    exact = exact_linear_radius(net.weight.detach().numpy(), net.bias.detach().numpy(),
+                                x.numpy(), y.numpy(), space, L1)
+    # a warm start: the exact counterexample pushed further out (still a counterexample)
+    start = (x + 1.5 * (exact.x_adv - x)).clamp(0, 1)
+    with torch.no_grad():
+        still = net(start).argmax(1) != y
+    warm = minnorm_l1(clf, x, y, space, L1, None, Statement(), g, steps=1, init=start)
+    start_norm = (start - x).abs().sum(1).numpy()
+    assert still.sum() >= 6 and warm.found[still.numpy()].all()  # one call: the start itself
+    assert (warm.radius[still.numpy()] <= start_norm[still.numpy()] * (1 + 1e-12)).all()
+    # a statement with a target class and a per-input class to push to
+    target = (y + 1) % k
+    out = minnorm_l1(clf, x, y, space, L1, None, Statement(target=2), g, steps=60)
+    with torch.no_grad():
+        assert (net(out.x_adv).argmax(1)[out.found] == 2).all()
+    towards = minnorm_l1(clf, x, y, space, L1, None, Statement(), g, steps=60, towards=target)
+    with torch.no_grad():
+        reached = net(towards.x_adv).argmax(1)
+    assert towards.found.sum() >= 6 and (reached[towards.found] != y[towards.found]).all()
+    # an input the model already gets "wrong" has radius 0
+    wrong = (y + 1) % k
+    zero = minnorm_l1(clf, x, wrong, space, L1, None, Statement(), g, steps=3)
+    np.testing.assert_array_equal(zero.radius, np.zeros(len(x)))
