@@ -113,6 +113,9 @@ def test_edge_cases():
     assert out[0, 2] == 0 and out[2, 0] == 0 and out[2, 3] == 0
     # box only active (eps large): plain clip
     torch.testing.assert_close(out[0], _t([0.5, -1.0, 0.0, 0.0]))
+    # an infinite radius: the box alone
+    free = project_l1_box(u, torch.full((3,), float("inf"), dtype=u.dtype), lo, hi)
+    torch.testing.assert_close(free, torch.minimum(torch.maximum(u, lo), hi))
     # a coordinate far outside its box keeps its cap while the threshold is below |u| - cap
     row = project_l1_box(_t([[5.0, 0.5]]), _t([1.2]), _t([[-1.0, -1.0]]), _t([[1.0, 1.0]]))
     torch.testing.assert_close(row, _t([[1.0, 0.2]]))
