@@ -208,3 +208,22 @@ def test_warm_start_targets_and_misclassified_inputs():
     wrong = (y + 1) % k
     zero = minnorm_l1(clf, x, wrong, space, L1, None, Statement(), g, steps=3)
     np.testing.assert_array_equal(zero.radius, np.zeros(len(x)))
+
+
+def test_counterexamples_satisfy_linear_relations():
+    d = 6
+    net = _linear(d, 3, seed=15)
+    A, b = np.array([[1.0, 1.0, 0, 0, 0, 0], [0, 0, 1.0, -1.0, 0, 0]]), np.array([1.2, 0.0])
+    space = FeatureSpace.box(d).constrain(inequalities=(A, b))
+    rng = np.random.default_rng(16)
+    X = rng.uniform(0, 1, size=(200, d))
+    X = X[(X @ A.T <= b).all(1)][:10]
+    x = torch.as_tensor(X)
+    with torch.no_grad():
+        y = net(x).argmax(1)
+    _, out = _solve(net, x, y, space, steps=60)
+    assert out.found.sum() >= 8
+    xa = out.x_adv[out.found].numpy()
+    assert (xa @ A.T <= b + 1e-7).all() and (xa >= 0).all() and (xa <= 1).all()
+    with torch.no_grad():
+        assert (net(out.x_adv).argmax(1)[out.found] != y[out.found]).all()

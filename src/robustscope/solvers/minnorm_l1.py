@@ -166,9 +166,9 @@ def minnorm_l1(
         leap = ~found & ~ok
         moved = torch.where(leap[:, None], u + overshoot * jump, moved)
         bound = torch.where(torch.isfinite(radius), radius, moved.abs().sum(dim=1))
-        u = project_l1_box(moved, bound, lo, hi)
-        if space.has_relations:
-            u = problem.clip(u, threat, bound, anchor=u)
+        previous, u = u, project_l1_box(moved, bound, lo, hi)
+        if space.has_relations:  # into box ∩ relations, falling back towards the last iterate
+            u = problem.clip(u, threat, bound, anchor=previous)
         if k >= main - 1:
             u = torch.where(refining[:, None], t_k[:, None] * base, u)
     found = torch.isfinite(best_norm)
