@@ -96,6 +96,18 @@ SECTIONS: tuple[Section, ...] = (
         "radius of any method (robustscope with 10x budget included). Peers are installed "
         "from `benchmarks/peers/requirements.txt`, never by the package.", 11),
     Section(
+        "minnorm_l1", "L1 as its own problem: the L1 minimum-norm solver (issue 14)",
+        ("benchmarks/minnorm_l1.py", "--n", "30", "--steps", "25,50,100,250,500"),
+        "The digits ReLU MLP and LeNet-5 of the peer suite, 30 inputs each, box [0, 1], L1. "
+        "At each number of steps (one gradient call per input each): "
+        "`robustscope.solvers.minnorm_l1` (FMN's L1 variant with the exact projection onto "
+        "L1 ball ∩ box), the generic `minnorm` with the L1 threat and Foolbox's "
+        "`L1FMNAttack`. Every counterexample is re-checked with the network and measured; "
+        "*ratio* = radius / the per-input best over all runs (an input without a verified "
+        "counterexample counts as inf). Target: minnorm_l1's median and p90 at most Foolbox "
+        "L1 FMN's at every steps setting. Needs foolbox "
+        "(`benchmarks/peers/requirements.txt`).", 1),
+    Section(
         "blackbox_trees", "Black-box radii on tree ensembles (issue 3)",
         ("benchmarks/blackbox_trees.py", "--n", "100", "--seeds", "3", "--models", "xgboost",
          "--exact", "exact_xgb_linf:exact_linf", "--out", "/dev/null"),

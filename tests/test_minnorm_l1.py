@@ -1,0 +1,229 @@
+"""The L1 minimum-norm solver (``solvers.minnorm_l1``) against closed forms."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from scipy.optimize import linprog
+from torch import nn
+
+from robustscope import FeatureSpace
+from robustscope.core.statement import Statement
+from robustscope.models import wrap_model
+from robustscope.solvers.exact_linear import exact_linear_radius
+from robustscope.solvers.minnorm_l1 import linear_l1_step, minnorm_l1
+from robustscope.threats.lp import L1, L2
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Tiny batches: torch's thread pool only adds overhead (and the tests share a machine)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _linear(d: int, k: int, seed: int) -> nn.Linear:
+    torch.manual_seed(seed)
+    net = nn.Linear(d, k).double()
+    with torch.no_grad():
+        net.weight.normal_()
+        net.bias.normal_(std=0.3)
+    return net.eval()
+
+
+def _inputs(net: nn.Module, d: int, n: int, seed: int):
+    x = torch.as_tensor(np.random.default_rng(seed).uniform(0, 1, size=(n, d)))
+    with torch.no_grad():
+        y = net(x).argmax(1)
+    return x, y
+
+
+def _solve(net, x, y, space, steps=100, **kw):
+    clf = wrap_model(net, n_classes=net(x[:1]).shape[1], input_shape=(x.shape[1],))
+    return clf, minnorm_l1(clf, x, y, space, L1, None, Statement(),
+                           torch.Generator().manual_seed(0), steps=steps, **kw)
+
+
+def _greedy_binary(w: np.ndarray, margin: float, x: np.ndarray) -> float:
+    """Closed-form L1 radius of a binary linear model in the box [0, 1] (scale 1): move the
+    coordinates with the largest |w_i| first, each as far as its bound allows."""
+    room = np.where(w > 0, x, 1 - x)  # descent on the margin lowers x_i where w_i > 0
+    order = np.argsort(-np.abs(w))
+    need, total = margin, 0.0
+    for i in order:
+        gain = abs(w[i]) * room[i]
+        if gain >= need:
+            return total + need / abs(w[i])
+        need, total = need - gain, total + room[i]
+    return float("inf")
+
+
+def test_binary_linear_model_matches_the_greedy_fill():
+    d = 20
+    net = _linear(d, 2, seed=0)
+    x, y = _inputs(net, d, 12, seed=1)
+    space = FeatureSpace.box(d)
+    _, out = _solve(net, x, y, space)
+    W = net.weight.detach().numpy()
+    b = net.bias.detach().numpy()
+    for i in range(len(x)):
+        yi = int(y[i])
+        w = W[yi] - W[1 - yi]
+        margin = float(w @ x[i].numpy() + b[yi] - b[1 - yi])
+        want = _greedy_binary(w, margin, x[i].numpy())
+        assert np.isfinite(want)
+        assert want <= out.radius[i] <= 1.01 * want, (i, out.radius[i], want)
+
+
+def test_multiclass_linear_model_matches_the_exact_solver():
+    d, k = 30, 5
+    net = _linear(d, k, seed=2)
+    x, y = _inputs(net, d, 15, seed=3)
+    space = FeatureSpace.box(d)
+    _, out = _solve(net, x, y, space)
+    exact = exact_linear_radius(net.weight.detach().numpy(), net.bias.detach().numpy(),
+                                x.numpy(), y.numpy(), space, L1)
+    ok = np.isfinite(exact.radius)
+    assert ok.sum() >= 10
+    assert (out.radius[ok] >= exact.radius[ok] * (1 - 1e-9)).all()
+    assert (out.radius[ok] <= 1.01 * exact.radius[ok]).all()
+
+
+def test_counterexamples_respect_box_scale_and_immutable_features():
+    d = 16
+    net = nn.Sequential(nn.Linear(d, 32), nn.ReLU(), nn.Linear(32, 4)).double()
+    torch.manual_seed(4)
+    for p in net.parameters():
+        torch.nn.init.normal_(p)
+    net.eval()
+    mutable = np.ones(d, bool)
+    mutable[[0, 3, 7]] = False
+    lower, upper = np.zeros(d), np.full(d, 2.0)
+    space = FeatureSpace.from_arrays(lower, upper, scale=np.full(d, 2.0), mutable=mutable)
+    x = torch.as_tensor(np.random.default_rng(5).uniform(0, 2, size=(10, d)))
+    with torch.no_grad():
+        y = net(x).argmax(1)
+    clf, out = _solve(net, x, y, space, steps=60)
+    xa = out.x_adv
+    assert out.found.all()
+    assert (xa >= 0).all() and (xa <= 2).all()
+    torch.testing.assert_close(xa[:, ~mutable], x[:, ~mutable], atol=0, rtol=0)
+    with torch.no_grad():
+        assert (net(xa).argmax(1) != y).all()  # each counterexample re-checked
+    norms = ((xa - x) / 2.0).abs().sum(1).numpy()  # scaled units
+    np.testing.assert_allclose(out.radius, norms, rtol=1e-12)
+
+
+def test_costs_steps_gradient_calls_and_is_deterministic():
+    d = 10
+    net = _linear(d, 3, seed=6)
+    x, y = _inputs(net, d, 7, seed=7)
+    space = FeatureSpace.box(d)
+    clf, first = _solve(net, x, y, space, steps=23)
+    assert clf.total_forward == 23 * len(x) and clf.total_backward == 23 * len(x)
+    _, second = _solve(net, x, y, space, steps=23)
+    assert torch.equal(first.x_adv, second.x_adv)
+    np.testing.assert_array_equal(first.radius, second.radius)
+
+
+def test_rejects_other_threats_and_no_steps():
+    net = _linear(4, 2, seed=8)
+    x, y = _inputs(net, 4, 2, seed=9)
+    clf = wrap_model(net, n_classes=2, input_shape=(4,))
+    g = torch.Generator().manual_seed(0)
+    with pytest.raises(ValueError, match="threat must be L1"):
+        minnorm_l1(clf, x, y, FeatureSpace.box(4), L2, None, Statement(), g)
+    with pytest.raises(ValueError, match="steps"):
+        minnorm_l1(clf, x, y, FeatureSpace.box(4), L1, None, Statement(), g, steps=0)
+
+
+def test_linear_step_is_the_l1_smallest_move_to_the_boundary():
+    rng = np.random.default_rng(10)
+    n, d = 20, 8
+    grad = rng.normal(size=(n, d)) * (rng.uniform(size=(n, d)) < 0.8)
+    u = rng.uniform(-0.5, 0.5, size=(n, d))
+    lo, hi = u - rng.uniform(0, 1, size=(n, d)), u + rng.uniform(0, 1, size=(n, d))
+    margin = rng.uniform(0, 2, size=n)
+    t = torch.as_tensor
+    step, length = linear_l1_step(t(margin), t(grad), t(u), t(lo), t(hi))
+    for i in range(n):
+        # s = p - q, min sum(p + q) s.t. grad.(p - q) <= -margin, box on u + s
+        c = np.ones(2 * d)
+        a_ub = np.concatenate([grad[i], -grad[i]])[None]
+        bounds = [(0, max(hi[i, j] - u[i, j], 0)) for j in range(d)] + \
+                 [(0, max(u[i, j] - lo[i, j], 0)) for j in range(d)]
+        res = linprog(c, A_ub=a_ub, b_ub=[-margin[i]], bounds=bounds, method="highs")
+        if res.status == 2:  # infeasible: the box cannot cover the margin
+            assert not np.isfinite(length[i].item())
+            continue
+        assert res.status == 0
+        assert abs(length[i].item() - res.fun) <= 1e-9 * max(1.0, res.fun)
+        s = step[i].numpy()
+        assert grad[i] @ s <= -margin[i] + 1e-9
+        assert (u[i] + s >= lo[i] - 1e-12).all() and (u[i] + s <= hi[i] + 1e-12).all()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_runs_on_cuda():
+    d = 12
+    net = _linear(d, 3, seed=11).cuda()
+    x, y = _inputs(net.cpu(), d, 6, seed=12)
+    net = net.cuda()
+    clf = wrap_model(net, n_classes=3, input_shape=(d,), device="cuda")
+    out = minnorm_l1(clf, x.cuda(), y.cuda(), FeatureSpace.box(d), L1, None, Statement(),
+                     torch.Generator(device="cuda").manual_seed(0), steps=30)
+    assert out.x_adv.is_cuda and out.found.all()
+
+
+def test_warm_start_targets_and_misclassified_inputs():
+    d, k = 12, 4
+    net = _linear(d, k, seed=13)
+    x, y = _inputs(net, d, 8, seed=14)
+    space = FeatureSpace.box(d)
+    clf = wrap_model(net, n_classes=k, input_shape=(d,))
+    g = torch.Generator().manual_seed(0)
+    exact = exact_linear_radius(net.weight.detach().numpy(), net.bias.detach().numpy(),
+                                x.numpy(), y.numpy(), space, L1)
+    # a warm start: the exact counterexample pushed further out (still a counterexample)
+    start = (x + 1.5 * (exact.x_adv - x)).clamp(0, 1)
+    with torch.no_grad():
+        still = net(start).argmax(1) != y
+    warm = minnorm_l1(clf, x, y, space, L1, None, Statement(), g, steps=1, init=start)
+    start_norm = (start - x).abs().sum(1).numpy()
+    assert still.sum() >= 6 and warm.found[still.numpy()].all()  # one call: the start itself
+    assert (warm.radius[still.numpy()] <= start_norm[still.numpy()] * (1 + 1e-12)).all()
+    # a statement with a target class and a per-input class to push to
+    target = (y + 1) % k
+    out = minnorm_l1(clf, x, y, space, L1, None, Statement(target=2), g, steps=60)
+    with torch.no_grad():
+        assert (net(out.x_adv).argmax(1)[out.found] == 2).all()
+    towards = minnorm_l1(clf, x, y, space, L1, None, Statement(), g, steps=60, towards=target)
+    with torch.no_grad():
+        reached = net(towards.x_adv).argmax(1)
+    assert towards.found.sum() >= 6 and (reached[towards.found] != y[towards.found]).all()
+    # an input the model already gets "wrong" has radius 0
+    wrong = (y + 1) % k
+    zero = minnorm_l1(clf, x, wrong, space, L1, None, Statement(), g, steps=3)
+    np.testing.assert_array_equal(zero.radius, np.zeros(len(x)))
+
+
+def test_counterexamples_satisfy_linear_relations():
+    d = 6
+    net = _linear(d, 3, seed=15)
+    A, b = np.array([[1.0, 1.0, 0, 0, 0, 0], [0, 0, 1.0, -1.0, 0, 0]]), np.array([1.2, 0.0])
+    space = FeatureSpace.box(d).constrain(inequalities=(A, b))
+    rng = np.random.default_rng(16)
+    X = rng.uniform(0, 1, size=(200, d))
+    X = X[(X @ A.T <= b).all(1)][:10]
+    x = torch.as_tensor(X)
+    with torch.no_grad():
+        y = net(x).argmax(1)
+    _, out = _solve(net, x, y, space, steps=60)
+    assert out.found.sum() >= 8
+    xa = out.x_adv[out.found].numpy()
+    assert (xa @ A.T <= b + 1e-7).all() and (xa >= 0).all() and (xa <= 1).all()
+    with torch.no_grad():
+        assert (net(out.x_adv).argmax(1)[out.found] != y[out.found]).all()
