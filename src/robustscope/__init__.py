@@ -132,6 +132,6 @@ if TYPE_CHECKING:  # static tools see the real names
     from robustscope.scores.multiattack import competitiveness
     from robustscope.scores.tradeoff import eps_for_alpha, flip_probability
     from robustscope.search.engine import radius
-    from robustscope.search.plan import SearchConfig
     from robustscope.search.grid import evaluate_threats, grid_robustness
+    from robustscope.search.plan import SearchConfig
     from robustscope.search.random_directions import random_directions_radius

@@ -125,6 +125,13 @@ class _BatchState(Verifier):
                                   device=self.x.device)
         self.near_ok = torch.zeros(n, dtype=torch.bool, device=self.x.device)
 
+    def still_open(self, sub: torch.Tensor) -> torch.Tensor:
+        """Boolean ``(len(sub),)``: the input has no counterexample yet, or its bracket
+        ``[max(lower bound, attack_lo), best_r]`` is wider than ``rtol`` and not certified."""
+        hi = self.best_r[sub]
+        lo = torch.maximum(self.attack_lo[sub], self.lower[sub])
+        return ~self.exact[sub] & (~torch.isfinite(hi) | (hi - lo > self.rtol * hi))
+
     def stage(self, name: str):
         """Count the passes spent inside the block as part ``name`` of the search."""
         return self.stages.stage(name, self.ledger)
@@ -580,11 +587,11 @@ def _minnorm_runs(state: _BatchState, sub: torch.Tensor, steps: int, targets: in
                   grad_cost: int) -> None:
     """Minimum-norm runs of ``steps`` gradient calls per input of ``sub``: one untargeted
     (``targets=0``), else one per runner-up class (by clean logit, skipping the class the
-    best counterexample already reached), all in one batch. Inputs with a certified bracket,
-    or whose budget cannot pay every run, are skipped."""
+    best counterexample already reached), all in one batch. Inputs whose bracket is closed
+    (certified, or within ``rtol``), or whose budget cannot pay every run, are skipped."""
     model, ledger = state.model, state.ledger
     runs = max(1, targets)
-    sub = sub[~state.exact[sub]]
+    sub = sub[state.still_open(sub)]
     sub = state.affordable(sub, runs * (steps * grad_cost + 1))
     if len(sub) == 0:
         return
@@ -683,17 +690,15 @@ def _bisect_with_pgd(state: _BatchState, sub: torch.Tensor, grad_cost: int,
     """
     model, space, threat, statement, ledger = (state.model, state.space, state.threat,
                                                state.statement, state.ledger)
-    max_radius, rtol, generator, config = (state.max_radius, state.rtol, state.generator,
-                                           state.config)
+    max_radius, generator, config = state.max_radius, state.generator, state.config
     restarts = plan.probe_restarts
     run_cost = restarts * (plan.probe_steps * grad_cost + 1) + 1
     doubling_eps = torch.full((len(state.best_r),), max_radius / 64, dtype=torch.float64,
                               device=state.x.device)
     for _ in range(config.max_probes + DOUBLINGS):
-        hi, lo = state.best_r[sub], torch.maximum(state.attack_lo[sub], state.lower[sub])
-        open_bracket = torch.isfinite(hi) & (hi - lo > rtol * hi) & ~state.exact[sub]
+        hi = state.best_r[sub]
         doubling = ~torch.isfinite(hi) & (doubling_eps[sub] <= max_radius)
-        todo = sub[open_bracket | doubling]
+        todo = sub[state.still_open(sub) & (torch.isfinite(hi) | doubling)]
         todo = state.affordable(todo, run_cost)
         # without a budget, the plan's passes are the ceiling of the bisection
         within = ledger.used(state.owners[todo.cpu().numpy()]) + run_cost <= plan.passes

@@ -117,7 +117,9 @@ def plan_attack(budget: int | None, grad_cost: int, n_classes: int, config: Sear
     probes = solver == "auto" and rest >= MIN_PROBES * probe_cost
     if not probes:  # too little for a bracket: the untargeted run gets it
         minnorm_steps += max(0, rest) // grad_cost
-    minnorm_steps = max(1, minnorm_steps) if avail >= grad_cost + 1 else 0
+    if minnorm_steps == 0 and avail >= grad_cost + 1:  # one step, the line search shrinks
+        minnorm_steps = 1
+        line = min(line, avail - grad_cost - 1)
     return AttackPlan(total, minnorm_steps, k, target_steps, line,
                       config.pgd_steps if probes else 0, config.pgd_restarts)
 

@@ -16,6 +16,7 @@ from robustscope.core.space import FeatureSpace
 from robustscope.core.statement import Statement
 from robustscope.models.base import Classifier
 from robustscope.solvers._common import ScaledProblem, cosine_schedule
+from robustscope.solvers.minnorm_l1 import minnorm_l1
 from robustscope.solvers.output import SolverOutput
 from robustscope.threats.lp import LpThreat
 
@@ -42,10 +43,15 @@ def minnorm(
     """Per input the smallest-norm counterexample seen (the last iterate, not counted as
     found, where none was). ``eps`` is ignored (kept for the solver
     signature); ``init`` is an optional starting counterexample ``(n, *shape)`` (warm start).
-    ``overshoot`` stretches the first-order distance to the boundary that sets the strength
-    before a first counterexample is found; ``linf_power`` shapes the Linf step (see
+    Under an L1 threat the run is :func:`~robustscope.solvers.minnorm_l1.minnorm_l1` (same
+    contract; the Linf / L2 step settings below do not apply). ``overshoot`` stretches the
+    first-order distance to the boundary that sets the strength before a first
+    counterexample is found; ``linf_power`` shapes the Linf step (see
     :func:`_step_direction`). Costs ``steps`` gradient calls per input.
     """
+    if threat.p == 1.0:  # L1 is its own problem: sparse steps, exact projection on ball ∩ box
+        return minnorm_l1(model, x, y, space, threat, eps, statement, generator, steps=steps,
+                          towards=towards, init=init)
     del eps, generator
     n = x.shape[0]
     problem = ScaledProblem(model, x, y, space, statement, towards)

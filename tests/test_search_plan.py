@@ -1,0 +1,151 @@
+"""The white-box search's budget plan and its allocation across inputs (issue #14): the plan
+never exceeds a budget, closed brackets are never charged again, the passes of each part add
+up to the ledger, and the search runs on CUDA where one is present."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch import nn
+
+from robustscope import FeatureSpace, radius
+from robustscope.core.statement import DECISION_CHANGE
+from robustscope.models import wrap_model
+from robustscope.models.base import QueryLedger
+from robustscope.search import engine
+from robustscope.search.plan import SearchConfig, StageLedger, plan_attack
+
+
+def _run_cost(config: SearchConfig, grad_cost: int) -> int:
+    return config.pgd_restarts * (config.pgd_steps * grad_cost + 1) + 1
+
+
+@settings(max_examples=200, deadline=None)
+@given(budget=st.integers(1, 20_000), grad_cost=st.sampled_from([2, 3, 65, 129]),
+       n_classes=st.integers(2, 20), solver=st.sampled_from(["auto", "minnorm"]))
+def test_planned_runs_fit_the_budget(budget, grad_cost, n_classes, solver):
+    config = SearchConfig()
+    plan = plan_attack(budget, grad_cost, n_classes, config, solver)
+    runs = (plan.minnorm_steps > 0) + plan.targets
+    spent = ((plan.minnorm_steps + plan.targets * plan.target_steps) * grad_cost + runs
+             + plan.line_steps + 2)
+    if plan.probe_steps:  # at least two probes fit beside the runs
+        spent += 2 * _run_cost(config, grad_cost)
+    assert spent <= max(budget, 2)
+    assert plan.targets <= max(0, n_classes - 2)
+    assert plan.targets == 0 or plan.target_steps >= config.min_run_steps
+    assert solver == "auto" or plan.probe_steps == 0
+
+
+def test_plan_grows_with_the_budget_and_defaults_to_150_gradients():
+    config = SearchConfig()
+    small, large = (plan_attack(b, 2, 10, config) for b in (50, 1000))
+    assert small.targets == 0 and small.probe_steps == 0  # too small: one run gets it all
+    assert small.minnorm_steps >= 18
+    assert large.targets == config.targets and large.probe_steps == config.pgd_steps
+    assert large.minnorm_steps > small.minnorm_steps
+    assert plan_attack(None, 2, 10, config).passes == 300
+
+
+def _mlp(seed: int = 0) -> nn.Module:
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 4)).eval()
+
+
+def _data(n: int = 12, seed: int = 1) -> tuple[np.ndarray, np.ndarray, nn.Module]:
+    net = _mlp()
+    X = np.random.default_rng(seed).uniform(0, 1, (n, 6))
+    with torch.no_grad():
+        y = net(torch.as_tensor(X, dtype=torch.float32)).argmax(1).numpy()
+    return X, y, net
+
+
+@settings(max_examples=8, deadline=None)
+@given(budget=st.integers(3, 400))
+def test_no_input_spends_more_than_its_budget(budget):
+    X, y, net = _data()
+    res = radius(net, X, y, threat="linf", space=FeatureSpace.box(6), budget=budget,
+                 certify="none")
+    assert res.queries.max() <= budget
+    assert sum(res.meta["passes_by_part"].values()) == res.queries.sum()
+
+
+def test_parts_add_up_without_a_budget_and_the_default_stays_near_its_plan():
+    X, y, net = _data()
+    res = radius(net, X, y, threat="l2", space=FeatureSpace.box(6), certify="none")
+    parts = res.meta["passes_by_part"]
+    assert sum(parts.values()) == res.queries.sum()
+    assert {"clean", "minnorm", "targeted minnorm", "line search"} <= set(parts)
+    assert res.meta["attack_plan"]["passes"] == 300
+    # the bisection stops at the plan's passes; only the clean pass may come on top
+    assert res.queries.max() <= 300 + 1
+
+
+def _state(net: nn.Module, X: np.ndarray, y: np.ndarray, budget: int | None):
+    model = wrap_model(net, input_shape=(6,), example=X)
+    x = torch.as_tensor(X, dtype=torch.float64)
+    yt = torch.as_tensor(y)
+    ledger = QueryLedger(len(X), budget)
+    with model.charging(ledger, np.arange(len(X))):
+        logits = model.logits(x).detach().to(torch.float64)
+    return engine._BatchState(
+        model, FeatureSpace.box(6), engine.get_threat("linf"), DECISION_CHANGE, ledger, x, yt,
+        np.arange(len(X)), logits, torch.zeros(len(X), dtype=torch.bool),
+        max_radius=1.0, rtol=0.01, generator=torch.Generator().manual_seed(0),
+        config=SearchConfig(), stages=StageLedger())
+
+
+def test_closed_brackets_are_never_charged_again():
+    X, y, net = _data(8)
+    state = _state(net, X, y, budget=None)
+    sub = torch.arange(len(X))
+    plan = plan_attack(None, 2, 4, state.config)
+    engine._minnorm_runs(state, sub, 20, 0, 2)
+    # input 0: certified; input 1: its bracket already within rtol
+    state.exact[0] = True
+    state.attack_lo[1] = state.best_r[1] * (1 - state.rtol / 2)
+    before = state.ledger.used().copy()
+    engine._minnorm_runs(state, sub, 10, 2, 2)
+    engine._bisect_with_pgd(state, sub, 2, plan)
+    spent = state.ledger.used() - before
+    assert spent[0] == 0 and spent[1] == 0
+    assert spent[2:].sum() > 0
+
+
+def test_targeted_runs_skip_the_class_already_reached():
+    X, y, net = _data(8)
+    state = _state(net, X, y, budget=None)
+    sub = torch.arange(len(X))
+    engine._minnorm_runs(state, sub, 20, 0, 2)
+    reached = state.best_logits.argmax(1)
+    targets = engine._targets_beyond_best(state, sub, 2)
+    assert not (targets == state.y[:, None]).any()
+    has = torch.isfinite(state.best_r)
+    assert not (targets[has] == reached[has][:, None]).any()
+
+
+def test_bisection_warm_starts_from_the_last_failed_probe():
+    X, y, net = _data(4)
+    state = _state(net, X, y, budget=None)
+    eps = torch.full((4,), 0.05, dtype=torch.float64)
+    state.near_u[:] = 0.01
+    state.near_ok[:2] = True
+    state.attack_lo[:2] = 0.02
+    start = engine._probe_start(state, torch.arange(4), eps)
+    assert torch.equal(start[:2], state.near_u[:2])  # failed probe below eps: reused
+    assert torch.equal(start[2:], torch.zeros_like(start[2:]))  # nothing known: from 0
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here")
+def test_search_runs_on_cuda():
+    X, y, net = _data()
+    cpu = radius(net, X, y, threat="linf", space=FeatureSpace.box(6), budget=200, seed=0)
+    gpu = radius(net, X, y, threat="linf", space=FeatureSpace.box(6), budget=200, seed=0,
+                 device="cuda")
+    assert np.isfinite(gpu.radius).all()
+    assert gpu.queries.max() <= 200
+    # float rounding differs between devices; the radii agree to the bracket's width
+    np.testing.assert_allclose(gpu.radius, cpu.radius, rtol=0.05)
