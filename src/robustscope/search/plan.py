@@ -45,9 +45,9 @@ class SearchConfig:
     #: Gradient calls per input planned when no budget is given (300 passes for autograd).
     default_gradients: int = 150
     #: Share of the per-input passes for the untargeted minimum-norm run.
-    minnorm_share: float = 0.4
+    minnorm_share: float = 0.5
     #: Share of the per-input passes for the targeted minimum-norm runs (all together).
-    target_share: float = 0.35
+    target_share: float = 0.3
     #: Most runner-up classes given a targeted minimum-norm run.
     targets: int = 2
     #: Fewest steps a minimum-norm run is worth (a part below it is dropped).
