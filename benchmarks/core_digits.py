@@ -26,10 +26,11 @@ from sklearn.datasets import load_digits
 from sklearn.linear_model import LogisticRegression
 
 from robustscope import FeatureSpace
-from robustscope.search.engine import SearchConfig, radius
+from robustscope.search.engine import radius
+from robustscope.search.plan import REFERENCE_CONFIG
 
 BUDGET = 1000
-BIG = SearchConfig(minnorm_steps=1000, pgd_steps=100, pgd_restarts=9, max_probes=20)
+BIG = REFERENCE_CONFIG
 
 
 def digits_split() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -107,7 +108,7 @@ def main() -> None:
         strong = radius(net, Xm, ym, threat=threat, space=space, config=BIG, rtol=0.001,
                         seed=1, budget=10 * BUDGET)
         strong_mn = radius(net, Xm, ym, threat=threat, space=space, solver="minnorm",
-                           config=SearchConfig(minnorm_steps=5000), seed=2)
+                           budget=10 * BUDGET, seed=2)
         best = np.minimum.reduce([default.radius, strong.radius, strong_mn.radius])
         ok = (default.status == "attacked") & np.isfinite(best) & (best > 0)
         ratio = default.radius[ok] / best[ok]

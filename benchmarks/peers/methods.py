@@ -22,6 +22,7 @@ from torch import nn
 from robustscope.core.errors import InputError
 from robustscope.models import wrap_model
 from robustscope.search.engine import SearchConfig, radius
+from robustscope.search.plan import REFERENCE_CONFIG
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/ (recipe, MILP)
 
@@ -89,8 +90,7 @@ def robustscope_auto(case, threat, X, y, cfg: Config, mult: int = 1, seed: int =
         budget = 5000 * mult
     kw = {}
     if mult > 1 and case.kind != "trees":
-        kw["config"] = SearchConfig(minnorm_steps=1000, pgd_steps=100, pgd_restarts=9,
-                                    max_probes=20)
+        kw["config"] = REFERENCE_CONFIG
         kw["rtol"] = 0.001
     t = time.perf_counter()
     res = radius(case.native, X, y, threat=threat, space=case.space, budget=budget, seed=seed,

@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import models as D  # noqa: E402
 
-from robustscope.search.engine import SearchConfig, radius  # noqa: E402
+from robustscope.search.engine import radius  # noqa: E402
 
 
 def main() -> None:
@@ -28,9 +28,8 @@ def main() -> None:
     for solver in ("auto", "minnorm", "pgd"):
         r = radius(net, X, y, threat="linf", space=case.space, solver=solver, budget=1000)
         print(f"{solver:8s} radius {r.radius} passes {r.queries} class {r.adv_prediction}")
-    r = radius(net, X, y, threat="linf", space=case.space, solver="minnorm",
-               config=SearchConfig(minnorm_steps=2000))
-    print(f"minnorm 2000 steps: radius {r.radius} class {r.adv_prediction}")
+    r = radius(net, X, y, threat="linf", space=case.space, solver="minnorm", budget=4000)
+    print(f"minnorm, 4000 passes: radius {r.radius} class {r.adv_prediction}")
     try:
         import foolbox as fb
     except ImportError:

@@ -71,6 +71,11 @@ class SearchConfig:
 BLACKBOX_CONFIG = SearchConfig(default_gradients=120, targets=0, max_probes=6)
 
 
+#: The strong setting of the benchmarks' best-known radii (with a 10x budget and a tight
+#: ``rtol``): four runner-up classes, three restarts per probe, twenty probes.
+REFERENCE_CONFIG = SearchConfig(targets=4, pgd_steps=20, pgd_restarts=3, max_probes=20)
+
+
 @dataclass(frozen=True)
 class AttackPlan:
     """Steps of each part of the white-box cascade for one batch (see the module doc)."""
