@@ -84,7 +84,9 @@ def test_parts_add_up_without_a_budget_and_the_default_stays_near_its_plan():
     assert res.queries.max() <= 300 + 1
 
 
-def _state(net: nn.Module, X: np.ndarray, y: np.ndarray, budget: int | None):
+def _state(net: nn.Module, X: np.ndarray, y: np.ndarray, budget: int | None,
+           space: FeatureSpace | None = None):
+    space = space or FeatureSpace.box(6)
     model = wrap_model(net, input_shape=(6,), example=X)
     x = torch.as_tensor(X, dtype=torch.float64)
     yt = torch.as_tensor(y)
@@ -92,7 +94,7 @@ def _state(net: nn.Module, X: np.ndarray, y: np.ndarray, budget: int | None):
     with model.charging(ledger, np.arange(len(X))):
         logits = model.logits(x).detach().to(torch.float64)
     return engine._BatchState(
-        model, FeatureSpace.box(6), engine.get_threat("linf"), DECISION_CHANGE, ledger, x, yt,
+        model, space, engine.get_threat("linf"), DECISION_CHANGE, ledger, x, yt,
         np.arange(len(X)), logits, torch.zeros(len(X), dtype=torch.bool),
         max_radius=1.0, rtol=0.01, generator=torch.Generator().manual_seed(0),
         config=SearchConfig(), stages=StageLedger())
@@ -137,6 +139,20 @@ def test_bisection_warm_starts_from_the_last_failed_probe():
     start = engine._probe_start(state, torch.arange(4), eps)
     assert torch.equal(start[:2], state.near_u[:2])  # failed probe below eps: reused
     assert torch.equal(start[2:], torch.zeros_like(start[2:]))  # nothing known: from 0
+
+
+def test_probes_start_cold_on_discrete_spaces():
+    X, y, net = _data(4)
+    X = np.round(X * 4) / 4  # integer features below, on a grid of 1/4 in raw units
+    space = FeatureSpace.from_arrays(np.zeros(6), np.ones(6) * 4, types=["integer"] * 6)
+    state = _state(net, X * 4, y, budget=None, space=space)
+    state.near_u[:] = 0.01
+    state.near_ok[:] = True
+    state.best_r[:] = 0.1
+    eps = torch.full((4,), 0.05, dtype=torch.float64)
+    # a shrunk or earlier iterate rounds into a local trap there: every probe starts at 0
+    assert torch.equal(engine._probe_start(state, torch.arange(4), eps),
+                       torch.zeros_like(state.near_u))
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here")
