@@ -426,7 +426,11 @@ def measure(ctx: Context, method: Method, threat: str, budget: int | None, log) 
     except Exception as exc:  # noqa: BLE001 - a peer failing is a result
         traceback.print_exc()
         return Measured.unavailable("error", f"{type(exc).__name__}: {exc}"[:300])
-    return confirmed(ctx, threat, run, params)
+    m = confirmed(ctx, threat, run, params)
+    over = int((np.asarray(m.passes) > budget).sum()) if budget is not None else 0
+    if over:
+        m.note = (m.note + "; " if m.note else "") + f"over the budget on {over} inputs"
+    return m
 
 
 def confirmed(ctx: Context, threat: str, run: M.Run, params: str) -> Measured:
@@ -679,12 +683,13 @@ def method_table(s: dict, budgets: tuple[int, ...]) -> list[str]:
                        + " |" + " |" * (len(cols) - 1))
     notes = "; ".join(f"{BY_KEY[k].label if k in BY_KEY else 'reference run'} at {b}: "
                       f"{r['note']}" for k, rows in s["methods"].items()
-                      for b, r in rows.items() if "not confirmed" in r.get("note", ""))
+                      for b, r in rows.items()
+                      if "not confirmed" in r.get("note", "") or "over the" in r.get("note", ""))
     params = "; ".join(f"{BY_KEY[k].label}: " + ", ".join(
         f"B={b} {r['params']}" for b, r in rows.items() if r.get("params"))
         for k, rows in s["methods"].items() if k not in (STRONG, "robustscope"))
     return out + ["", f"Settings: {params}." if params else "",
-                  "", f"Counterexamples the model does not confirm: {notes}." if notes else ""]
+                  "", f"Unconfirmed counterexamples, budgets overrun: {notes}." if notes else ""]
 
 
 def summary_markdown(meta: dict, summaries: dict, budgets: tuple[int, ...]) -> str:
