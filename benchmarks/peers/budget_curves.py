@@ -545,9 +545,11 @@ def budget_keys(method: Method, budgets: tuple[int, ...]) -> list[str]:
     return keys + [DEFAULT] if method.key == "robustscope" else keys
 
 
-def run_case_threat(ctx: Context, case_key: str, threat: str, slot: dict, args, log) -> None:
+def run_case_threat(ctx: Context, case_key: str, threat: str, slot: dict, args, log,
+                    save: Callable[[], None]) -> None:
     """Measure the chosen methods at every budget (and the reference where it is missing or
-    asked for), storing each result in ``slot`` as soon as it is taken."""
+    asked for), storing each result in ``slot`` and saving the cache as soon as it is
+    taken (an interrupted run keeps what it measured)."""
     n = len(ctx.case.X)
     for method in METHODS:
         if method.key not in args.methods or threat not in method.threats:
@@ -556,12 +558,14 @@ def run_case_threat(ctx: Context, case_key: str, threat: str, slot: dict, args, 
             t = time.perf_counter()
             m = measure(ctx, method, threat, None if b == DEFAULT else int(b), log)
             record(slot, method.key, b, m)
+            save()
             if m.status == "ok":
                 log(f"    {method.label} @ {b}: median passes {np.median(m.passes):.0f}, "
                     f"{time.perf_counter() - t:.1f} s")
     if "reference" in args.methods or get(slot, STRONG, "ref", n) is None:
         log("    strong reference run (robustscope 10x budget)")
         record(slot, STRONG, "ref", strong_reference(ctx, threat))
+        save()
     ex = slot.get("exact")
     need_exact = ex is None or ex.get("radius") is not None and len(ex["radius"]) < n
     if CASES[case_key].exact and threat in ("linf", "l1") and (
@@ -836,7 +840,7 @@ def main(argv: list[str] | None = None) -> None:
         for threat in args.threats:
             log(f"  # {threat}")
             slot = cache.slot(key, threat, row_hashes(case.X))
-            run_case_threat(ctx, key, threat, slot, args, log)
+            run_case_threat(ctx, key, threat, slot, args, log, cache.save)
             cache.save()
             s = summarise(slot, n, args.budgets)
             summaries[f"{case.name}, {threat.upper() if threat != 'linf' else 'Linf'}"] = s
