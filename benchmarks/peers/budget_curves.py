@@ -736,37 +736,46 @@ def markdown(meta: dict, summaries: dict, budgets: tuple[int, ...]) -> str:
     return "\n".join(out)
 
 
-def figure(case_key: str, case_name: str, per_threat: dict, budgets, path: Path) -> None:
-    """x: measured passes per input (log), y: median ratio (solid) and p90 (dashed), one
-    subplot per threat, one line per method; robustscope's default as a star."""
+YMAX = 2.0   # the figures' ratio axis stops here; larger ratios lie off the chart
+
+
+def figure(case_name: str, per_threat: dict, budgets, path: Path) -> None:
+    """x: measured passes per input (log), y: median ratio (solid) and p90 (dashed), cut at
+    ``YMAX``; one subplot per threat, one colour per method; robustscope's default as a
+    star."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(1, len(per_threat), figsize=(5 * len(per_threat), 4),
+    from matplotlib.ticker import NullFormatter
+    colors = {m.key: f"C{i}" for i, m in enumerate(METHODS)}
+    fig, axes = plt.subplots(1, len(per_threat), figsize=(5.5 * len(per_threat), 4.5),
                              squeeze=False)
     for ax, (threat, s) in zip(axes[0], per_threat.items(), strict=True):
-        for i, (key, rows) in enumerate(s["methods"].items()):
+        for key, rows in s["methods"].items():
             if key == STRONG:
                 continue
             pts = [rows[str(b)] for b in budgets
                    if str(b) in rows and rows[str(b)]["status"] == "ok"]
-            color = f"C{i}"
             if pts:
                 x = [p["passes"] for p in pts]
-                ax.plot(x, [p["ratio_median"] for p in pts], "o-", color=color,
+                ax.plot(x, [p["ratio_median"] for p in pts], "o-", color=colors[key],
                         label=BY_KEY[key].label)
-                ax.plot(x, [min(p["ratio_p90"], 10.0) for p in pts], "--", color=color,
-                        alpha=0.6)
+                ax.plot(x, [min(p["ratio_p90"], 10 * YMAX) for p in pts], "--",
+                        color=colors[key], alpha=0.6)
             d = rows.get(DEFAULT)
             if d and d["status"] == "ok":
-                ax.plot([d["passes"]], [d["ratio_median"]], "*", color=color, markersize=12,
-                        label="robustscope default")
+                ax.plot([d["passes"]], [d["ratio_median"]], "*", color=colors[key],
+                        markersize=12, label="robustscope default (median)")
         ax.set_xscale("log")
+        ax.set_xticks(list(budgets))
+        ax.set_xticklabels([str(b) for b in budgets])
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.set_ylim(0.99, YMAX)
         ax.set_xlabel("passes per input (median, measured)")
-        ax.set_ylabel("ratio to reference (median; p90 dashed)")
+        ax.set_ylabel(f"ratio to reference (median; p90 dashed; cut at {YMAX:g})")
         ax.set_title(threat.upper() if threat != "linf" else "Linf")
         ax.grid(alpha=0.3)
-    axes[0][0].legend(fontsize=7)
+        ax.legend(fontsize=7)
     fig.suptitle(f"{case_name}: budget curves")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -845,7 +854,7 @@ def main(argv: list[str] | None = None) -> None:
             s = summarise(slot, n, args.budgets)
             summaries[f"{case.name}, {threat.upper() if threat != 'linf' else 'Linf'}"] = s
             per_threat[threat] = s
-        figure(key, case.name, per_threat, args.budgets,
+        figure(case.name, per_threat, args.budgets,
                args.figures / f"budget_curves_{key}.png")
     meta["minutes"] = (time.perf_counter() - t_all) / 60
     cache.data["meta"] = meta
