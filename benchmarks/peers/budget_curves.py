@@ -696,15 +696,23 @@ def method_table(s: dict, budgets: tuple[int, ...]) -> list[str]:
                   "", f"Unconfirmed counterexamples, budgets overrun: {notes}." if notes else ""]
 
 
-def summary_markdown(meta: dict, summaries: dict, budgets: tuple[int, ...]) -> str:
+def provenance(runs: list[dict]) -> str:
+    """Which runs measured the cache: date, methods, inputs, device, torch, minutes."""
+    def one(r: dict) -> str:
+        mins = f", {r['minutes']:.1f} min" if "minutes" in r else ", interrupted"
+        return (f"{r['date']} ({', '.join(sorted(r['methods']))}; n={r['n']}; device "
+                f"{r['device']}, torch {r['torch']}, {r['machine']}{mins})")
+    last = runs[-1]
+    return ("Measured by " + "; ".join(one(r) for r in runs) + ". Peers: "
+            + ", ".join(f"{k} {v}" for k, v in last["peers"].items()) + ".")
+
+
+def summary_markdown(runs: list[dict], summaries: dict, budgets: tuple[int, ...]) -> str:
     """The part printed on stdout (and at the top of RESULTS_BUDGET.md)."""
     below = sum(s["below_exact"] for s in summaries.values())
     return "\n".join([
-        f"Measured {meta['date']} on {meta['machine']}, device {meta['device']}, torch "
-        f"{meta['torch']}; peers: " + ", ".join(f"{k} {v}" for k, v in meta["peers"].items())
-        + f"; {meta['n']} inputs per case; {meta['minutes']:.1f} min (this run; cached "
-        "entries keep their own measurement). Times were taken on a shared machine: compare "
-        "them within a row only. Tables per case: [RESULTS_BUDGET.md](peers/RESULTS_BUDGET.md).",
+        provenance(runs) + " Times were taken on a shared machine: compare them within a row "
+        "only. Tables per case: [RESULTS_BUDGET.md](peers/RESULTS_BUDGET.md).",
         "", "**Requirement 2, budgets** (robustscope's median and p90 ratio at most the "
         "smallest median and the smallest p90 of any peer at the same budget):", "",
         *target_rows(summaries, budgets), "",
@@ -713,7 +721,7 @@ def summary_markdown(meta: dict, summaries: dict, budgets: tuple[int, ...]) -> s
         f"Radii below an exact radius (must be 0): {below}."])
 
 
-def markdown(meta: dict, summaries: dict, budgets: tuple[int, ...]) -> str:
+def markdown(runs: list[dict], summaries: dict, budgets: tuple[int, ...]) -> str:
     out = ["# Budget curves (issue 14)", "",
            "Regenerate: `PYTHONPATH=src python benchmarks/peers/budget_curves.py` "
            "(`--methods robustscope` reruns robustscope only; the peers come from the cache "
@@ -729,7 +737,7 @@ def markdown(meta: dict, summaries: dict, budgets: tuple[int, ...]) -> str:
            f"(B // {PROBES} - 1) // 2, eps doubled from max/64 then bisected, a probe run "
            "only while its passes fit the input's budget (max radius Linf 1, L2 sqrt(d), L1 "
            "d). Every counterexample is re-checked with the model's own predict, the box "
-           "and its norm.", "", summary_markdown(meta, summaries, budgets), ""]
+           "and its norm.", "", summary_markdown(runs, summaries, budgets), ""]
     for title, s in summaries.items():
         out += [f"## {title}", "", f"Reference: {s['reference']}; median reference radius "
                 f"{s['median_reference']:.4f}.", "", *method_table(s, budgets), ""]
@@ -810,6 +818,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--out", type=Path, default=HERE / "RESULTS_BUDGET.md")
     ap.add_argument("--figures", type=Path, default=ROOT / "benchmarks" / "results")
     ap.add_argument("--no-model-cache", action="store_true")
+    ap.add_argument("--render", action="store_true",
+                    help="run nothing: redraw the tables and figures from the cache")
     args = ap.parse_args(argv)
     args.cases = [c.strip() for c in args.cases.split(",")]
     args.threats = [t.strip() for t in args.threats.split(",")]
@@ -837,8 +847,16 @@ def main(argv: list[str] | None = None) -> None:
     device = torch.device(args.device)
     meta = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "device": str(device),
             "torch": torch.__version__, "peers": versions(), "n": args.n,
-            "machine": f"{platform.processor() or platform.machine()}, "
-                       f"{os.cpu_count()} CPUs, torch threads {torch.get_num_threads()}"}
+            "methods": sorted(args.methods), "machine":
+                f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
+                f"torch threads {torch.get_num_threads()}"}
+    # a cache written before runs were listed holds one "meta" (all methods)
+    runs = cache.data.setdefault(
+        "runs", [{"methods": ["all"], **cache.data.pop("meta")}] if "meta" in cache.data else [])
+    if not args.render:
+        runs.append(meta)
+    elif not runs:
+        sys.exit(f"--render: {args.json} holds no measurement")
     summaries: dict = {}
     for key in args.cases:
         case = load_case(key, args.n, not args.no_model_cache)
@@ -849,20 +867,21 @@ def main(argv: list[str] | None = None) -> None:
         for threat in args.threats:
             log(f"  # {threat}")
             slot = cache.slot(key, threat, row_hashes(case.X))
-            run_case_threat(ctx, key, threat, slot, args, log, cache.save)
-            cache.save()
+            if not args.render:
+                run_case_threat(ctx, key, threat, slot, args, log, cache.save)
+                cache.save()
             s = summarise(slot, n, args.budgets)
             summaries[f"{case.name}, {threat.upper() if threat != 'linf' else 'Linf'}"] = s
             per_threat[threat] = s
         figure(case.name, per_threat, args.budgets,
                args.figures / f"budget_curves_{key}.png")
-    meta["minutes"] = (time.perf_counter() - t_all) / 60
-    cache.data["meta"] = meta
-    cache.save()
-    args.out.write_text(markdown(meta, summaries, args.budgets) + "\n")
+    if not args.render:
+        meta["minutes"] = (time.perf_counter() - t_all) / 60
+        cache.save()
+    args.out.write_text(markdown(runs, summaries, args.budgets) + "\n")
     log(f"wrote {args.out}, {args.json} and figures in {args.figures} in "
-        f"{meta['minutes']:.1f} min")
-    print(summary_markdown(meta, summaries, args.budgets))
+        f"{(time.perf_counter() - t_all) / 60:.1f} min")
+    print(summary_markdown(runs, summaries, args.budgets))
 
 
 if __name__ == "__main__":
