@@ -744,12 +744,19 @@ def markdown(runs: list[dict], summaries: dict, budgets: tuple[int, ...]) -> str
     return "\n".join(out)
 
 
-YMAX = 2.0   # the figures' ratio axis stops here; larger ratios lie off the chart
+YMIN, YMAX = 1e-4, 1.0   # the figures' axis of ratio - 1 (log): ratios from 1.0001 to 2
+
+
+def log_excess(ratio: float) -> float:
+    """ratio - 1 for a log axis: floored at ``YMIN`` (ratio 1 is the reference), 10 x
+    ``YMAX`` (off the chart) where nothing was confirmed."""
+    return min(max(ratio - 1, YMIN), 10 * YMAX)
 
 
 def figure(case_name: str, per_threat: dict, budgets, path: Path) -> None:
-    """x: measured passes per input (log), y: median ratio (solid) and p90 (dashed), cut at
-    ``YMAX``; one subplot per threat, one colour per method; robustscope's default as a
+    """x: measured passes per input (log), y: median ratio - 1 (solid) and p90 - 1 (dashed),
+    log scale, floored at ``YMIN`` and cut at ``YMAX``; the targets 1.002 and 1.02 as dotted
+    lines; one subplot per threat, one colour per method; robustscope's default as a
     star."""
     import matplotlib
     matplotlib.use("Agg")
@@ -766,21 +773,26 @@ def figure(case_name: str, per_threat: dict, budgets, path: Path) -> None:
                    if str(b) in rows and rows[str(b)]["status"] == "ok"]
             if pts:
                 x = [p["passes"] for p in pts]
-                ax.plot(x, [p["ratio_median"] for p in pts], "o-", color=colors[key],
+                ax.plot(x, [log_excess(p["ratio_median"]) for p in pts], "o-", color=colors[key],
                         label=BY_KEY[key].label)
-                ax.plot(x, [min(p["ratio_p90"], 10 * YMAX) for p in pts], "--",
-                        color=colors[key], alpha=0.6)
+                ax.plot(x, [log_excess(p["ratio_p90"]) for p in pts], "--", color=colors[key],
+                        alpha=0.6)
             d = rows.get(DEFAULT)
             if d and d["status"] == "ok":
-                ax.plot([d["passes"]], [d["ratio_median"]], "*", color=colors[key],
+                ax.plot([d["passes"]], [log_excess(d["ratio_median"])], "*", color=colors[key],
                         markersize=12, label="robustscope default (median)")
+                ax.plot([d["passes"]], [log_excess(d["ratio_p90"])], "*", color=colors[key],
+                        markersize=8, alpha=0.5)
+        for target in (TARGETS["median"], TARGETS["p90"]):
+            ax.axhline(target - 1, color="gray", linestyle=":", linewidth=1)
         ax.set_xscale("log")
         ax.set_xticks(list(budgets))
         ax.set_xticklabels([str(b) for b in budgets])
         ax.xaxis.set_minor_formatter(NullFormatter())
-        ax.set_ylim(0.99, YMAX)
+        ax.set_yscale("log")
+        ax.set_ylim(YMIN, YMAX)
         ax.set_xlabel("passes per input (median, measured)")
-        ax.set_ylabel(f"ratio to reference (median; p90 dashed; cut at {YMAX:g})")
+        ax.set_ylabel("ratio to reference - 1 (median; p90 dashed)")
         ax.set_title(threat.upper() if threat != "linf" else "Linf")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
