@@ -26,6 +26,12 @@ robustscope and recomputes every table from the cache::
     PYTHONPATH=src python benchmarks/peers/budget_curves.py                  # everything
     PYTHONPATH=src python benchmarks/peers/budget_curves.py --methods robustscope --n 30
 
+The script leaves torch's threads as the caller has them. On a loaded machine, the
+bisections' one-input attacks suffer badly from more than one thread: on 2 cores shared with
+other work, Foolbox PGD + bisection at B = 200 took 15.5 s per LeNet input with torch's 2
+threads against 0.17 s with ``OMP_NUM_THREADS=1`` (measured 2026-12-01); set it when the
+machine is busy (the thread count is recorded with each run).
+
 Trained models are cached too (``~/.cache/robustscope-benchmarks``; ``--no-model-cache``).
 Writes ``RESULTS_BUDGET.md`` (next to this file), one figure per model in
 ``benchmarks/results/budget_curves_<case>.png``, and prints the summary on stdout.
