@@ -75,13 +75,20 @@ class ScaledProblem:
         """The input ``x + u * scale`` for scaled perturbation ``u`` (n, d)."""
         return self.space.apply_delta(self.x, u)
 
-    def margin_and_grad(self, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``(logits, margin (n,), d margin / d u (n, d))``."""
-        def objective(logits: torch.Tensor) -> torch.Tensor:
-            return self.statement.margin(logits.to(torch.float64), self.y, self.towards)
+    def margin_and_grad(self, u: torch.Tensor, smooth: bool = False
+                        ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(logits, margin (n,), d objective / d u (n, d))``: the objective is the margin,
+        or with ``smooth`` the statement's :meth:`~robustscope.core.statement.Statement.
+        smooth_margin` (the margin returned stays the true one)."""
+        rule = self.statement.smooth_margin if smooth else self.statement.margin
 
-        logits, margin, grad_x = self.model.value_and_grad(self.candidate(u), objective,
-                                                           fd_step=self.fd_step)
+        def objective(logits: torch.Tensor) -> torch.Tensor:
+            return rule(logits.to(torch.float64), self.y, self.towards)
+
+        logits, value, grad_x = self.model.value_and_grad(self.candidate(u), objective,
+                                                          fd_step=self.fd_step)
+        margin = (self.statement.margin(logits.detach().to(torch.float64), self.y, self.towards)
+                  if smooth else value)
         grad_u = grad_x.reshape(u.shape).to(u.dtype) * self.scale
         return logits, margin.to(u.dtype), grad_u
 
