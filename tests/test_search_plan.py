@@ -32,8 +32,8 @@ def test_planned_runs_fit_the_budget(budget, grad_cost, n_classes, solver):
     runs = (plan.minnorm_steps > 0) + plan.targets
     spent = ((plan.minnorm_steps + plan.targets * plan.target_steps) * grad_cost + runs
              + plan.line_steps + 2)
-    if plan.probe_steps:  # at least two probes fit beside the runs
-        spent += 2 * _run_cost(config, grad_cost)
+    if plan.probe_steps:  # at least four probes fit beside the runs
+        spent += 4 * _run_cost(config, grad_cost)
     assert spent <= max(budget, 2)
     assert plan.targets <= max(0, n_classes - 2)
     assert plan.targets == 0 or plan.target_steps >= config.min_run_steps
