@@ -17,6 +17,7 @@ from robustscope.models import wrap_model
 from robustscope.models.base import QueryLedger
 from robustscope.search import engine
 from robustscope.search.plan import SearchConfig, StageLedger, plan_attack
+from robustscope.solvers.targets import rank_by_distance
 
 
 def _run_cost(config: SearchConfig, grad_cost: int) -> int:
@@ -30,14 +31,16 @@ def test_planned_runs_fit_the_budget(budget, grad_cost, n_classes, solver):
     config = SearchConfig()
     plan = plan_attack(budget, grad_cost, n_classes, config, solver)
     runs = (plan.minnorm_steps > 0) + plan.targets
-    spent = ((plan.minnorm_steps + plan.targets * plan.target_steps) * grad_cost + runs
-             + plan.line_steps + 2)
+    spent = ((plan.minnorm_steps + plan.targets * plan.target_steps + plan.ranked) * grad_cost
+             + runs + plan.line_steps + 2)
     if plan.probe_steps:  # at least four probes fit beside the runs
         spent += 4 * _run_cost(config, grad_cost)
     assert spent <= max(budget, 2)
     assert plan.targets <= max(0, n_classes - 2)
     assert plan.targets == 0 or plan.target_steps >= config.min_run_steps
     assert solver == "auto" or plan.probe_steps == 0
+    # classes are ranked only for targeted runs, and only where there is a choice
+    assert plan.ranked == 0 or (plan.targets and n_classes - 2 > plan.targets)
 
 
 def test_plan_grows_with_the_budget_and_defaults_to_150_gradients():
@@ -165,3 +168,43 @@ def test_search_runs_on_cuda():
     assert gpu.queries.max() <= 200
     # float rounding differs between devices; the radii agree to the bracket's width
     np.testing.assert_allclose(gpu.radius, cpu.radius, rtol=0.05)
+
+
+def test_ranking_puts_the_nearest_linear_boundary_first():
+    # an affine model with no box in reach: the first-order distance is the exact one, so the
+    # first ranked class is the class of the exact L1 radius
+    d, k = 12, 6
+    net = nn.Linear(d, k).double()
+    torch.manual_seed(3)
+    for p in net.parameters():
+        torch.nn.init.normal_(p)
+    X = np.random.default_rng(4).normal(size=(20, d))
+    space = FeatureSpace.from_arrays(np.full(d, -1e6), np.full(d, 1e6), scale=np.ones(d))
+    model = wrap_model(net, input_shape=(d,), example=X)
+    x = torch.as_tensor(X)
+    with torch.no_grad():
+        logits = net(x)
+    y = logits.argmax(1)
+    ledger = QueryLedger(len(X), None)
+    with model.charging(ledger, np.repeat(np.arange(len(X)), k - 1)):
+        ranked = rank_by_distance(model, x, y, logits, space, engine.get_threat("l1"),
+                                  DECISION_CHANGE, k - 1)
+    w, b = net.weight.detach().numpy(), net.bias.detach().numpy()
+    for i in range(len(X)):
+        c = w - w[int(y[i])]
+        margin = (w[int(y[i])] - w) @ X[i] + b[int(y[i])] - b
+        dist = np.where(np.arange(k) == int(y[i]), np.inf,
+                        margin / np.abs(c).max(axis=1).clip(1e-30))
+        assert int(ranked[i, 0]) == int(np.argmin(dist))
+    assert (ledger.used() == 2 * (k - 1)).all()  # one forward and one backward per class
+
+
+def test_targets_follow_the_ranking_and_skip_label_and_reached_class():
+    X, y, net = _data(4)
+    state = _state(net, X, y, budget=None)
+    sub = torch.arange(4)
+    ranking = torch.tensor([[3, 1, 2]] * 4)  # labels are 0..3; ranking excludes nothing yet
+    targets = engine._targets_beyond_best(state, sub, 2, ranking)
+    for i in range(4):
+        expected = [c for c in (3, 1, 2, 0) if c != int(state.y[i])][:2]
+        assert targets[i].tolist() == expected

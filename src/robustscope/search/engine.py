@@ -73,6 +73,7 @@ from robustscope.solvers.bounds.domain import make_domain
 from robustscope.solvers.bounds.graph import Network, read_network
 from robustscope.solvers.exact_relu import relu_layers
 from robustscope.solvers.registry import CERTIFY_CHOICES, check_search_solver, get_solver
+from robustscope.solvers.targets import rank_by_distance
 from robustscope.threats import LpThreat, get_threat
 
 log = logging.getLogger(__name__)
@@ -575,7 +576,8 @@ def _run_attacks(state: _BatchState, solver: str, active: torch.Tensor) -> None:
             _minnorm_runs(state, sub, plan.minnorm_steps, 0, grad_cost)
     if plan.targets:
         with state.stage("targeted minnorm"):
-            _minnorm_runs(state, sub, plan.target_steps, plan.targets, grad_cost)
+            ranking = _rank_targets(state, sub, plan, grad_cost)
+            _minnorm_runs(state, sub, plan.target_steps, plan.targets, grad_cost, ranking)
     if plan.line_steps:
         with state.stage("line search"):
             _line_search(state, sub, plan.line_steps)
@@ -584,12 +586,36 @@ def _run_attacks(state: _BatchState, solver: str, active: torch.Tensor) -> None:
             _bisect_with_pgd(state, sub, grad_cost, plan)
 
 
+def _rank_targets(state: _BatchState, sub: torch.Tensor, plan: AttackPlan,
+                  grad_cost: int) -> torch.Tensor | None:
+    """``(len(state.x), plan.ranked)`` classes per input, nearest boundary first by the
+    first-order estimate at the clean input (:func:`~robustscope.solvers.targets.
+    rank_by_distance`), for the open inputs of ``sub`` that can pay for it and their targeted
+    runs; ``None`` when the plan ranks nothing. Rows of other inputs are left at -1."""
+    if not plan.ranked:
+        return None
+    model, ledger = state.model, state.ledger
+    ranking = torch.full((len(state.x), plan.ranked), -1, dtype=torch.long,
+                         device=state.x.device)
+    runs_cost = plan.targets * (plan.target_steps * grad_cost + 1)
+    sub = sub[state.still_open(sub)]
+    sub = state.affordable(sub, plan.ranked * grad_cost + runs_cost)
+    if len(sub):
+        with model.charging(ledger, np.repeat(state.owners[sub.cpu().numpy()], plan.ranked)):
+            ranking[sub] = rank_by_distance(model, state.x[sub], state.y[sub],
+                                            state.clean_logits[sub], state.space, state.threat,
+                                            state.statement, plan.ranked)
+    return ranking
+
+
 def _minnorm_runs(state: _BatchState, sub: torch.Tensor, steps: int, targets: int,
-                  grad_cost: int) -> None:
+                  grad_cost: int, ranking: torch.Tensor | None = None) -> None:
     """Minimum-norm runs of ``steps`` gradient calls per input of ``sub``: one untargeted
-    (``targets=0``), else one per runner-up class (by clean logit, skipping the class the
-    best counterexample already reached), all in one batch. Inputs whose bracket is closed
-    (certified, or within ``rtol``), or whose budget cannot pay every run, are skipped."""
+    (``targets=0``), else one per class aimed at — the first of ``ranking`` (nearest boundary
+    first, see :func:`_rank_targets`), else the runner-ups by clean logit — skipping the
+    class the best counterexample already reached, all in one batch. Inputs whose bracket is
+    closed (certified, or within ``rtol``), or whose budget cannot pay every run, are
+    skipped."""
     model, ledger = state.model, state.ledger
     runs = max(1, targets)
     sub = sub[state.still_open(sub)]
@@ -598,7 +624,7 @@ def _minnorm_runs(state: _BatchState, sub: torch.Tensor, steps: int, targets: in
         return
     towards = None
     if targets:
-        order = _targets_beyond_best(state, sub, targets)
+        order = _targets_beyond_best(state, sub, targets, ranking)
         sub = sub.repeat(targets)
         towards = order.T.reshape(-1)  # target k of every input, then target k + 1, ...
     with model.charging(ledger, state.owners[sub.cpu().numpy()]):
@@ -610,16 +636,29 @@ def _minnorm_runs(state: _BatchState, sub: torch.Tensor, steps: int, targets: in
         state.check(sub[rows], out.x_adv[rows])
 
 
-def _targets_beyond_best(state: _BatchState, sub: torch.Tensor, count: int) -> torch.Tensor:
-    """``(len(sub), count)`` runner-up classes by clean logit, without the label and without
-    the class of each input's best counterexample (already searched)."""
+def _targets_beyond_best(state: _BatchState, sub: torch.Tensor, count: int,
+                         ranking: torch.Tensor | None = None) -> torch.Tensor:
+    """``(len(sub), count)`` classes to aim at, without the label and without the class of
+    each input's best counterexample (already searched): in the order of ``ranking`` where an
+    input has one (classes it does not rank come after, by clean logit), else by clean
+    logit."""
     logits = state.clean_logits[sub]
-    masked = logits.scatter(1, state.y[sub][:, None], float("-inf"))
+    k = logits.shape[1]
+    classes = torch.arange(k, device=logits.device)
+    # priority (smaller first): the position in the ranking, else k + the logit order
+    by_logit = logits.argsort(dim=1, descending=True).argsort(dim=1).to(torch.float64)
+    priority = k + by_logit
+    if ranking is not None:
+        ranks = ranking[sub]
+        position = torch.arange(ranks.shape[1], device=logits.device, dtype=torch.float64)
+        placed = torch.full_like(priority, math.inf).scatter(
+            1, ranks.clamp_min(0), torch.where(ranks >= 0, position, math.inf))
+        priority = torch.minimum(priority, placed)
     reached = state.best_logits[sub].argmax(dim=1)
     has = torch.isfinite(state.best_r[sub])
-    masked = torch.where(has[:, None] & (torch.arange(logits.shape[1], device=logits.device)
-                                         == reached[:, None]), float("-inf"), masked)
-    return masked.argsort(dim=1, descending=True)[:, :count]
+    excluded = (classes == state.y[sub][:, None]) | (has[:, None] & (classes == reached[:, None]))
+    priority = priority.masked_fill(excluded, math.inf)
+    return priority.argsort(dim=1)[:, :count]
 
 
 def _run_gradient_free(state: _BatchState, sub: torch.Tensor) -> None:

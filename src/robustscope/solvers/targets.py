@@ -1,0 +1,42 @@
+"""Which classes a targeted run should aim at: the first-order distance to each boundary.
+
+At the clean input, the boundary between the label ``y`` and a class ``j`` lies at about
+``margin_j / ||grad margin_j||_*`` (the margin ``z_y - z_j`` over the dual norm of its
+gradient, in the threat's scaled units, box-blocked components left out). The class with the
+smallest estimate is the best first guess for the nearest boundary; the logit order, which
+ignores how fast each margin falls, often is not (on a 10-class linear model under L1, runs
+aimed at the two runner-ups by logit missed the nearest class on 17 of 100 inputs).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from robustscope.core.space import FeatureSpace
+from robustscope.core.statement import Statement
+from robustscope.models.base import Classifier
+from robustscope.solvers._common import ScaledProblem
+from robustscope.threats.lp import LpThreat
+
+
+def rank_by_distance(model: Classifier, x: torch.Tensor, y: torch.Tensor, logits: torch.Tensor,
+                     space: FeatureSpace, threat: LpThreat, statement: Statement,
+                     count: int) -> torch.Tensor:
+    """``(n, count)`` classes per input, nearest first by the first-order distance estimate
+    at ``x``, among the ``count`` other classes with the largest clean ``logits`` ``(n, k)``.
+
+    ``x`` ``(n, *shape)`` inputs, ``y`` ``(n,)`` labels. Costs one gradient per input and
+    candidate class (``count`` rows through the model per input, forward and backward),
+    charged to the model's ledger like any solver call.
+    """
+    n = x.shape[0]
+    masked = logits.scatter(1, y.reshape(-1, 1), float("-inf"))
+    candidates = masked.argsort(dim=1, descending=True)[:, :count]  # (n, count)
+    rows = torch.arange(n, device=x.device).repeat_interleave(candidates.shape[1])
+    problem = ScaledProblem(model, x[rows], y[rows], space, statement, candidates.reshape(-1))
+    u = torch.zeros(len(rows), problem.n_features, dtype=x.dtype, device=x.device)
+    _, margin, grad = problem.margin_and_grad(u)
+    grad = problem.descent_gradient(u, grad)
+    distance = margin.clamp_min(0) / threat.dual_norm(grad).clamp_min(1e-30)
+    order = distance.reshape(n, -1).argsort(dim=1)
+    return candidates.gather(1, order)
