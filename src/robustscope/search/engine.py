@@ -58,6 +58,7 @@ from robustscope.models.torch_model import TorchClassifier
 from robustscope.models.wrap import wrap_model
 from robustscope.search.plan import (
     BLACKBOX_CONFIG,
+    RELATIONS_CONFIG,
     AttackPlan,
     SearchConfig,
     StageLedger,
@@ -237,9 +238,10 @@ def _radius(model, X, y, threat, space, solver, max_radius, budget, rtol, seed, 
     threat = get_threat(threat)
     statement = statement or DECISION_CHANGE
     model = wrap_model(model, input_shape=X.shape[1:], device=device, example=X)
-    config = config or (SearchConfig() if model.differentiable else BLACKBOX_CONFIG)
     if space is None:
         space = FeatureSpace.box(X.shape[1:]) if X.ndim > 2 else FeatureSpace.from_data(X)
+    config = config or (BLACKBOX_CONFIG if not model.differentiable else
+                        RELATIONS_CONFIG if space.has_relations else SearchConfig())
     space.check_data(X, what="X")
     broken = _broken_inputs(space, X, invalid)
     labels = check_labels(y, len(X), model.n_classes, getattr(model, "classes", None))
