@@ -111,7 +111,10 @@ def test_relu_exact_search_gives_valid_counterexamples():
     np.testing.assert_allclose(res.radius[exact], res.lower_bound[exact], rtol=1e-4)
     free = radius(net, X, y, space=space.unconstrained(), solver="exact", threat="linf")
     both = res.found & free.found
-    assert (res.radius[both] >= free.lower_bound[both] - 1e-7).all()
+    # both are MILP optima, each exact up to the solver's tolerances (the search calls a
+    # bracket within a relative 1e-4 exact): the valid radius cannot undercut the free one
+    # by more than that
+    assert (res.radius[both] >= free.lower_bound[both] * (1 - 1e-4)).all()
 
 
 def test_tree_exact_path_stays_honest_under_relations():
