@@ -90,6 +90,7 @@ EXACT_RELU = get_solver("exact-relu").run
 DOUBLINGS = 7
 #: First PGD step of a warm-started probe, as a share of its strength (the start is close).
 WARM_STEP = 0.25
+#: First PGD step of a cold-started probe (spaces with discrete features, see _probe_start).
 COLD_STEP = 0.5
 #: A certified bracket narrower than this (relative) counts as exact (MILP tolerances).
 EXACT_RTOL = 1e-4
