@@ -139,7 +139,7 @@ def test_bisection_warm_starts_from_the_last_failed_probe():
     state.near_u[:] = 0.01
     state.near_ok[:2] = True
     state.attack_lo[:2] = 0.02
-    start = engine._probe_start(state, torch.arange(4), eps)
+    start, _ = engine._probe_start(state, torch.arange(4), eps)
     assert torch.equal(start[:2], state.near_u[:2])  # failed probe below eps: reused
     assert torch.equal(start[2:], torch.zeros_like(start[2:]))  # nothing known: from 0
 
@@ -154,8 +154,8 @@ def test_probes_start_cold_on_discrete_spaces():
     state.best_r[:] = 0.1
     eps = torch.full((4,), 0.05, dtype=torch.float64)
     # a shrunk or earlier iterate rounds into a local trap there: every probe starts at 0
-    assert torch.equal(engine._probe_start(state, torch.arange(4), eps),
-                       torch.zeros_like(state.near_u))
+    start, _ = engine._probe_start(state, torch.arange(4), eps)
+    assert torch.equal(start, torch.zeros_like(state.near_u))
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here")

@@ -321,25 +321,30 @@ def budget_bisection(attack_at, net: M.Counting, X: np.ndarray, top: float,
     per input (inf if none), the counterexamples and the passes per input."""
     radii, advs, used = np.full(len(X), np.inf), X.copy(), np.zeros(len(X))
     cost = 0          # passes of the dearest probe so far (0: none run yet)
+
+    def probe(i: int, eps: float) -> bool:
+        """Attack input ``i`` at ``eps``; keep a success's counterexample."""
+        nonlocal cost
+        before = net.passes
+        xa, ok = attack_at(i, eps)
+        cost = max(cost, net.passes - before)
+        if ok:
+            advs[i] = xa[0]
+        return ok
+
     for i in range(len(X)):
         start = net.passes
         lo, hi, eps = 0.0, None, top / 64
         while hi is None and eps <= top * (1 + 1e-9) and (
                 cost == 0 or net.passes - start + cost <= budget):
-            before = net.passes
-            xa, ok = attack_at(i, eps)
-            cost = max(cost, net.passes - before)
-            if ok:
-                hi, advs[i] = eps, xa[0]
+            if probe(i, eps):
+                hi = eps
             else:
                 lo, eps = eps, eps * 2
         while hi is not None and net.passes - start + cost <= budget:
             mid = (lo + hi) / 2
-            before = net.passes
-            xa, ok = attack_at(i, mid)
-            cost = max(cost, net.passes - before)
-            if ok:
-                hi, advs[i] = mid, xa[0]
+            if probe(i, mid):
+                hi = mid
             else:
                 lo = mid
         radii[i] = np.inf if hi is None else hi

@@ -74,7 +74,7 @@ from robustscope.solvers.bounds.domain import make_domain
 from robustscope.solvers.bounds.graph import Network, read_network
 from robustscope.solvers.exact_relu import relu_layers
 from robustscope.solvers.registry import CERTIFY_CHOICES, check_search_solver, get_solver
-from robustscope.solvers.targets import rank_by_distance
+from robustscope.solvers.targets import rank_by_distance, runner_ups
 from robustscope.threats import LpThreat, get_threat
 
 log = logging.getLogger(__name__)
@@ -553,12 +553,6 @@ def _certify_bounds(state: _BatchState, active: torch.Tensor, net: Network,
                                                                  EXACT_RTOL * r))
 
 
-def _runner_up_targets(logits: torch.Tensor, y: torch.Tensor, count: int) -> list:
-    masked = logits.scatter(1, y[:, None], float("-inf"))
-    order = masked.argsort(dim=1, descending=True)
-    return [order[:, i] for i in range(min(count, logits.shape[1] - 1))]
-
-
 def _run_attacks(state: _BatchState, solver: str, active: torch.Tensor) -> None:
     """The attack cascade on the inputs ``active``: gradient-free for black boxes under
     ``auto``, else the parts planned by :func:`~robustscope.search.plan.plan_attack` from the
@@ -726,9 +720,10 @@ def _bisect_with_pgd(state: _BatchState, sub: torch.Tensor, grad_cost: int,
     """Double-then-bisect on the strength with fixed-strength PGD, per input, until the
     bracket ``[attack_lo, best_r]`` is within ``rtol`` or the budget is spent.
 
-    Each probe is warm-started: towards a smaller strength from the best counterexample
-    shrunk into the ball, towards a larger one from the last failed probe's iterate (which
-    lies inside the larger ball), with a smaller first step (the start is already close).
+    Each probe is warm-started (cold on spaces with discrete features, see
+    :func:`_probe_start`): towards a smaller strength from the best counterexample shrunk
+    into the ball, towards a larger one from the last failed probe's iterate (which lies
+    inside the larger ball), with a smaller first step (the start is already close).
     A probe that could not narrow the bracket (closed bracket, certified input) is not run.
     """
     model, space, threat, statement, ledger = (state.model, state.space, state.threat,
@@ -755,14 +750,13 @@ def _bisect_with_pgd(state: _BatchState, sub: torch.Tensor, grad_cost: int,
         first = torch.isfinite(hi) & (lo == 0) & (state.probes[todo] == 0)
         eps = torch.where(first, hi * config.first_probe, (lo + hi) / 2)
         eps = torch.where(torch.isfinite(hi), eps, doubling_eps[todo])
-        init_u = _probe_start(state, todo, eps)
+        init_u, first_step = _probe_start(state, todo, eps)
         # restart 0 is warm-started and untargeted; the others aim at the runner-up classes
-        towards = [None, *_runner_up_targets(state.clean_logits[todo], state.y[todo],
-                                             restarts - 1)]
+        towards = [None, *runner_ups(state.clean_logits[todo], state.y[todo], restarts - 1).T]
         with model.charging(ledger, state.owners[todo.cpu().numpy()]):
             out = PGD(model, state.x[todo], state.y[todo], space, threat, eps, statement,
                       generator, steps=plan.probe_steps, restarts=restarts, towards=towards,
-                      init=init_u, step_start=COLD_STEP if space.has_discrete else WARM_STEP)
+                      init=init_u, step_start=first_step)
         ok = state.check(todo, out.x_adv)
         state.probes[todo] += torch.isfinite(hi).to(state.probes.dtype)
         state.attack_lo[todo] = torch.where(ok, state.attack_lo[todo], eps)
@@ -773,19 +767,21 @@ def _bisect_with_pgd(state: _BatchState, sub: torch.Tensor, grad_cost: int,
                                          doubling_eps[todo] * 2, doubling_eps[todo])
 
 
-def _probe_start(state: _BatchState, todo: torch.Tensor, eps: torch.Tensor) -> torch.Tensor:
-    """Warm start ``(len(todo), d)`` of a probe at strength ``eps``: the last failed probe's
-    iterate where one exists at a smaller strength (it lies inside the ball of ``eps``), else
-    the best counterexample shrunk into the ball, else 0. On a space with discrete features
-    (integers, one-hot groups) every probe starts at 0: there a shrunk or earlier iterate
-    rounds into a local trap (measured on the credit tutorial's logistic model: warm starts
-    left radii up to 2.2x above the cold-started probes)."""
+def _probe_start(state: _BatchState, todo: torch.Tensor,
+                 eps: torch.Tensor) -> tuple[torch.Tensor, float]:
+    """Start ``(len(todo), d)`` of a probe at strength ``eps`` and its first step (a share of
+    the strength). Warm, with :data:`WARM_STEP`: the last failed probe's iterate where one
+    exists at a smaller strength (it lies inside the ball of ``eps``), else the best
+    counterexample shrunk into the ball, else 0. On a space with discrete features (integers,
+    one-hot groups) every probe starts cold, at 0 with :data:`COLD_STEP`: there a shrunk or
+    earlier iterate rounds into a local trap (measured on the credit tutorial's logistic
+    model: warm starts left radii up to 2.2x above the cold-started probes)."""
     space = state.space
     if space.has_discrete:
-        return torch.zeros_like(state.near_u[todo])
+        return torch.zeros_like(state.near_u[todo]), COLD_STEP
     hi = state.best_r[todo]
     best_u = space.scaled_delta(state.best_x[todo], state.x[todo])
     shrunk = best_u * (eps / hi.clamp_min(1e-300)).clamp(max=1.0)[:, None]
     start = torch.where(torch.isfinite(hi)[:, None], shrunk, torch.zeros_like(best_u))
     grow = state.near_ok[todo] & (state.attack_lo[todo] < eps)
-    return torch.where(grow[:, None], state.near_u[todo], start)
+    return torch.where(grow[:, None], state.near_u[todo], start), WARM_STEP

@@ -143,12 +143,12 @@ def plan_attack(budget: int | None, grad_cost: int, n_classes: int, config: Sear
     if not k:
         target_steps = ranked = 0
     pool = avail - ranked * grad_cost
-    minnorm_steps = int(config.minnorm_share * pool) // grad_cost
-    rest = pool - line - (minnorm_steps + k * target_steps) * grad_cost - (1 + k)
-    if rest < 0:  # rounding at a small budget: the untargeted run gives the difference back
-        minnorm_steps = max(0, minnorm_steps - (-rest // grad_cost)
-                            - (1 if -rest % grad_cost else 0))
-        rest = pool - line - (minnorm_steps + k * target_steps) * grad_cost - (1 + k)
+    # passes of everything but the untargeted run's steps; rounding at a small budget can
+    # leave its share short of them, and the untargeted run gives the difference back
+    others = line + k * target_steps * grad_cost + 1 + k
+    minnorm_steps = max(0, min(int(config.minnorm_share * pool) // grad_cost,
+                               (pool - others) // grad_cost))
+    rest = pool - others - minnorm_steps * grad_cost
     probes = solver == "auto" and rest >= MIN_PROBES * probe_cost
     if not probes:  # too little for a bracket: the untargeted run gets it
         minnorm_steps += max(0, rest) // grad_cost

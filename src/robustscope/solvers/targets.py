@@ -19,6 +19,13 @@ from robustscope.solvers._common import ScaledProblem
 from robustscope.threats.lp import LpThreat
 
 
+def runner_ups(logits: torch.Tensor, y: torch.Tensor, count: int) -> torch.Tensor:
+    """``(n, min(count, k - 1))`` classes other than the label ``y`` ``(n,)``, by decreasing
+    clean ``logits`` ``(n, k)``."""
+    masked = logits.scatter(1, y.reshape(-1, 1), float("-inf"))
+    return masked.argsort(dim=1, descending=True)[:, :min(count, logits.shape[1] - 1)]
+
+
 def rank_by_distance(model: Classifier, x: torch.Tensor, y: torch.Tensor, logits: torch.Tensor,
                      space: FeatureSpace, threat: LpThreat, statement: Statement,
                      count: int) -> torch.Tensor:
@@ -30,8 +37,7 @@ def rank_by_distance(model: Classifier, x: torch.Tensor, y: torch.Tensor, logits
     charged to the model's ledger like any solver call.
     """
     n = x.shape[0]
-    masked = logits.scatter(1, y.reshape(-1, 1), float("-inf"))
-    candidates = masked.argsort(dim=1, descending=True)[:, :count]  # (n, count)
+    candidates = runner_ups(logits, y, count)  # (n, count)
     rows = torch.arange(n, device=x.device).repeat_interleave(candidates.shape[1])
     problem = ScaledProblem(model, x[rows], y[rows], space, statement, candidates.reshape(-1))
     u = torch.zeros(len(rows), problem.n_features, dtype=x.dtype, device=x.device)
