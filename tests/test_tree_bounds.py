@@ -24,9 +24,9 @@ from robustscope.solvers.exact_trees import exact_tree_radius
 from robustscope.solvers.tree_bounds import (
     box_point,
     certified_index,
-    greedy,
     leaf_boxes,
     leaf_reach,
+    walk,
 )
 from robustscope.solvers.tree_program import build_program, input_costs
 
@@ -107,25 +107,36 @@ def test_certified_bound_never_exceeds_true_radius(seed: int, kind: str, threat:
 
 
 @pytest.mark.parametrize("kind", ["xgb", "lgb", "rf"])
-def test_greedy_scores_are_the_models_scores_at_its_point(kind: str) -> None:
+@pytest.mark.parametrize("threat", ["linf", "l1", "l2"])
+def test_walk_scores_are_the_models_scores_at_its_point(kind: str, threat: str) -> None:
+    """A walk's box holds a point within the ball whose model scores are the walk's, at any
+    beam width; the widest beam, exhaustive on these small ensembles, ends with at least
+    the greedy walk's gain."""
     model, space, rows, labels = _problem(kind, 3, seed=5, d=3)
     ens = wrap_tree_model(model).ensemble
     prog = build_program(ens, space)
     boxes = leaf_boxes(prog, 3)
+    p = NORMS[threat]
     for x0, yi in zip(rows, labels, strict=True):
-        costs = input_costs(prog, x0, space, math.inf)
-        reach = leaf_reach(boxes, costs)
+        costs = input_costs(prog, x0, space, p)
+        reach = leaf_reach(boxes, costs, p)
         own = reach == 0
         np.testing.assert_allclose(boxes.const + boxes.scores[own].sum(axis=0),
                                    ens.class_scores(x0[None])[0], atol=1e-9)
         for eps in (0.05, 0.3, 1.0):
             for j in range(3):
-                walk = greedy(boxes, reach, eps, boxes.scores[:, j] - boxes.scores[:, yi])
-                assert walk is not None
-                lo, hi, scores = walk
-                pt = box_point(prog, x0, lo, hi)
-                np.testing.assert_allclose(scores, ens.class_scores(pt[None])[0], atol=1e-9)
-                assert np.max(np.abs(pt - x0) / space.scale) <= eps * (1 + 1e-12)
+                gain = boxes.scores[:, j] - boxes.scores[:, yi]
+                gains = []
+                for width in (1, 4, 64):
+                    path = walk(boxes, reach, eps, gain, width, p, costs)
+                    assert path is not None
+                    lo, hi, scores = path
+                    pt = box_point(prog, x0, lo, hi)
+                    np.testing.assert_allclose(scores, ens.class_scores(pt[None])[0],
+                                               atol=1e-9)
+                    assert np.linalg.norm((pt - x0) / space.scale, ord=p) <= eps * (1 + 1e-12)
+                    gains.append(scores[j] - scores[yi])
+                assert gains[2] >= gains[0] - 1e-12
 
 
 def test_program_built_once_and_rebuilt_when_the_model_changes() -> None:

@@ -72,6 +72,19 @@ class Tree:
         return np.flatnonzero(self.feature < 0)
 
 
+@dataclass(frozen=True)
+class _StackedTrees:
+    """The nodes of all trees of an ensemble in single arrays; children are global
+    indices; ``root[k]`` is tree ``k``'s first node."""
+
+    root: np.ndarray
+    feature: np.ndarray
+    threshold: np.ndarray
+    left: np.ndarray
+    right: np.ndarray
+    value: np.ndarray
+
+
 @dataclass
 class TreeEnsemble:
     """A parsed tree-ensemble classifier.
@@ -132,31 +145,53 @@ class TreeEnsemble:
             v = np.where(np.abs(v) <= self.zero_band, 0.0, v)
         return v < t if self.strict else v <= t
 
+    def _stacked(self) -> _StackedTrees:
+        """Every tree's nodes in one set of arrays (built on first use; the trees are not
+        expected to change after parsing)."""
+        stacked = self.__dict__.get("_stacked_trees")
+        if stacked is None:
+            sizes = [len(t.feature) for t in self.trees]
+            start = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+            stacked = _StackedTrees(
+                root=start,
+                feature=np.concatenate([t.feature for t in self.trees]) if self.trees
+                else np.zeros(0, dtype=np.int64),
+                threshold=np.concatenate([t.threshold for t in self.trees]) if self.trees
+                else np.zeros(0),
+                left=np.concatenate([t.left + s for t, s in zip(self.trees, start,
+                                                                strict=True)])
+                if self.trees else np.zeros(0, dtype=np.int64),
+                right=np.concatenate([t.right + s for t, s in zip(self.trees, start,
+                                                                  strict=True)])
+                if self.trees else np.zeros(0, dtype=np.int64),
+                value=np.concatenate([t.value for t in self.trees]) if self.trees
+                else np.zeros((0, self.n_scores)))
+            self.__dict__["_stacked_trees"] = stacked
+        return stacked
+
+    def _node_index(self, X: np.ndarray) -> np.ndarray:
+        """Leaf reached in each tree as an index into the stacked nodes, ``(n, n_trees)``:
+        all trees step down together, one level per pass."""
+        X = np.asarray(X, dtype=np.float64)
+        st = self._stacked()
+        node = np.broadcast_to(st.root, (X.shape[0], len(st.root))).copy()
+        rows = np.broadcast_to(np.arange(X.shape[0])[:, None], node.shape)
+        inner = st.feature[node] >= 0
+        while inner.any():
+            ni = node[inner]
+            left = self.goes_left(X[rows[inner], st.feature[ni]], st.threshold[ni])
+            node[inner] = np.where(left, st.left[ni], st.right[ni])
+            inner = st.feature[node] >= 0
+        return node
+
     def leaf_index(self, X: np.ndarray) -> np.ndarray:
         """Leaf node reached in each tree, int array ``(n, n_trees)``."""
-        X = np.asarray(X, dtype=np.float64)
-        out = np.empty((X.shape[0], len(self.trees)), dtype=np.int64)
-        rows = np.arange(X.shape[0])
-        for k, t in enumerate(self.trees):
-            node = np.zeros(X.shape[0], dtype=np.int64)
-            while True:
-                f = t.feature[node]
-                inner = f >= 0
-                if not inner.any():
-                    break
-                ri, ni = rows[inner], node[inner]
-                left = self.goes_left(X[ri, t.feature[ni]], t.threshold[ni])
-                node[inner] = np.where(left, t.left[ni], t.right[ni])
-            out[:, k] = node
-        return out
+        return self._node_index(X) - self._stacked().root[None, :]
 
     def raw_scores(self, X: np.ndarray) -> np.ndarray:
         """Raw scores in float64, ``(n, n_scores)``."""
-        leaves = self.leaf_index(X)
-        total = np.tile(self.offset, (leaves.shape[0], 1))
-        for k, t in enumerate(self.trees):
-            total += t.value[leaves[:, k]]
-        return total
+        node = self._node_index(X)
+        return self.offset[None, :] + self._stacked().value[node].sum(axis=1)
 
     def class_scores(self, X: np.ndarray) -> np.ndarray:
         """Scores whose argmax is the decision, ``(n, n_classes)``."""

@@ -10,17 +10,17 @@ nearest valid point of its box (for Linf: the largest crossing cost of a cut its
 the other side of). Every point of the ball of radius ``eps`` lies in leaves of reach
 ``<= eps``, so
 
-- **lower bound** (:meth:`LeafBoxes.certified_index`): summing, tree by tree, the largest
+- **lower bound** (:func:`certified_index`): summing, tree by tree, the largest
   score change among the leaves within reach ``eps`` over-estimates every class's gain on
   the ball. When no class can gain enough, no counterexample has norm ``<= eps``. Trees are
   bounded independently (no clique merging), so the bound is sound by construction; it is
   exact while at most one tree has more than one leaf within reach, and loosens as the ball
   grows. A bound that holds up to the reach value ``u_m`` holds up to the next one.
-- **upper bound** (:meth:`LeafBoxes.greedy`): walk to neighbouring leaf boxes: trees with
-  more than one leaf within reach, most influential first, each pick the best leaf whose
-  box still meets the boxes picked so far; the point nearest to the input in the common box
-  is a candidate counterexample (its scores are the sum of the picked leaves), to be
-  verified by calling the model.
+- **upper bound** (:func:`walk`): walk to neighbouring leaf boxes: trees with more than
+  one leaf within reach, most influential first, each pick a leaf whose box still meets the
+  boxes picked so far, keeping the ``width`` best partial choices (a beam); the point
+  nearest to the input in the common box is a candidate counterexample (its scores are the
+  sum of the picked leaves), to be verified by calling the model.
 """
 
 from __future__ import annotations
@@ -46,6 +46,10 @@ class LeafBoxes:
     blocked: np.ndarray      # (L,) a fixed node routes every valid value away from the leaf
     lo: np.ndarray           # (L, d) largest cut index the leaf is right of, -1 for none
     hi: np.ndarray           # (L, d) smallest cut index the leaf is left of, n_pred for none
+    n_pred: int              # the number of predicates (cuts)
+    tree_features: list[np.ndarray]  # per tree, the features some leaf of it is bounded on
+    tree_lo: list[np.ndarray]  # per tree, lo of its leaves on those features (n_t, |f_t|)
+    tree_hi: list[np.ndarray]  # per tree, hi likewise
 
     @property
     def n_trees(self) -> int:
@@ -86,6 +90,9 @@ def leaf_boxes(prog: Program, n_features: int) -> LeafBoxes:
                 hi[i, f] = min(hi[i, f], k)
             else:
                 lo[i, f] = max(lo[i, f], k)
+    starts, ends = tree_start, tree_start[1:] + [n_leaf]
+    features = [np.flatnonzero(((lo[a:b] >= 0) | (hi[a:b] < n_pred)).any(axis=0))
+                for a, b in zip(starts, ends, strict=True)]
     ptr = np.zeros(n_leaf + 1, dtype=np.int64)
     ptr[1:] = np.cumsum([len(p) for p in paths])
     return LeafBoxes(
@@ -96,30 +103,43 @@ def leaf_boxes(prog: Program, n_features: int) -> LeafBoxes:
         path_pred=np.asarray([k for p in paths for k, _ in p], dtype=np.int64),
         path_left=np.asarray([s for p in paths for _, s in p], dtype=bool),
         blocked=np.asarray(blocked, dtype=bool),
-        lo=lo, hi=hi)
+        lo=lo, hi=hi, n_pred=n_pred, tree_features=features,
+        tree_lo=[lo[a:b][:, f] for a, b, f in zip(starts, ends, features, strict=True)],
+        tree_hi=[hi[a:b][:, f] for a, b, f in zip(starts, ends, features, strict=True)])
+
+
+def crossing_costs(costs: Costs) -> tuple[np.ndarray, np.ndarray]:
+    """Per cut, the cost of a box that must be right of it (``up``) or left of it (``down``)
+    for one input, each ``(n_pred + 1,)``: the crossing cost when the input lies on the other
+    side, else 0; ``inf`` for a frozen cut. The appended 0 is read by the sentinels -1 (no
+    lower cut) and ``n_pred`` (no upper cut) of :class:`LeafBoxes`."""
+    cost = np.where(costs.frozen, np.inf, costs.cost)
+    up = np.append(np.where(costs.origin_left, cost, 0.0), 0.0)
+    down = np.append(np.where(costs.origin_left, 0.0, cost), 0.0)
+    return up, down
+
+
+def box_reach(up: np.ndarray, down: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+              p: float) -> np.ndarray:
+    """Lp distance (scaled units) from the input to the nearest point of boxes given by cut
+    indices ``lo`` / ``hi`` ``(..., d)``: ``(...)``. ``up`` / ``down`` from
+    :func:`crossing_costs`. Per feature at most one side of a box is across from the input,
+    and each side's cost grows with its distance from the input, so the reach of an
+    intersection of boxes is at least the reach of each."""
+    per_feature = up[lo] + down[hi]
+    if p == np.inf:
+        return per_feature.max(axis=-1, initial=0.0)
+    if p == 1:
+        return per_feature.sum(axis=-1)
+    return np.sqrt((per_feature ** 2).sum(axis=-1))
 
 
 def leaf_reach(boxes: LeafBoxes, costs: Costs, p: float = np.inf) -> np.ndarray:
     """Lp reach of every leaf for one input: the ``p``-norm distance (scaled units) from the
     input to the nearest valid point of the leaf's box, ``(L,)`` (``inf``: no valid point,
     or an immutable feature must change). ``p`` is ``inf``, 1 or 2."""
-    cost = np.where(costs.frozen, np.inf, costs.cost)
-    if p == np.inf:
-        # crossing needed when the leaf's side differs from the input's side of the cut
-        wrong = boxes.path_left != costs.origin_left[boxes.path_pred]
-        per = np.where(wrong, cost[boxes.path_pred], 0.0)
-        reach = np.zeros(len(boxes.blocked))
-        nonempty = np.diff(boxes.path_ptr) > 0
-        if per.size:
-            reach[nonempty] = np.maximum.reduceat(per, boxes.path_ptr[:-1][nonempty])
-    else:
-        # per feature, at most one side of the box is across from the input; index -1
-        # (no lower cut) and n_pred (no upper cut) read the appended 0
-        up = np.append(np.where(costs.origin_left, cost, 0.0), 0.0)
-        down = np.append(np.where(costs.origin_left, 0.0, cost), 0.0)
-        per_feature = up[boxes.lo] + down[boxes.hi]
-        reach = (per_feature.sum(axis=1) if p == 1 else
-                 np.sqrt((per_feature ** 2).sum(axis=1)))
+    up, down = crossing_costs(costs)
+    reach = box_reach(up, down, boxes.lo, boxes.hi, p)
     reach[boxes.blocked] = np.inf
     return reach
 
@@ -151,41 +171,82 @@ def certified_index(boxes: LeafBoxes, reach: np.ndarray, cand: np.ndarray, label
     return lo
 
 
-def greedy(boxes: LeafBoxes, reach: np.ndarray, eps: float, gain: np.ndarray
-           ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """Pick one leaf per tree within reach ``eps`` so that the boxes meet, greedily
+def walk(boxes: LeafBoxes, reach: np.ndarray, eps: float, gain: np.ndarray,
+         width: int = 1, p: float = np.inf, costs: Costs | None = None,
+         need: float = -np.inf) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """Pick one leaf per tree within reach ``eps`` so that the boxes meet, by a beam search
     maximising ``gain`` (``(L,)``, e.g. a class's score minus the label's).
 
+    Trees with more than one leaf within reach are taken in turn, those whose reachable
+    leaves' gains spread most first; every partial choice of the ``width`` best (gain so far
+    plus the best each remaining tree could add) is extended by each leaf whose box meets its
+    box (and, for ``p`` 1 or 2, keeps the common box within ``eps``: ``costs`` needed). With
+    ``width=1`` it is a greedy walk. Trees with one leaf within reach are kept as they are
+    (the whole ball lies in it). The walk gives up as soon as none of its partial choices
+    can reach a total ``gain`` of ``need`` (summed over every tree).
+
     Returns ``(lo, hi, scores)``: the common box (cut indices per feature, ``(d,)`` each) and
-    the class scores of every point in it (``(K,)``); None when the picks do not meet (a
-    tree's reachable leaves all miss the box: cannot happen for a partition, kept as a guard).
+    the class scores of every point in it (``(K,)``); None when no choice survives.
     """
+    n_leaf, d = boxes.lo.shape
     within = reach <= eps
-    ends = np.append(boxes.tree_start[1:], len(reach))
     counts = np.add.reduceat(within.astype(np.int64), boxes.tree_start)
-    total = boxes.const.copy()
-    single = np.flatnonzero(counts == 1)
-    for t in single:  # one leaf within reach: the whole ball lies in it
-        a, b = boxes.tree_start[t], ends[t]
-        total += boxes.scores[a + int(np.argmax(within[a:b]))]
+    single = within & np.repeat(counts == 1, np.diff(np.append(boxes.tree_start, n_leaf)))
+    own = boxes.const + boxes.scores[single].sum(axis=0)
+    need = need - float(gain[single].sum())  # what the trees with a choice must add
     multi = np.flatnonzero(counts > 1)
-    masked = np.where(within, gain, -np.inf)
-    best = np.maximum.reduceat(masked, boxes.tree_start)[multi]
-    own = np.array([gain[boxes.tree_start[t] + int(np.argmin(reach[boxes.tree_start[t]:ends[t]]))]
-                    for t in multi])
-    lo = np.full(boxes.lo.shape[1], -1, dtype=np.int64)
-    hi = np.full(boxes.hi.shape[1], np.iinfo(np.int64).max, dtype=np.int64)
-    for t in multi[np.argsort(own - best, kind="stable")]:
-        a, b = boxes.tree_start[t], ends[t]
-        ok = within[a:b] & (np.maximum(boxes.lo[a:b], lo) < np.minimum(boxes.hi[a:b], hi)
-                            ).all(axis=1)
-        if not ok.any():
+    best = np.maximum.reduceat(np.where(within, gain, -np.inf), boxes.tree_start)[multi]
+    worst = np.minimum.reduceat(np.where(within, gain, np.inf), boxes.tree_start)[multi]
+    order = np.argsort(worst - best, kind="stable")
+    multi, best = multi[order], best[order]
+    rest = np.append(np.cumsum(best[::-1])[::-1], 0.0)[1:]  # best the later trees can add
+    ends = np.append(boxes.tree_start[1:], n_leaf)
+    if p != np.inf:
+        if costs is None:
+            raise ValueError("walk: p=1 or 2 needs the input's costs")
+        up, down = crossing_costs(costs)
+        power = 1.0 if p == 1 else 2.0
+        limit = eps ** power * (1 + 1e-12)
+        per = np.zeros((1, d))    # per feature, the cost (L2: squared) of each partial box
+        total = np.zeros(1)       # their sum
+    lo = np.full((1, d), -1, dtype=np.int64)
+    hi = np.full((1, d), boxes.n_pred, dtype=np.int64)
+    value = np.zeros(1)
+    scores = own[None, :]
+    for t, later in zip(multi, rest, strict=True):
+        a = boxes.tree_start[t]
+        local = np.flatnonzero(within[a:ends[t]])
+        leaves = a + local
+        f = boxes.tree_features[t]  # elsewhere the leaves leave the box as it is
+        c_lo = np.maximum(lo[:, None, f], boxes.tree_lo[t][local][None])
+        c_hi = np.minimum(hi[:, None, f], boxes.tree_hi[t][local][None])
+        ok = (c_lo < c_hi).all(axis=2)
+        if p != np.inf:
+            c_per = (up[c_lo] + down[c_hi]) ** power
+            c_total = (total - per[:, f].sum(axis=1))[:, None] + c_per.sum(axis=2)
+            ok &= c_total <= limit
+        n_ok = int(ok.sum())
+        if n_ok == 0:
             return None
-        i = a + int(np.argmax(np.where(ok, gain[a:b], -np.inf)))
-        lo = np.maximum(lo, boxes.lo[i])
-        hi = np.minimum(hi, boxes.hi[i])
-        total += boxes.scores[i]
-    return lo, hi, total
+        v = np.where(ok, value[:, None] + gain[leaves][None, :] + later, -np.inf).ravel()
+        if v.max() < need:
+            return None
+        keep = (np.argpartition(-v, width - 1)[:width] if n_ok > width
+                else np.flatnonzero(ok.ravel()))
+        parent, child = np.divmod(keep, len(leaves))
+        lo, hi = lo[parent], hi[parent]
+        lo[:, f] = c_lo.reshape(-1, len(f))[keep]
+        hi[:, f] = c_hi.reshape(-1, len(f))[keep]
+        if p != np.inf:
+            per = per[parent]
+            per[:, f] = c_per.reshape(-1, len(f))[keep]
+            total = c_total.ravel()[keep]
+        value = v[keep] - later
+        scores = scores[parent] + boxes.scores[leaves[child]]
+    i = int(np.argmax(value))
+    if value[i] < need:
+        return None
+    return lo[i], hi[i], scores[i]
 
 
 def box_point(prog: Program, x0: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
