@@ -5,7 +5,8 @@ XGBoost (100 trees, depth 6), LightGBM (100 trees, depth 6, 31 leaves), scikit-l
 random forest (50 trees, depth 6). Feature space: ``FeatureSpace.from_data`` on the training
 rows (per-column range = scale), bounds widened to hold the inputs. Inputs: the test rows,
 resampled with Gaussian noise (0.05 of each column's range, clipped to the bounds) up to
-``--n`` rows, labelled by the model itself (so that every input is correctly classified).
+``--n`` rows (``--n-linf`` under Linf, the same rows first), labelled by the model itself (so
+that every input is correctly classified).
 
 For every model and threat (Linf / L1 / L2):
 
@@ -29,7 +30,7 @@ bracket ``[lower, upper]`` (and how wide it is).
 
 Run (one core)::
 
-    PYTHONPATH=src python benchmarks/exact_trees.py --n 112
+    PYTHONPATH=src python benchmarks/exact_trees.py --n 24 --n-linf 300
 """
 
 from __future__ import annotations
@@ -99,6 +100,8 @@ def _confirmed(model, res, labels) -> tuple[int, int]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--n", type=int, default=112, help="inputs per model and threat")
+    ap.add_argument("--n-linf", type=int, default=None,
+                    help="inputs per model under Linf (default: --n); the same rows first")
     ap.add_argument("--time-limit", type=float, default=30.0, help="seconds per input")
     ap.add_argument("--threats", default="linf,l1,l2", help="comma list of linf, l1, l2")
     ap.add_argument("--models", default="all", help="comma list of xgboost, lightgbm, forest")
@@ -108,17 +111,19 @@ def main() -> None:
 
     Xtr, Xte, ytr, _ = _data()
     base = FeatureSpace.from_data(Xtr)
-    rows = _inputs(Xte, base, args.n)
-    space = FeatureSpace.from_arrays(np.minimum(base.lower, rows.min(axis=0)),
-                                     np.maximum(base.upper, rows.max(axis=0)),
+    n_linf = args.n if args.n_linf is None else args.n_linf
+    all_rows = _inputs(Xte, base, max(args.n, n_linf))
+    space = FeatureSpace.from_arrays(np.minimum(base.lower, all_rows.min(axis=0)),
+                                     np.maximum(base.upper, all_rows.max(axis=0)),
                                      scale=base.scale)
     keys = ["xgboost", "lightgbm", "forest"]
     chosen = keys if args.models == "all" else args.models.split(",")
     models = {name: make for key, (name, make) in zip(keys, _models().items(), strict=True)
               if key in chosen}
     threats = args.threats.split(",")
-    print(f"{len(rows)} inputs per model and threat (breast-cancer test rows, then noisy "
-          f"resamples), labels = the model's decisions, range-scaled units, time limit "
+    print(f"{n_linf} inputs per model under Linf, {args.n} under L1 and L2 (breast-cancer "
+          f"test rows, then noisy resamples), labels = the model's decisions, range-scaled "
+          f"units, time limit "
           f"{args.time_limit:g} s per input, one core "
           f"(OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}), "
           f"{platform.processor() or platform.machine()}. Numbers from a shared machine "
@@ -128,16 +133,18 @@ def main() -> None:
           "max rel. diff to reference |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     medians: dict[tuple[str, str], float] = {}
-    worst_diff, censoring_differs = 0.0, 0
+    worst_diff, censoring_differs, compared = 0.0, 0, 0
     for name, make in models.items():
         model = make().fit(Xtr, ytr)
         clf = wrap_tree_model(model)
-        agree = check_parsed(model, clf.ensemble, np.vstack([Xtr, rows]))
+        agree = check_parsed(model, clf.ensemble, np.vstack([Xtr, all_rows]))
         if agree != 1.0:
             raise SystemExit(f"{name}: parsed ensemble disagrees with predict ({agree:.4f})")
         leaves = sum(len(t.leaves) for t in clf.ensemble.trees)
-        labels = np.asarray(model.predict_proba(rows)).argmax(axis=1)
+        all_labels = np.asarray(model.predict_proba(all_rows)).argmax(axis=1)
         for threat in threats:
+            n_rows = n_linf if threat == "linf" else args.n
+            rows, labels = all_rows[:n_rows], all_labels[:n_rows]
             paths = [("fast", True)] + ([] if args.no_reference else [("reference", False)])
             results = {}
             for path, prune in paths:
@@ -160,6 +167,7 @@ def main() -> None:
                     cens = (a.status == "censored") != (b.status == "censored")
                     worst_diff = max(worst_diff, rel)
                     censoring_differs += int(cens.sum())
+                    compared += int(both.sum())
                     diff = (f"{rel:.1e} on {int(both.sum())} exact on both"
                             + (f", censoring differs on {int(cens.sum())}" if cens.any()
                                else ""))
@@ -172,12 +180,13 @@ def main() -> None:
                       + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
                       + f" | {total - bad}/{total} | {diff} |", flush=True)
                 print(f"# {name} {threat} {path}: {wall:.1f} s", file=sys.stderr, flush=True)
-    _targets(medians, worst_diff, censoring_differs, args.no_reference)
+    _targets(medians, worst_diff, censoring_differs, compared, args.no_reference)
     if args.veritas_n > 0:
-        _veritas(Xtr, ytr, Xte, base, models, min(args.veritas_n, args.n), args.time_limit)
+        _veritas(Xtr, ytr, Xte, base, models, min(args.veritas_n, len(all_rows)),
+                 args.time_limit)
 
 
-def _targets(medians: dict, worst_diff: float, censoring_differs: int,
+def _targets(medians: dict, worst_diff: float, censoring_differs: int, compared: int,
              no_reference: bool) -> None:
     def get(model_prefix: str, threat: str) -> float | None:
         for (name, th, path), v in medians.items():
@@ -202,7 +211,7 @@ def _targets(medians: dict, worst_diff: float, censoring_differs: int,
                              f"{'met' if v <= 3 * linf else 'MISSED'}")
     if not no_reference:
         lines.append(f"- same radius as the MILP alone (rel 1e-6) on every input exact on both "
-                     f"paths: largest difference {worst_diff:.1e}: "
+                     f"paths ({compared:,} inputs): largest difference {worst_diff:.1e}: "
                      f"{'met' if worst_diff <= 1e-6 else 'MISSED'}"
                      + (f"; on {censoring_differs} input(s) one path hit the time limit "
                         "before any counterexample (censored) while the other found one"

@@ -24,7 +24,7 @@ are plain MILPs solved by HiGHS.
 Build once, prune first: the input-independent program (:mod:`tree_program`) and the
 leaves' boxes (:mod:`tree_bounds`) are built once per (ensemble, feature space) and cached by
 content; one HiGHS instance is kept per worker thread. Each input is first bracketed
-without a program (:func:`_prune`: the independent-trees lower bound, greedy leaf walks for
+without a program (:func:`_prune`: the independent-trees lower bound, beam leaf walks for
 a verified counterexample); most inputs close there, and the MILP search below runs only on
 the open bracket, over the cuts within its counterexample's radius. ``prune=False`` runs the
 MILP search alone (the reference of the tests and the benchmark).
@@ -702,7 +702,7 @@ def exact_tree_radius(
     clean_class : ``(n,)`` the model's decision at each input when already known (saves a
         query per input).
     prune : bracket each input first without a program (:func:`_prune`: the
-        independent-trees lower bound, greedy leaf walks for a counterexample) and solve
+        independent-trees lower bound, beam leaf walks for a counterexample) and solve
         programs only where the bracket stays open, over the cuts within its counterexample's
         radius. ``False`` runs the MILP search alone (the reference the tests compare with).
     threads : thread use, as for :func:`robustscope.radius`: ``"auto"`` (HiGHS runs on one
@@ -984,7 +984,7 @@ def _prune(comp: _Compiled, ens: TreeEnsemble, check: Check, space: FeatureSpace
     return bracket
 
 
-#: Radii tried at once when a greedy counterexample is pulled towards its input.
+#: Radii tried at once when a walk's counterexample is pulled towards its input.
 SHRINK_STEPS = 24
 
 

@@ -48,8 +48,8 @@ class LeafBoxes:
     hi: np.ndarray           # (L, d) smallest cut index the leaf is left of, n_pred for none
     n_pred: int              # the number of predicates (cuts)
     tree_features: list[np.ndarray]  # per tree, the features some leaf of it is bounded on
-    tree_lo: list[np.ndarray]  # per tree, lo of its leaves on those features (n_t, |f_t|)
-    tree_hi: list[np.ndarray]  # per tree, hi likewise
+    tree_box: list[np.ndarray]  # per tree, (lo, -hi) of its leaves on those features,
+                                # (n_t, 2, |f_t|): boxes meet where lo - hi < 0
 
     @property
     def n_trees(self) -> int:
@@ -104,8 +104,8 @@ def leaf_boxes(prog: Program, n_features: int) -> LeafBoxes:
         path_left=np.asarray([s for p in paths for _, s in p], dtype=bool),
         blocked=np.asarray(blocked, dtype=bool),
         lo=lo, hi=hi, n_pred=n_pred, tree_features=features,
-        tree_lo=[lo[a:b][:, f] for a, b, f in zip(starts, ends, features, strict=True)],
-        tree_hi=[hi[a:b][:, f] for a, b, f in zip(starts, ends, features, strict=True)])
+        tree_box=[np.stack([lo[a:b][:, f], -hi[a:b][:, f]], axis=1)
+                  for a, b, f in zip(starts, ends, features, strict=True)])
 
 
 def crossing_costs(costs: Costs) -> tuple[np.ndarray, np.ndarray]:
@@ -200,7 +200,8 @@ def walk(boxes: LeafBoxes, reach: np.ndarray, eps: float, gain: np.ndarray,
     order = np.argsort(worst - best, kind="stable")
     multi, best = multi[order], best[order]
     rest = np.append(np.cumsum(best[::-1])[::-1], 0.0)[1:]  # best the later trees can add
-    ends = np.append(boxes.tree_start[1:], n_leaf)
+    reachable = np.split(np.flatnonzero(within), np.searchsorted(
+        np.flatnonzero(within), boxes.tree_start[1:]))  # per tree, its leaves within reach
     if p != np.inf:
         if costs is None:
             raise ValueError("walk: p=1 or 2 needs the input's costs")
@@ -209,40 +210,37 @@ def walk(boxes: LeafBoxes, reach: np.ndarray, eps: float, gain: np.ndarray,
         limit = eps ** power * (1 + 1e-12)
         per = np.zeros((1, d))    # per feature, the cost (L2: squared) of each partial box
         total = np.zeros(1)       # their sum
-    lo = np.full((1, d), -1, dtype=np.int64)
-    hi = np.full((1, d), boxes.n_pred, dtype=np.int64)
+    # the partial boxes as (lo, -hi): intersecting is one maximum
+    box = np.empty((1, 2, d), dtype=np.int64)
+    box[:, 0], box[:, 1] = -1, -boxes.n_pred
     value = np.zeros(1)
     scores = own[None, :]
     for t, later in zip(multi, rest, strict=True):
-        a = boxes.tree_start[t]
-        local = np.flatnonzero(within[a:ends[t]])
-        leaves = a + local
+        leaves = reachable[t]
         f = boxes.tree_features[t]  # elsewhere the leaves leave the box as it is
-        c_lo = np.maximum(lo[:, None, f], boxes.tree_lo[t][local][None])
-        c_hi = np.minimum(hi[:, None, f], boxes.tree_hi[t][local][None])
-        ok = (c_lo < c_hi).all(axis=2)
+        c = np.maximum(box[:, None, :, f], boxes.tree_box[t][leaves - boxes.tree_start[t]])
+        ok = (c[:, :, 0] + c[:, :, 1] < 0).all(axis=2)
         if p != np.inf:
-            c_per = (up[c_lo] + down[c_hi]) ** power
+            c_per = (up[c[:, :, 0]] + down[-c[:, :, 1]]) ** power
             c_total = (total - per[:, f].sum(axis=1))[:, None] + c_per.sum(axis=2)
             ok &= c_total <= limit
+        v = np.where(ok, value[:, None] + gain[leaves] + later, -np.inf).ravel()
+        top = v.max()
+        if top < need or top == -np.inf:
+            return None
         n_ok = int(ok.sum())
-        if n_ok == 0:
-            return None
-        v = np.where(ok, value[:, None] + gain[leaves][None, :] + later, -np.inf).ravel()
-        if v.max() < need:
-            return None
         keep = (np.argpartition(-v, width - 1)[:width] if n_ok > width
                 else np.flatnonzero(ok.ravel()))
         parent, child = np.divmod(keep, len(leaves))
-        lo, hi = lo[parent], hi[parent]
-        lo[:, f] = c_lo.reshape(-1, len(f))[keep]
-        hi[:, f] = c_hi.reshape(-1, len(f))[keep]
+        box = box[parent]
+        box[:, :, f] = c.reshape(-1, 2, len(f))[keep]
         if p != np.inf:
             per = per[parent]
             per[:, f] = c_per.reshape(-1, len(f))[keep]
             total = c_total.ravel()[keep]
         value = v[keep] - later
         scores = scores[parent] + boxes.scores[leaves[child]]
+    lo, hi = box[:, 0], -box[:, 1]
     i = int(np.argmax(value))
     if value[i] < need:
         return None
