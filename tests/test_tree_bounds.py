@@ -212,3 +212,55 @@ def test_max_radius_fast_path_censors_as_reference(threat: str) -> None:
     np.testing.assert_allclose(fast.radius, ref.radius, rtol=1e-6)
     assert (fast.radius[np.isfinite(fast.radius)] <= cap * (1 + 1e-12)).all()
     assert (fast.status == "censored").any()
+
+
+def test_a_bound_above_a_verified_counterexample_is_refused(monkeypatch) -> None:
+    """A solver that claims a minimum above a counterexample already verified is wrong there:
+    its bound must not close the bracket (the input stays open, and meta names it)."""
+    rng = np.random.default_rng(4)
+    X = rng.normal(size=(300, 4))
+    y = (np.sin(2 * X[:, 0]) + X[:, 1] * X[:, 2] - 0.5 * X[:, 3] > 0).astype(int)
+    model = xgb.XGBClassifier(n_estimators=30, max_depth=3, n_jobs=1, random_state=0)
+    model.fit(X, y)
+    clf = wrap_tree_model(model)
+    space = FeatureSpace.from_arrays(X.min(axis=0) - 0.5, X.max(axis=0) + 0.5)
+    rows = X[:12]
+    labels = np.asarray(model.predict_proba(rows)).argmax(axis=1)
+    honest = exact_tree_radius(clf, rows, labels, space, "l1")
+    assert honest.meta["closed_without_milp"] < len(rows)  # some programs run
+    real = exact_trees._run_highspy
+
+    def inflated(*args, **kwargs):
+        res = real(*args, **kwargs)
+        if res.status == "optimal" and args[5].any():  # a program with an objective
+            res.dual_bound *= 1.5
+        return res
+
+    monkeypatch.setattr(exact_trees, "_run_highspy", inflated)
+    lied = exact_tree_radius(clf, rows, labels, space, "l1", backend="highspy")
+    assert lied.meta["refused_bounds"]
+    for i in lied.meta["refused_bounds"]:
+        assert lied.status[i] != EXACT
+    assert (lied.lower_bound <= honest.radius * (1 + 1e-9)).all()
+
+
+def test_forest_l2_minimum_matches_on_both_paths() -> None:
+    """Regression: with presolve off, HiGHS 1.16 returned an L2 move 0.5% above the optimum
+    as optimal for this input (the MILP alone said exact 0.3185; a leaf walk had verified
+    0.3169). Minimisations now run with presolve on; both paths must agree."""
+    from sklearn.datasets import load_breast_cancer
+    from sklearn.model_selection import train_test_split
+
+    X, y = load_breast_cancer(return_X_y=True)
+    Xtr, Xte, ytr, _ = train_test_split(X, y, test_size=0.25, random_state=0, stratify=y)
+    base = FeatureSpace.from_data(Xtr)
+    space = FeatureSpace.from_arrays(np.minimum(base.lower, Xte.min(axis=0)),
+                                     np.maximum(base.upper, Xte.max(axis=0)), scale=base.scale)
+    model = RandomForestClassifier(n_estimators=50, max_depth=6, random_state=0, n_jobs=1)
+    model.fit(Xtr, ytr)
+    row = Xte[11:12]
+    label = np.asarray(model.predict_proba(row)).argmax(axis=1)
+    fast = exact_tree_radius(model, row, label, space, "l2", time_limit=30)
+    alone = exact_tree_radius(model, row, label, space, "l2", time_limit=30, prune=False)
+    assert fast.status[0] == EXACT and alone.status[0] == EXACT
+    np.testing.assert_allclose(fast.radius, alone.radius, rtol=1e-6)

@@ -450,23 +450,36 @@ class _Solve:
 
 @dataclass(frozen=True)
 class _Backend:
-    """Which HiGHS interface runs the programs, and the HiGHS options it sets."""
+    """Which HiGHS interface runs the programs, and the HiGHS options it sets: ``options`` for
+    feasibility programs, ``minimise_options`` for programs with an objective."""
 
     name: str
     options: tuple[tuple[str, object], ...]
+    minimise_options: tuple[tuple[str, object], ...]
 
-    def run(self, *args) -> _Solve:
+    def run(self, *args, minimise: bool = False) -> _Solve:
+        options = dict(self.minimise_options if minimise else self.options)
         if self.name == "highspy":
-            return _run_highspy(*args, options=dict(self.options))
-        return _run_scipy(*args, options=dict(self.options))
+            return _run_highspy(*args, options=options)
+        return _run_scipy(*args, options=options)
 
 
-#: HiGHS options used by default. Presolve is off: the program handed over is already reduced
-#: (fixed cuts, unreachable leaves and constant trees removed), and HiGHS's presolve then
-#: costs more than it saves (3-5x slower on LightGBM programs of ~400 binaries, measured).
-#: The MIP feasibility tolerance (also used when pruning nodes against the incumbent) is
-#: tightened from 1e-6: with it, HiGHS returned an L2 optimum 1.6e-4 too large as optimal.
+#: HiGHS options of the feasibility programs. Presolve is off: the program handed over is
+#: already reduced (fixed cuts, unreachable leaves and constant trees removed), and HiGHS's
+#: presolve then costs more than it saves (3-5x slower on LightGBM programs of ~400 binaries,
+#: measured). The MIP feasibility tolerance (also used when pruning nodes against the
+#: incumbent) is tightened from 1e-6: with it, HiGHS returned an L2 optimum 1.6e-4 too large
+#: as optimal.
 HIGHS_OPTIONS = {"presolve": "off", "mip_feasibility_tolerance": 1e-9}
+#: Changes for programs that minimise the norm (L1, L2; Linf under relations). With presolve
+#: off, HiGHS 1.16 returned moves above the optimum as optimal: 1% on a one-hot forest under
+#: L1 (with an objective-cutoff row), 0.5% on a random forest under L2 (without one: input 11
+#: of the benchmark); with presolve on both were right. ``_solve_input`` also refuses a dual
+#: bound above a verified counterexample (:data:`BOUND_SLACK`).
+MINIMISE_OPTIONS = {"presolve": "on"}
+#: A program's dual bound more than this (relative) above a verified counterexample's cost
+#: shows the solver was wrong: that level certifies nothing (``meta["refused_bounds"]``).
+BOUND_SLACK = 1e-6
 
 
 def _solve_class(red: _Reduced, pairs: list[tuple[int, int, float]], cutoff: float,
@@ -516,7 +529,8 @@ def _solve_class(red: _Reduced, pairs: list[tuple[int, int, float]], cutoff: flo
     row_lo, row_hi = np.concatenate(lo), np.concatenate(hi)
     t0 = time.perf_counter()
     res = backend.run(a, row_lo, row_hi, col_lo, col_hi, obj,
-                      red.obj_offset if objective else 0.0, integrality, n_p, time_limit)
+                      red.obj_offset if objective else 0.0, integrality, n_p, time_limit,
+                      minimise=objective)
     for _ in range(OA_ROUNDS if objective and red.rel_t is not None else 0):
         # L2 under relations: the squared distances of the related features are bounded by
         # tangents; cut at the solution until the program's optimum meets its true cost
@@ -542,7 +556,7 @@ def _solve_class(red: _Reduced, pairs: list[tuple[int, int, float]], cutoff: flo
              / red.unit])
         row_hi = np.concatenate([row_hi, np.full(len(cut), np.inf)])
         res = backend.run(a, row_lo, row_hi, col_lo, col_hi, obj, red.obj_offset,
-                          integrality, n_p, remaining)
+                          integrality, n_p, remaining, minimise=True)
     if objective and red.rel_t is not None and res.values is not None:
         z = (res.values[red.rel_cols] - red.rel_x0) / red.rel_scale
         # the solution's true cost (the program's objective bounds it from below)
@@ -562,11 +576,15 @@ _WORKER = threading.local()
 
 
 def _worker_highs(options: dict):
-    """This thread's ``highspy.Highs``, kept between programs and inputs (created, and its
-    options set, once per thread and option set); each program replaces the last one."""
+    """This thread's ``highspy.Highs`` for an option set, kept between programs and inputs
+    (created, and its options set, once per thread and option set); each program replaces
+    the last one."""
     key = tuple(sorted(options.items()))
-    h = getattr(_WORKER, "highs", None)
-    if h is None or _WORKER.key != key:
+    kept = getattr(_WORKER, "highs", None)
+    if kept is None:
+        kept = _WORKER.highs = {}
+    h = kept.get(key)
+    if h is None:
         h = new_highs()
         h.setOptionValue("output_flag", False)
         for name, value in options.items():
@@ -574,7 +592,7 @@ def _worker_highs(options: dict):
         h.setOptionValue("threads", 1)
         h.setOptionValue("mip_rel_gap", MIP_REL_GAP)
         h.setOptionValue("mip_abs_gap", MIP_ABS_GAP)
-        _WORKER.highs, _WORKER.key = h, key
+        kept[key] = h
     return h
 
 
@@ -689,7 +707,8 @@ def exact_tree_radius(
         cuts farther than the cutoff are fixed, which keeps every program small.
     linf_search : ``bisect`` (default: feasibility programs over the candidate radii, see
         :func:`_linf_search`) or ``optimize`` (minimise the norm, as for L1 / L2).
-    highs_options : HiGHS options replacing :data:`HIGHS_OPTIONS` (``scipy`` reads only
+    highs_options : HiGHS options replacing :data:`HIGHS_OPTIONS` and
+        :data:`MINIMISE_OPTIONS` (``scipy`` reads only
         ``presolve``).
     target : a class index: the counterexample must be predicted as ``target`` (the
         targeted statement) instead of anything but ``y``. Inputs already predicted as the
@@ -715,8 +734,10 @@ def exact_tree_radius(
     ``status`` ``exact`` (bracket closed), ``attacked`` (open: time limit or failed
     verification), ``censored``, ``misclassified`` or ``satisfied``; ``adv_prediction`` the
     model's class at the counterexample; ``meta`` the program's size, the inputs whose
-    verification failed, ``program_cached`` (the program came from the cache) and
-    ``closed_without_milp`` (inputs whose bracket the pruning closed).
+    verification failed, ``program_cached`` (the program came from the cache),
+    ``closed_without_milp`` (inputs whose bracket the pruning closed) and ``refused_bounds``
+    (inputs where a program's bound lay above a verified counterexample, so the solver was
+    wrong there and that bound was not used).
     """
     threads = check_threads(threads)
     with limited_threads(threads, int(np.prod(np.shape(x)))):
@@ -757,11 +778,13 @@ def _exact_tree_radius(model, x, y, space, threat, time_limit, max_radius, backe
     comp, cached = _compiled(ens, space)
     prog = comp.prog
     opts = dict(HIGHS_OPTIONS if highs_options is None else highs_options)
+    minimise = dict(opts, **MINIMISE_OPTIONS) if highs_options is None else dict(opts)
     holds_relations = space.relations is not None and not space.relations.is_linear_empty
     if holds_relations:
-        for name in ("primal_feasibility_tolerance", "mip_feasibility_tolerance"):
-            opts[name] = min(float(opts.get(name, 1e-7)), REL_FEASIBILITY_TOLERANCE)
-    solver = _Backend(backend, tuple(sorted(opts.items())))
+        for chosen in (opts, minimise):
+            for name in ("primal_feasibility_tolerance", "mip_feasibility_tolerance"):
+                chosen[name] = min(float(chosen.get(name, 1e-7)), REL_FEASIBILITY_TOLERANCE)
+    solver = _Backend(backend, tuple(sorted(opts.items())), tuple(sorted(minimise.items())))
     ledger = QueryLedger(n)
     if clean_class is None:
         with clf.charging(ledger, np.arange(n)):
@@ -772,6 +795,7 @@ def _exact_tree_radius(model, x, y, space, threat, time_limit, max_radius, backe
     out = _empty(n, x_np)
     failures: list[int] = []
     n_pruned = 0
+    refused: list[int] = []
     for i in range(n):
         t0 = time.perf_counter()
         x0, yi = x_np[i], int(y_np[i])
@@ -788,27 +812,31 @@ def _exact_tree_radius(model, x, y, space, threat, time_limit, max_radius, backe
             start = _prune(comp, ens, check, space, x0, yi, target, threat.p, max_radius)
         if start is not None and (start.closed() or math.isinf(start.lower) or (
                 max_radius is not None and start.lower > max_radius)):
-            best_r, best_x, best_cls, lower, failed = (start.radius, start.x, start.cls,
-                                                       start.lower, False)
+            best_r, best_x, best_cls, lower, failed, bad_bound = (
+                start.radius, start.x, start.cls, start.lower, False, False)
             n_pruned += 1
         elif threat.p == math.inf and linf_search == "bisect" and not holds_relations:
             # (under relations the Linf radius need not be a crossing cost: minimised below)
             best_r, best_x, best_cls, lower, failed = _linf_search(
                 prog, check, ens, space, x0, yi, target, t0 + time_limit, max_radius, solver,
                 growth, start)
+            bad_bound = False
         else:
-            best_r, best_x, best_cls, lower, failed = _solve_input(
+            best_r, best_x, best_cls, lower, failed, bad_bound = _solve_input(
                 prog, check, ens, space, threat, x0, yi, target, t0 + time_limit, max_radius,
                 solver, growth, start)
         if failed:
             failures.append(i)
+        if bad_bound:
+            refused.append(i)
         if parsed_pred[i] != model_pred[i]:
             lower = 0.0  # the parsed model disagrees here: no certificate
         _finish(out, i, best_r, best_x, best_cls, lower, time.perf_counter() - t0)
     meta = {"solver": "exact-trees", "backend": backend, "time_limit": time_limit,
             "max_radius": max_radius, "tie_tol": prog.tie_tol, "n_predicates": prog.n_pred,
             "n_leaves": prog.n_leaf, "verification_failures": failures,
-            "program_cached": cached, "closed_without_milp": n_pruned}
+            "program_cached": cached, "closed_without_milp": n_pruned,
+            "refused_bounds": refused}
     return SolverOutput(x_adv=torch.as_tensor(out["x_adv"]), radius=out["radius"],
                         lower_bound=out["lower"], status=out["status"],
                         adv_prediction=out["adv_class"], forward_queries=ledger.forward.copy(),
@@ -1038,7 +1066,7 @@ def _solve_input(prog: Program, check: Check, ens: TreeEnsemble,
                  ) -> tuple[float, np.ndarray, int, float, bool]:
     """Radius search for one correctly classified input.
 
-    Returns ``(radius, x_adv, adv_class, lower_bound, verification_failed)``.
+    Returns ``(radius, x_adv, adv_class, lower_bound, verification_failed, bound_refused)``.
     Programs are solved at growing cutoffs ``eps`` (radius units): at each level every other
     class is tried (closest clean score first) with the cutoff lowered to the best radius
     found; a level where no class is feasible certifies ``radius > eps``. With a ``start``
@@ -1051,7 +1079,7 @@ def _solve_input(prog: Program, check: Check, ens: TreeEnsemble,
     cap = np.inf if rel is None else REL_RADIUS_CAP ** power
     free = costs.cost[~costs.frozen]
     if len(free) == 0:  # nothing can move: no counterexample at any radius
-        return np.inf, x0.copy(), -1, np.inf, False
+        return np.inf, x0.copy(), -1, np.inf, False, False
     goals = _goals(ens.class_scores(x0[None])[0] if start is None else start.clean, yi,
                    target)
     lower = float(free.min())  # any counterexample crosses at least one cut
@@ -1065,7 +1093,13 @@ def _solve_input(prog: Program, check: Check, ens: TreeEnsemble,
         levels.append(eps)
         eps *= growth
     levels.append(min(best_r, np.inf if max_radius is None else float(max_radius)))
-    failed = False
+    failed = refused = False
+    # per goal, the smallest radius of a verified counterexample that meets it (its cell is
+    # in every program of that goal whose cutoff it is within)
+    in_goal: dict[tuple, float] = {}
+    if start is not None and start.cls >= 0:
+        pairs = goals[0].pairs if target is not None else ((start.cls, yi),)
+        in_goal[pairs] = start.radius
     reduced: dict[float, _Reduced] = {}
     for level in levels:
         bounds = []
@@ -1082,8 +1116,14 @@ def _solve_input(prog: Program, check: Check, ens: TreeEnsemble,
             # cost tightens the cutoff of the minimisation that follows
             probe = _solve_class(red, goal.with_margin(prog.tie_tol), cutoff, remaining,
                                  backend, objective=False)
+            # a counterexample already verified for this goal lies in its programs
+            known = in_goal.get(goal.pairs, np.inf) ** power
             if probe.status == "infeasible":
-                bounds.append(min(cutoff, cap))
+                if known <= cutoff * (1 + BOUND_SLACK):
+                    refused = True  # a verified counterexample lies in this program
+                    bounds.append(lower ** power)
+                else:
+                    bounds.append(min(cutoff, cap))
                 continue
             if probe.p is not None and rel is None:
                 # (under relations the point is only near the program's solution: skipped)
@@ -1094,21 +1134,27 @@ def _solve_input(prog: Program, check: Check, ens: TreeEnsemble,
                     red = _reduce(prog, costs, cutoff, linf)
             res, x_adv, cls, ok = _attempt(prog, red, check, x0, goal, cutoff, deadline,
                                            backend)
-            # no move within the cutoff is cheaper than the dual bound (the program holds
-            # every such move), so the radius is at least the smaller of the two
-            bounds.append(min(cutoff if res.status == "infeasible"
-                              else min(res.dual_bound, cutoff), cap))
             failed |= res.p is not None and not ok
             if ok:
                 r = norm((x_adv - x0) / space.scale, threat.p)
+                in_goal[goal.pairs] = min(in_goal.get(goal.pairs, np.inf), r)
                 if r < best_r:
                     best_r, best_x, best_cls = r, x_adv, cls
+            # no move within the cutoff is cheaper than the dual bound (the program holds
+            # every such move), so the radius is at least the smaller of the two; unless a
+            # counterexample verified for this goal costs less than the bound
+            claimed = np.inf if res.status == "infeasible" else res.dual_bound
+            if known <= cutoff * (1 + BOUND_SLACK) and claimed > known * (1 + BOUND_SLACK):
+                refused = True
+                bounds.append(lower ** power)
+            else:
+                bounds.append(min(claimed, cutoff, cap))
         # a dual bound can be slightly negative (or absent) when HiGHS stops early
         level_bound = max(min(bounds), 0.0) ** (1.0 / power) if bounds else lower
         lower = max(lower, min(level_bound, best_r))
         if best_r <= level * (1 + 1e-9) or failed or deadline - time.perf_counter() <= 0:
             break
-    return best_r, best_x, best_cls, lower, failed
+    return best_r, best_x, best_cls, lower, failed, refused
 
 
 @dataclass(frozen=True)
