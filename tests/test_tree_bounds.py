@@ -7,6 +7,7 @@ ensembles (``_brute_force`` of ``test_exact_trees``); the reference is the MILP 
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -244,23 +245,38 @@ def test_a_bound_above_a_verified_counterexample_is_refused(monkeypatch) -> None
     assert (lied.lower_bound <= honest.radius * (1 + 1e-9)).all()
 
 
-def test_forest_l2_minimum_matches_on_both_paths() -> None:
-    """Regression: with presolve off, HiGHS 1.16 returned an L2 move 0.5% above the optimum
-    as optimal for this input (the MILP alone said exact 0.3185; a leaf walk had verified
-    0.3169). Minimisations now run with presolve on; both paths must agree."""
+@functools.lru_cache(maxsize=1)
+def _breast_cancer_forest():
+    """The random forest of ``benchmarks/exact_trees.py`` and its inputs: the test rows,
+    then noisy resamples (300 rows), and the feature space holding them."""
     from sklearn.datasets import load_breast_cancer
     from sklearn.model_selection import train_test_split
 
     X, y = load_breast_cancer(return_X_y=True)
     Xtr, Xte, ytr, _ = train_test_split(X, y, test_size=0.25, random_state=0, stratify=y)
     base = FeatureSpace.from_data(Xtr)
-    space = FeatureSpace.from_arrays(np.minimum(base.lower, Xte.min(axis=0)),
-                                     np.maximum(base.upper, Xte.max(axis=0)), scale=base.scale)
+    rng = np.random.default_rng(0)
+    pick = Xte[rng.integers(0, len(Xte), size=300 - len(Xte))]
+    noisy = pick + rng.normal(size=pick.shape) * 0.05 * base.scale
+    rows = np.clip(np.vstack([Xte, noisy]), base.lower, base.upper)
+    space = FeatureSpace.from_arrays(np.minimum(base.lower, rows.min(axis=0)),
+                                     np.maximum(base.upper, rows.max(axis=0)), scale=base.scale)
     model = RandomForestClassifier(n_estimators=50, max_depth=6, random_state=0, n_jobs=1)
-    model.fit(Xtr, ytr)
-    row = Xte[11:12]
-    label = np.asarray(model.predict_proba(row)).argmax(axis=1)
-    fast = exact_tree_radius(model, row, label, space, "l2", time_limit=30)
-    alone = exact_tree_radius(model, row, label, space, "l2", time_limit=30, prune=False)
+    return model.fit(Xtr, ytr), rows, space
+
+
+@pytest.mark.parametrize("row,threat", [(11, "l2"), (143, "linf")])
+def test_forest_radius_matches_on_both_paths(row: int, threat: str) -> None:
+    """Regressions from the benchmark's agreement check, both paths must close on the same
+    radius. Row 11, L2: with presolve off, HiGHS 1.16 returned a move 0.5% above the optimum
+    as optimal (the MILP alone said exact 0.3185; a leaf walk had verified 0.3169);
+    minimisations now run with presolve on. Row 143, Linf: the counterexample is an exact
+    tie (probabilities 0.5 / 0.5, which the lower class wins), and the independent-trees
+    bound, summed in floating point, certified the radius above it."""
+    model, rows, space = _breast_cancer_forest()
+    x = rows[row:row + 1]
+    label = np.asarray(model.predict_proba(x)).argmax(axis=1)
+    fast = exact_tree_radius(model, x, label, space, threat, time_limit=30)
+    alone = exact_tree_radius(model, x, label, space, threat, time_limit=30, prune=False)
     assert fast.status[0] == EXACT and alone.status[0] == EXACT
     np.testing.assert_allclose(fast.radius, alone.radius, rtol=1e-6)

@@ -41,10 +41,13 @@ first cutoff level that admits a counterexample.
 Ties: a class with a lower index than the label wins a tie (as ``argmax`` does), so its
 score need only reach the label's; a class with a higher index must lead by ``tie_tol``
 (1e-9 of the score range, 1e-6 for XGBoost, whose scores are float32 sums). The lower bound
-is exact for the model's decision under that rule. Every counterexample is re-checked with
-the model's own ``predict_proba``; when the library settles a near-tie the other way, the
-program is solved again with a 100x and then 10^4x larger margin, and a counterexample that
-still fails is dropped (``meta['verification_failures']`` lists the inputs).
+is exact for the model's decision under that rule. The pruning's independent-trees bound
+certifies against a lower class only a deficit of at least ``tie_tol``: an exact tie (a
+forest's 0.5 / 0.5), summed in floating point, can come out a hair below zero. Every
+counterexample is re-checked with the model's own ``predict_proba``; when the library
+settles a near-tie the other way, the program is solved again with a 100x and then 10^4x
+larger margin, and a counterexample that still fails is dropped
+(``meta['verification_failures']`` lists the inputs).
 
 Relations between features (``space.relations``, linear rows) are held by a raw-unit column
 per related feature tied to its predicates (:func:`_relation_block`); see
@@ -945,7 +948,9 @@ def _prune(comp: _Compiled, ens: TreeEnsemble, check: Check, space: FeatureSpace
     cand = all_costs if max_radius is None else all_costs[all_costs <= max_radius]
     k_cls = len(clean)
     # a class j beats the label when it gains at least its margin (argmax tie rule)
-    margins = np.array([0.0 if j < yi else prog.tie_tol for j in range(k_cls)])
+    # (a lower class wins a tie; summed in floating point an exact tie can come out a hair
+    # below zero, so below the label only a deficit of tie_tol certifies)
+    margins = np.array([-prog.tie_tol if j < yi else prog.tie_tol for j in range(k_cls)])
     margins[yi] = np.inf
     if target is not None:
         margins[np.arange(k_cls) != target] = np.inf
