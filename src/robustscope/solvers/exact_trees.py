@@ -23,11 +23,11 @@ are plain MILPs solved by HiGHS.
 
 Build once, prune first: the input-independent program (:mod:`tree_program`) and the
 leaves' boxes (:mod:`tree_bounds`) are built once per (ensemble, feature space) and cached by
-content; one HiGHS instance is kept per worker thread. Each input is first bracketed
-without a program (:func:`_prune`: the independent-trees lower bound, beam leaf walks for
-a verified counterexample); most inputs close there, and the MILP search below runs only on
-the open bracket, over the cuts within its counterexample's radius. ``prune=False`` runs the
-MILP search alone (the reference of the tests and the benchmark).
+content; one HiGHS instance is kept per worker thread and option set. Each input is first
+bracketed without a program (:func:`_prune`: the independent-trees lower bound, beam leaf
+walks for a verified counterexample); most inputs close there, and the MILP search below
+runs only on the open bracket, over the cuts within its counterexample's radius.
+``prune=False`` runs the MILP search alone (the reference of the tests and the benchmark).
 
 Search: programs are solved with a radius cutoff; every cut whose crossing alone costs more
 is fixed to the input's side before the program is built, so unreachable leaves and trees
