@@ -147,7 +147,7 @@ SECTIONS: tuple[Section, ...] = (
         "(`dtai-veritas`) on Linf with the boosted models refitted on range-scaled features "
         "and an unbounded space (what its search supports). Targets (issue 18): XGBoost Linf "
         "median <= 5 ms, LightGBM <= 20 ms, L1 / L2 within 3x of Linf, same radii as the "
-        "MILP alone (rel. 1e-6).", 60),
+        "MILP alone (rel. 1e-6).", 15),
     Section(
         "exact_trees_table", "A whole table through `robustscope run` (issue 18)",
         ("benchmarks/exact_trees_table.py", "--rows", "100000"),
