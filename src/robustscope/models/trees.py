@@ -150,22 +150,20 @@ class TreeEnsemble:
         expected to change after parsing)."""
         stacked = self.__dict__.get("_stacked_trees")
         if stacked is None:
-            sizes = [len(t.feature) for t in self.trees]
-            start = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+            trees = self.trees
+            sizes = np.array([len(t.feature) for t in trees], dtype=np.int64)
+            start = np.cumsum(sizes) - sizes
+            index = np.zeros(0, dtype=np.int64)  # the empty head keeps dtypes with no trees
             stacked = _StackedTrees(
                 root=start,
-                feature=np.concatenate([t.feature for t in self.trees]) if self.trees
-                else np.zeros(0, dtype=np.int64),
-                threshold=np.concatenate([t.threshold for t in self.trees]) if self.trees
-                else np.zeros(0),
-                left=np.concatenate([t.left + s for t, s in zip(self.trees, start,
-                                                                strict=True)])
-                if self.trees else np.zeros(0, dtype=np.int64),
-                right=np.concatenate([t.right + s for t, s in zip(self.trees, start,
-                                                                  strict=True)])
-                if self.trees else np.zeros(0, dtype=np.int64),
-                value=np.concatenate([t.value for t in self.trees]) if self.trees
-                else np.zeros((0, self.n_scores)))
+                feature=np.concatenate([index, *(t.feature for t in trees)]),
+                threshold=np.concatenate([np.zeros(0), *(t.threshold for t in trees)]),
+                left=np.concatenate([index, *(t.left + s
+                                              for t, s in zip(trees, start, strict=True))]),
+                right=np.concatenate([index, *(t.right + s
+                                               for t, s in zip(trees, start, strict=True))]),
+                value=np.concatenate([np.zeros((0, self.n_scores)),
+                                      *(t.value for t in trees)]))
             self.__dict__["_stacked_trees"] = stacked
         return stacked
 

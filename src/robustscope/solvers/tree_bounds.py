@@ -40,9 +40,6 @@ class LeafBoxes:
     tree_start: np.ndarray   # (n_trees,) first leaf of each tree; a tree's leaves are contiguous
     scores: np.ndarray       # (L, K) class-score contribution
     const: np.ndarray        # (K,) scores of the constant part
-    path_ptr: np.ndarray     # (L + 1,) CSR pointers into path_pred / path_left
-    path_pred: np.ndarray    # predicate on the leaf's path
-    path_left: np.ndarray    # True: the leaf lies left of that cut
     blocked: np.ndarray      # (L,) a fixed node routes every valid value away from the leaf
     lo: np.ndarray           # (L, d) largest cut index the leaf is right of, -1 for none
     hi: np.ndarray           # (L, d) smallest cut index the leaf is left of, n_pred for none
@@ -93,15 +90,10 @@ def leaf_boxes(prog: Program, n_features: int) -> LeafBoxes:
     starts, ends = tree_start, tree_start[1:] + [n_leaf]
     features = [np.flatnonzero(((lo[a:b] >= 0) | (hi[a:b] < n_pred)).any(axis=0))
                 for a, b in zip(starts, ends, strict=True)]
-    ptr = np.zeros(n_leaf + 1, dtype=np.int64)
-    ptr[1:] = np.cumsum([len(p) for p in paths])
     return LeafBoxes(
         tree_start=np.asarray(tree_start, dtype=np.int64),
         scores=np.asarray(scores, dtype=np.float64).reshape(n_leaf, len(prog.const_scores)),
         const=prog.const_scores.copy(),
-        path_ptr=ptr,
-        path_pred=np.asarray([k for p in paths for k, _ in p], dtype=np.int64),
-        path_left=np.asarray([s for p in paths for _, s in p], dtype=bool),
         blocked=np.asarray(blocked, dtype=bool),
         lo=lo, hi=hi, n_pred=n_pred, tree_features=features,
         tree_box=[np.stack([lo[a:b][:, f], -hi[a:b][:, f]], axis=1)
@@ -200,8 +192,8 @@ def walk(boxes: LeafBoxes, reach: np.ndarray, eps: float, gain: np.ndarray,
     order = np.argsort(worst - best, kind="stable")
     multi, best = multi[order], best[order]
     rest = np.append(np.cumsum(best[::-1])[::-1], 0.0)[1:]  # best the later trees can add
-    reachable = np.split(np.flatnonzero(within), np.searchsorted(
-        np.flatnonzero(within), boxes.tree_start[1:]))  # per tree, its leaves within reach
+    in_reach = np.flatnonzero(within)
+    reachable = np.split(in_reach, np.searchsorted(in_reach, boxes.tree_start[1:]))
     if p != np.inf:
         if costs is None:
             raise ValueError("walk: p=1 or 2 needs the input's costs")
