@@ -13,10 +13,22 @@ from torch import nn
 
 from robustscope import FeatureSpace, InputError
 from robustscope.search.engine import radius
-from robustscope.solvers.bounds.certify import bound_radius, certified_radius, margin_tolerance
+from robustscope.solvers.bounds import certify, propagate
+from robustscope.solvers.bounds.certify import (
+    BISECT_RTOL,
+    bound_radius,
+    certified_radius,
+    margin_tolerance,
+    proven,
+)
 from robustscope.solvers.bounds.domain import make_domain
+from robustscope.solvers.bounds.forward import ForwardBounds
 from robustscope.solvers.bounds.graph import read_network
-from robustscope.solvers.bounds.propagate import margin_lower_bounds
+from robustscope.solvers.bounds.propagate import (
+    backward_bound,
+    margin_lower_bounds,
+    preactivation_bounds,
+)
 from robustscope.solvers.exact_relu import exact_relu_radius, relu_layers
 from robustscope.threats import L1, L2, LINF
 
@@ -83,6 +95,28 @@ def test_graph_reads_conv_residual_pool_and_standardising_layers():
     assert graph.n_relus == 2 * 64 + 2 * 64 + 3 * 2 * 16 + 12  # max-pool as three ReLUs
 
 
+def test_explicit_transposes_equal_autograd():
+    """Convolutions, batch norm, max-pool windows and negations carry coefficients back
+    without a forward pass; each must equal the vector-Jacobian product of its map."""
+    net = nn.Sequential(nn.Conv2d(1, 3, 3, stride=2, padding=1), nn.BatchNorm2d(3),
+                        nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(12, 2)).eval()
+    with torch.no_grad():
+        net[1].running_var.uniform_(0.5, 2.0)
+        net[1].weight.uniform_(-2, 2)
+    graph = read_network(net, (1, 9, 9))
+    checked = 0
+    for nd in graph.nodes:
+        if nd.transpose is None or nd.kind != "affine":
+            continue
+        in_shape = graph.nodes[nd.parents[0]].shape
+        a = torch.randn(5, *nd.shape, dtype=torch.float64)
+        z = torch.zeros(5, *in_shape, dtype=torch.float64, requires_grad=True)
+        (expected,) = torch.autograd.grad(nd.fn(z), z, grad_outputs=a)
+        torch.testing.assert_close(nd.transpose(a), expected, rtol=1e-12, atol=1e-12)
+        checked += 1
+    assert checked >= 1 + 1 + 4 + 3 + 1  # conv, batch norm, 4 windows, 3 negations, linear
+
+
 @pytest.mark.parametrize("layer, name", [(nn.Sigmoid(), "Sigmoid"), (nn.Tanh(), "Tanh")])
 def test_unsupported_operation_is_named(layer, name):
     net = nn.Sequential(nn.Linear(4, 5), layer, nn.Linear(5, 2))
@@ -136,6 +170,115 @@ def test_bounds_lie_below_every_sampled_margin(p):
         assert (lb <= worst + 1e-9).all()
     assert (bounds["alpha-crown"] >= bounds["crown"] - 1e-12).all()
     assert (bounds["crown"] >= bounds["ibp"] - 1e-9).double().mean() > 0.9
+
+
+def test_batch_bounds_are_sound_and_no_looser_than_one_input_at_a_time(monkeypatch):
+    """Each input bounds its own unstable neurons (max-pooling's differences included); the
+    batch pads them with stable ones, which may only tighten. With the work cap at 0 every
+    intermediate bound is an interval and the result is still sound."""
+    rng = np.random.default_rng(4)
+    net = small_cnn(2).double()
+    graph = read_network(net, (1, 8, 8))
+    x = torch.rand(4, 64, dtype=torch.float64)
+    lo, hi = -x, 1 - x
+    eps = torch.tensor([0.005, 0.02, 0.04, 0.01], dtype=torch.float64)
+    dom = make_domain(x, lo, hi, torch.ones(64), eps, math.inf)
+    with torch.no_grad():
+        y = net(x.reshape(4, 1, 8, 8)).argmax(1)
+    worst = _sampled_margins(net, x, y, lo, hi, eps, math.inf, rng)
+    batch = margin_lower_bounds(graph, dom, y, "crown")
+    assert (batch <= worst + 1e-9).all()
+    for i in range(4):
+        alone = margin_lower_bounds(graph, dom.subset(torch.tensor([i])), y[i:i + 1], "crown")
+        assert (batch[i] >= alone[0] - 1e-9).all()
+    monkeypatch.setattr(propagate, "MAX_CROWN_WORK", 0)
+    capped = margin_lower_bounds(graph, dom, y, "crown")
+    assert (capped <= worst + 1e-9).all()
+    assert (capped <= batch + 1e-9).double().mean() > 0.9
+
+
+@pytest.mark.parametrize("p", [math.inf, 2.0, 1.0])
+def test_forward_bounds_hold_every_sampled_node_value(p):
+    """Forward-mode functions enclose every node of a conv / residual / max-pool network
+    at points sampled in the domain."""
+    rng = np.random.default_rng(6)
+    net = small_cnn(3).double()
+    graph = read_network(net, (1, 8, 8))
+    x = torch.rand(2, 64, dtype=torch.float64)
+    eps = torch.full((2,), {math.inf: 0.03, 2.0: 0.2, 1.0: 0.8}[p], dtype=torch.float64)
+    dom = make_domain(x, -x, 1 - x, torch.ones(64), eps, p)
+    relu_bounds = preactivation_bounds(graph, dom)
+    fwd = ForwardBounds(graph, dom)
+    feeds = sorted({graph.nodes[r].parents[0] for r in graph.relus} | {len(graph.nodes) - 1})
+    bounds = {k: fwd.bounds(k, relu_bounds) for k in feeds}
+    for _ in range(100):
+        g = torch.as_tensor(rng.standard_normal((2, 64)))
+        u = torch.sign(g) if p == math.inf else g / torch.linalg.vector_norm(
+            g, ord=p, dim=1, keepdim=True)
+        u = torch.minimum(torch.maximum(u * eps[:, None], -x), 1 - x)
+        values = graph.forward((x + u).reshape(2, 1, 8, 8))
+        for k, (lo, hi) in bounds.items():
+            v = values[k].reshape(2, -1)
+            assert (v >= lo - 1e-9).all() and (v <= hi + 1e-9).all(), k
+
+
+def test_forward_bounds_equal_crown_after_one_relu_layer():
+    net = random_mlp(7, 5, (9,), 4).double()
+    graph = read_network(net, (5,))
+    x = torch.rand(3, 5, dtype=torch.float64)
+    dom = make_domain(x, -x, 1 - x, torch.ones(5), torch.full((3,), 0.1, dtype=torch.float64),
+                      math.inf)
+    relu_bounds = preactivation_bounds(graph, dom)
+    last = len(graph.nodes) - 1
+    lo, hi = ForwardBounds(graph, dom).bounds(last, relu_bounds)
+    spec = torch.cat([torch.eye(4), -torch.eye(4)]).to(torch.float64).expand(3, 8, 4)
+    crown = backward_bound(graph, dom, relu_bounds, last, spec)
+    torch.testing.assert_close(lo, crown[:, :4], rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(hi, -crown[:, 4:], rtol=1e-10, atol=1e-10)
+
+
+def test_certified_radius_closes_its_bracket(monkeypatch):
+    """Regula falsi ends with the certified radius proven and an unproven probe within
+    BISECT_RTOL above it, in a few probes; on most inputs that is within BISECT_RTOL of the
+    largest strength CROWN proves (60 halvings here; CROWN's bound is not monotone in the
+    strength everywhere, so not on all)."""
+    net = random_mlp(5, 4, (12, 12), 3).double()
+    graph = read_network(net, (4,))
+    x = torch.as_tensor(np.random.default_rng(5).uniform(0.2, 0.8, (6, 4)))
+    space = _digits_box(4)
+    lo, hi = space.delta_bounds(x)
+    with torch.no_grad():
+        logits = graph.logits(x)
+    y = logits.argmax(1)
+    tol = margin_tolerance(logits, torch.float64)
+    upper = torch.full((6,), 0.5, dtype=torch.float64)
+    dom = make_domain(x, lo, hi, space.scale, upper, math.inf)
+    probes: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
+    original = certify.worst_margin
+
+    def recording(net_, dom_, *args, **kwargs):
+        m = original(net_, dom_, *args, **kwargs)
+        probes.append((dom_.x.clone(), dom_.eps.clone(), m.clone()))
+        return m
+
+    monkeypatch.setattr(certify, "worst_margin", recording)
+    got = certified_radius(graph, dom, y, upper, tol, "crown")
+    monkeypatch.undo()
+    assert proven(graph, dom.with_eps(got), y, tol, "crown").all()
+    rows = torch.cat([r for r, _, _ in probes])
+    eps = torch.cat([e for _, e, _ in probes])
+    unproven = torch.cat([m for _, _, m in probes]) <= 0
+    for i in range(6):
+        mine = (rows == x[i]).all(dim=1)
+        above = mine & unproven & (eps > got[i]) & (eps <= got[i] / (1 - BISECT_RTOL))
+        assert above.any(), i
+    assert len(probes) <= 8
+    a, b = torch.zeros(6, dtype=torch.float64), upper.clone()
+    for _ in range(60):
+        mid = (a + b) / 2
+        ok = proven(graph, dom.with_eps(mid), y, tol, "crown")
+        a, b = torch.where(ok, mid, a), torch.where(ok, b, mid)
+    assert ((got >= a * (1 - BISECT_RTOL)) & (got <= a * (1 + 1e-9))).sum() >= 5
 
 
 @pytest.mark.parametrize("p", [1.0, 2.0])

@@ -348,6 +348,9 @@ class _Reader:
                     self._unsupported(fx_node, f"convolution with {mod.padding_mode} padding")
                 abs_fn = lambda r, m=mod, c=conv, w=mod.weight.abs(): c(  # noqa: E731
                     r, w, None, m.stride, m.padding, m.dilation, m.groups)
+                transpose = _conv_transpose(mod, self.nodes[parent].shape)
+            elif isinstance(mod, (nn.BatchNorm1d, nn.BatchNorm2d)):
+                transpose = _batchnorm_transpose(mod, self.nodes[parent].shape)
             self.ids[fx_node] = self._affine(parent, mod, shape, name, transpose, macs,
                                              abs_fn)
         else:
@@ -371,7 +374,8 @@ class _Reader:
             if len(args) == 2 and all(dep) and not fx_node.kwargs:
                 a, b = self.ids[args[0]], self.ids[args[1]]
                 if sign < 0:
-                    b = self._affine(b, operator.neg, self.nodes[b].shape, f"{name} (negate)")
+                    b = self._affine(b, operator.neg, self.nodes[b].shape, f"{name} (negate)",
+                                     transpose=operator.neg)
                 self.ids[fx_node] = self._add(Node(SUM, (a, b), shape, name))
                 return
             if len(args) == 2 and not fx_node.kwargs:
@@ -448,11 +452,13 @@ class _Reader:
                       slice(i, i + stride[0] * (ho - 1) + 1, stride[0]),
                       slice(j, j + stride[1] * (wo - 1) + 1, stride[1]))
                 items.append(self._affine(parent, lambda t, s=sl: t[s], shape,
-                                          f"{name} window ({i},{j})", macs=0))
+                                          f"{name} window ({i},{j})", macs=0,
+                                          transpose=_window_transpose(sl, (h_in, w_in))))
         while len(items) > 1:  # max(a, b) = b + relu(a - b), pairwise
             nxt = []
             for a, b in zip(items[0::2], items[1::2], strict=False):
-                neg = self._affine(b, operator.neg, shape, f"{name} (negate)", macs=0)
+                neg = self._affine(b, operator.neg, shape, f"{name} (negate)", macs=0,
+                                   transpose=operator.neg)
                 diff = self._add(Node(SUM, (a, neg), shape, f"{name} (difference)",
                                       pooling=True))
                 rel = self._add(Node(RELU, (diff,), shape, f"{name} (relu)"))
@@ -461,6 +467,37 @@ class _Reader:
                 nxt.append(items[-1])
             items = nxt
         return items[0]
+
+
+def _conv_transpose(mod: nn.Module, in_shape: tuple[int, ...]):
+    """``a -> a . W`` of a convolution without bias: coefficients ``(m, *out shape)`` to
+    ``(m, *in_shape)`` (the gradient of the input, without running the forward)."""
+    grad = torch.nn.grad.conv2d_input if isinstance(mod, nn.Conv2d) else \
+        torch.nn.grad.conv1d_input
+
+    def transpose(a: torch.Tensor, w=mod.weight, m=mod) -> torch.Tensor:
+        return grad((a.shape[0], *in_shape), w, a, m.stride, m.padding, m.dilation, m.groups)
+    return transpose
+
+
+def _batchnorm_transpose(mod: nn.Module, in_shape: tuple[int, ...]):
+    """``a -> a . W`` of a batch norm in eval mode: a per-channel scale."""
+    with torch.no_grad():
+        scale = torch.rsqrt(mod.running_var + mod.eps)
+        if mod.weight is not None:
+            scale = scale * mod.weight
+    scale = scale.reshape(-1, *([1] * (len(in_shape) - 1)))
+    return lambda a, s=scale: a * s
+
+
+def _window_transpose(sl: tuple, spatial: tuple[int, int]):
+    """``a -> a . W`` of taking the strided window ``sl`` of a ``(C, H, W)`` tensor: the
+    coefficients scattered back into zeros."""
+    def transpose(a: torch.Tensor) -> torch.Tensor:
+        out = a.new_zeros(*a.shape[:2], *spatial)
+        out[sl] = a
+        return out
+    return transpose
 
 
 class _Size:

@@ -21,17 +21,22 @@ import math
 import torch
 
 from robustscope.solvers.bounds.domain import Domain
+from robustscope.solvers.bounds.forward import ForwardBounds, forward_fits
 from robustscope.solvers.bounds.graph import AFFINE, INPUT, RELU, SUM, Network
+from robustscope.solvers.bounds.relaxation import relu_relaxation
 from robustscope.solvers.registry import BOUND_METHODS
 
 METHODS = BOUND_METHODS
 #: Largest number of coefficients (inputs x rows x node size) carried in one backward pass;
 #: bigger specifications are split into chunks.
 MAX_COEFFICIENTS = 2 ** 24
-#: A layer with more unstable neurons than this (over the batch) keeps its interval bounds:
-#: CROWN would cost a backward pass to the input per neuron and side (minutes per input on a
-#: CPU for a 32x32 convolution). Raise it on an accelerator.
-MAX_CROWN_NEURONS = 512
+#: Most coefficients one input's backward pass may carry (:func:`backward_work`) to bound
+#: a node's unstable neurons by CROWN; a node above it keeps interval bounds. Bounding
+#: every unstable neuron of LeNet-5 (MNIST) costs about 2 s per pass and input on a 2-core
+#: CPU; the cap keeps the nodes near the output, where CROWN gains most per coefficient
+#: (LeNet-5, Linf, 3 inputs: median radius / bound 3.7 at 8 s per input with this cap, 3.2
+#: at 13 s with 4e7). Raise it on an accelerator, or for tighter bounds at that cost.
+MAX_CROWN_WORK = 2 * 10 ** 7
 #: Gradient steps and step size of alpha-CROWN.
 ALPHA_STEPS = 20
 ALPHA_LR = 0.1
@@ -86,16 +91,23 @@ def lower_bounds(net: Network, dom: Domain, spec: torch.Tensor, method: str = "c
 
 
 def preactivation_bounds(net: Network, dom: Domain, ibp: Bounds | None = None) -> Bounds:
-    """CROWN bounds ``{node: (lower, upper)}`` of every node that feeds a ReLU, tightened
-    with IBP's (only neurons IBP leaves unstable are bounded backwards, and only in layers
-    with at most ``MAX_CROWN_NEURONS`` of them; IBP is rerun from the bounds found so far
-    before each layer). The differences inside a rewritten
-    max-pooling get the rerun IBP's bounds only (CROWN on them costs a backward pass per
-    window element for little gain)."""
+    """Bounds ``{node: (lower, upper)}`` of every node that feeds a ReLU (max-pooling's
+    differences included): IBP's, intersected with forward-mode linear bounds
+    (:mod:`~robustscope.solvers.bounds.forward`, where they fit in memory) and then with
+    backward CROWN's.
+
+    Backward CROWN is skipped where forward mode already equals it (a node with at most one
+    ReLU layer before it) and otherwise bounds, per input, only the neurons still unstable
+    (each input its own, padded to the largest count of the batch), in nodes whose backward
+    work (:func:`backward_work`) is at most ``MAX_CROWN_WORK``. IBP is rerun from the
+    bounds found so far before each node."""
+    n = len(dom.x)
+    if n > 1 and not forward_fits(net, n) and forward_fits(net, 1):
+        return _in_chunks(net, dom, ibp)
     ibp = interval_bounds(net, dom) if ibp is None else ibp
     bounds: Bounds = {}
-    n = len(dom.x)
-    behind = _behind_relu(net)
+    depth, carried = crown_plan(net)
+    fwd = ForwardBounds(net, dom) if forward_fits(net, n) else None
     with torch.no_grad():
         for r in net.relus:
             k = net.nodes[r].parents[0]
@@ -103,56 +115,83 @@ def preactivation_bounds(net: Network, dom: Domain, ibp: Bounds | None = None) -
                 continue
             if bounds:  # intervals again, from the tighter bounds found so far
                 ibp = interval_bounds(net, dom, bounds)
+            if dom.p == math.inf and depth[k] == 0:
+                bounds[k] = ibp[k]  # an affine function of the input over a box: IBP is exact
+                continue
             lo, hi = (t.reshape(n, -1).clone() for t in ibp[k])
-            if (dom.p == math.inf and not behind[k]) or net.nodes[k].pooling:
-                # an affine function of the input over a box: IBP is exact already;
-                # max-pooling's differences: intervals from the tightened bounds suffice
-                bounds[k] = ibp[k]
+            if fwd is not None:
+                f_lo, f_hi = fwd.bounds(k, bounds)
+                lo, hi = torch.maximum(lo, f_lo), torch.minimum(hi, f_hi)
+            shape = (n, *net.nodes[k].shape)
+            unstable = (lo < 0) & (hi > 0)
+            m = int(unstable.sum(dim=1).max()) if n else 0
+            if m == 0 or (fwd is not None and depth[k] <= 1) or \
+                    backward_work(m, carried[k]) > MAX_CROWN_WORK:
+                bounds[k] = (lo.reshape(shape), hi.reshape(shape))
                 continue
-            unstable = ((lo < 0) & (hi > 0)).any(dim=0).nonzero().reshape(-1)
-            if len(unstable) > MAX_CROWN_NEURONS:
-                bounds[k] = ibp[k]
-                continue
+            # each input's unstable neurons first (distinct indices; the padding of inputs
+            # with fewer is stable neurons, whose bounds may only tighten)
+            order = torch.argsort((~unstable).to(torch.int8), dim=1, stable=True)[:, :m]
             size = net.nodes[k].size
             chunk = max(1, MAX_COEFFICIENTS // max(1, n * 2 * _widest(net, k)))
-            for start in range(0, len(unstable), chunk):
-                idx = unstable[start:start + chunk]
-                m = len(idx)
-                spec = torch.zeros(n, 2 * m, size, dtype=dom.x.dtype, device=dom.x.device)
-                rows = torch.arange(m, device=dom.x.device)
-                spec[:, rows, idx] = 1.0
-                spec[:, rows + m, idx] = -1.0
+            for start in range(0, m, chunk):
+                idx = order[:, start:start + chunk]
+                c = idx.shape[1]
+                spec = torch.zeros(n, 2 * c, size, dtype=dom.x.dtype, device=dom.x.device)
+                spec.scatter_(2, idx[:, :, None], 1.0)
+                spec[:, c:].scatter_(2, idx[:, :, None], -1.0)
                 lb = backward_bound(net, dom, bounds, k, spec)
-                lo[:, idx] = torch.maximum(lo[:, idx], lb[:, :m])
-                hi[:, idx] = torch.minimum(hi[:, idx], -lb[:, m:])
-            shape = (n, *net.nodes[k].shape)
+                lo.scatter_(1, idx, torch.maximum(lo.gather(1, idx), lb[:, :c]))
+                hi.scatter_(1, idx, torch.minimum(hi.gather(1, idx), -lb[:, c:]))
             bounds[k] = (lo.reshape(shape), hi.reshape(shape))
     return bounds
 
 
-def _behind_relu(net: Network) -> list[bool]:
-    """Per node: some ReLU lies between it and the input."""
-    out: list[bool] = []
+def _in_chunks(net: Network, dom: Domain, ibp: Bounds | None) -> Bounds:
+    """:func:`preactivation_bounds` a chunk of inputs at a time (forward mode's memory)."""
+    per = 1
+    while forward_fits(net, 2 * per):
+        per *= 2
+    parts = []
+    for start in range(0, len(dom.x), per):
+        rows = torch.arange(start, min(start + per, len(dom.x)), device=dom.x.device)
+        sub = None if ibp is None else {k: (lo[rows], hi[rows]) for k, (lo, hi) in ibp.items()}
+        parts.append(preactivation_bounds(net, dom.subset(rows), sub))
+    return {k: (torch.cat([p[k][0] for p in parts]), torch.cat([p[k][1] for p in parts]))
+            for k in parts[0]}
+
+
+def backward_work(rows: int, carried: int) -> int:
+    """Coefficients one input's backward pass carries: ``2 rows`` specification rows (lower
+    and upper bound of each neuron) times ``carried``, the summed sizes of the nodes the
+    pass goes through (:func:`crown_plan`)."""
+    return 2 * rows * carried
+
+
+def crown_plan(net: Network) -> tuple[list[int], list[int]]:
+    """Per node: the most ReLUs on a path from the input to it (at 0, under Linf, IBP's
+    bounds are exact), and the sizes a backward pass from it carries."""
+    return _relu_depth(net), _carried_sizes(net)
+
+
+def _carried_sizes(net: Network) -> list[int]:
+    """Per node: the summed sizes of the node and of every node it depends on."""
+    ancestors: list[set[int]] = []
+    for k, nd in enumerate(net.nodes):
+        ancestors.append({k}.union(*(ancestors[p] for p in nd.parents)))
+    return [sum(net.nodes[j].size for j in anc) for anc in ancestors]
+
+
+def _relu_depth(net: Network) -> list[int]:
+    """Per node: the most ReLUs on a path from the input to it (the node itself excluded)."""
+    out: list[int] = []
     for nd in net.nodes:
-        out.append(any(out[p] or net.nodes[p].kind == RELU for p in nd.parents))
+        out.append(max((out[p] + (net.nodes[p].kind == RELU) for p in nd.parents), default=0))
     return out
 
 
 def _widest(net: Network, k: int) -> int:
     return max(nd.size for nd in net.nodes[:k + 1])
-
-
-def relu_relaxation(zl: torch.Tensor, u: torch.Tensor):
-    """Per neuron: ``(upper slope, upper intercept, default lower slope, unstable mask)``."""
-    active, unstable = zl >= 0, (zl < 0) & (u > 0)
-    width = (u - zl).clamp_min(1e-300)
-    up_slope = torch.where(active, torch.ones_like(zl),
-                           torch.where(unstable, u / width, torch.zeros_like(zl)))
-    up_int = torch.where(unstable, -zl * u / width, torch.zeros_like(zl))
-    low_slope = torch.where(active, torch.ones_like(zl),
-                            torch.where(unstable & (u >= -zl), torch.ones_like(zl),
-                                        torch.zeros_like(zl)))
-    return up_slope, up_int, low_slope, unstable
 
 
 def backward_bound(net: Network, dom: Domain, bounds: Bounds, target: int,

@@ -1,0 +1,18 @@
+"""The linear relaxation of a ReLU shared by backward (CROWN) and forward bounds."""
+
+from __future__ import annotations
+
+import torch
+
+
+def relu_relaxation(zl: torch.Tensor, u: torch.Tensor):
+    """Per neuron: ``(upper slope, upper intercept, default lower slope, unstable mask)``."""
+    active, unstable = zl >= 0, (zl < 0) & (u > 0)
+    width = (u - zl).clamp_min(1e-300)
+    up_slope = torch.where(active, torch.ones_like(zl),
+                           torch.where(unstable, u / width, torch.zeros_like(zl)))
+    up_int = torch.where(unstable, -zl * u / width, torch.zeros_like(zl))
+    low_slope = torch.where(active, torch.ones_like(zl),
+                            torch.where(unstable & (u >= -zl), torch.ones_like(zl),
+                                        torch.zeros_like(zl)))
+    return up_slope, up_int, low_slope, unstable
