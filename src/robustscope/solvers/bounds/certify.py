@@ -79,8 +79,7 @@ def proven(net: Network, dom: Domain, y: torch.Tensor, tolerance: torch.Tensor,
 
 def certified_radius(net: Network, dom: Domain, y: torch.Tensor, upper: torch.Tensor,
                      tolerance: torch.Tensor, method: str = "crown",
-                     steps: int = ALPHA_STEPS, clean_margin: torch.Tensor | None = None
-                     ) -> torch.Tensor:
+                     steps: int = ALPHA_STEPS) -> torch.Tensor:
     """``(n,)`` certified radius (float64) below ``upper`` ``(n,)`` (finite).
 
     The worst bounded margin ``m(eps)`` (:func:`worst_margin`) falls as the domain grows;
@@ -88,16 +87,13 @@ def certified_radius(net: Network, dom: Domain, y: torch.Tensor, upper: torch.Te
     interpolates ``m`` linearly between the largest proven strength and the smallest
     unproven one (regula falsi; the Illinois rule halves the value kept at an end that
     survives twice, so that neither end stalls), which needs far fewer bound passes than
-    halving where ``m`` is smooth. ``clean_margin`` ``(n,)`` is ``m(0)`` (the clean
-    logits' worst margin less ``tolerance``; computed when not given). ``dom``'s ``eps``
-    is ignored (replaced per probe); ``y`` are the predicted classes."""
+    halving where ``m`` is smooth; ``m(0)``, the clean margin, comes from IBP over the
+    single point. ``dom``'s ``eps`` is ignored (replaced per probe); ``y`` are the
+    predicted classes."""
     upper = upper.to(dom.x)
-    if clean_margin is None:
-        with torch.no_grad():
-            m0 = margin_lower_bounds(net, dom.with_eps(torch.zeros_like(upper)), y, "ibp")
-        clean_margin = m0.amin(dim=1) - tolerance
     lo, hi = torch.zeros_like(upper), upper.clone()
-    m_lo = clean_margin.to(dom.x).clone()
+    with torch.no_grad():  # not a probe: IBP over one point is the clean margin
+        m_lo = margin_lower_bounds(net, dom.with_eps(lo), y, "ibp").amin(dim=1) - tolerance
     m_hi = torch.full_like(upper, -math.inf)
     kept = torch.zeros_like(upper, dtype=torch.long)  # +1: lo survived last time, -1: hi
     todo = torch.arange(len(upper), device=upper.device)[m_lo > 0]

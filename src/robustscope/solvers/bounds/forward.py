@@ -104,18 +104,16 @@ class ForwardBounds:
 
 def _affine_funcs(nd, lw, lb, uw, ub, n: int, d: int):
     """An affine node's enclosing functions from its parent's (see the module doc)."""
-    def lin(v: torch.Tensor, rows: int) -> torch.Tensor:
-        flat = v.reshape(rows, *v.shape[len(v.shape) - len(in_shape):])
-        return nd.fn(flat) - nd.bias
-
-    def abs_lin(v: torch.Tensor, rows: int) -> torch.Tensor:
-        flat = v.reshape(rows, *v.shape[len(v.shape) - len(in_shape):])
-        return nd.abs_fn(flat.clamp_min(0)) - nd.abs_fn((-flat).clamp_min(0))
-
     in_shape = lw.shape[2:]
-    mid_w, rad_w = (lw + uw) / 2, (uw - lw) / 2
-    mid_b, rad_b = (lb + ub) / 2, (ub - lb) / 2
-    cw, rw = lin(mid_w, n * d), abs_lin(rad_w, n * d)
-    cb, rb = lin(mid_b, n) + nd.bias, abs_lin(rad_b, n)
+
+    def lin(v: torch.Tensor) -> torch.Tensor:  # W v, per row of v's leading dimensions
+        return nd.fn(v.reshape(-1, *in_shape)) - nd.bias
+
+    def abs_lin(v: torch.Tensor) -> torch.Tensor:  # |W| v for v of any sign
+        v = v.reshape(-1, *in_shape)
+        return nd.abs_fn(v.clamp_min(0)) - nd.abs_fn((-v).clamp_min(0))
+
+    cw, rw = lin((lw + uw) / 2), abs_lin((uw - lw) / 2)
+    cb, rb = nd.fn((lb + ub) / 2), abs_lin((ub - lb) / 2)
     shape = (n, d, *nd.shape)
     return ((cw - rw).reshape(shape), cb - rb, (cw + rw).reshape(shape), cb + rb)

@@ -69,8 +69,6 @@ class Node:
     macs: int = 0
     #: ``|W| r`` for ``r >= 0`` ``(m, *parent shape)``, ``W`` the linear part (IBP)
     abs_fn: Callable[[torch.Tensor], torch.Tensor] | None = None
-    #: made by rewriting a max-pooling (its pre-activations get interval bounds only)
-    pooling: bool = False
 
     @property
     def size(self) -> int:
@@ -459,8 +457,7 @@ class _Reader:
             for a, b in zip(items[0::2], items[1::2], strict=False):
                 neg = self._affine(b, operator.neg, shape, f"{name} (negate)", macs=0,
                                    transpose=operator.neg)
-                diff = self._add(Node(SUM, (a, neg), shape, f"{name} (difference)",
-                                      pooling=True))
+                diff = self._add(Node(SUM, (a, neg), shape, f"{name} (difference)"))
                 rel = self._add(Node(RELU, (diff,), shape, f"{name} (relu)"))
                 nxt.append(self._add(Node(SUM, (rel, b), shape, f"{name} (max)")))
             if len(items) % 2:
