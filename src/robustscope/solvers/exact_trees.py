@@ -460,10 +460,13 @@ class _Backend:
     options: tuple[tuple[str, object], ...]
     minimise_options: tuple[tuple[str, object], ...]
 
-    def run(self, *args, minimise: bool = False) -> _Solve:
+    def run(self, *args, minimise: bool = False, objective_bound: float | None = None,
+            ) -> _Solve:
+        """Solve; ``objective_bound`` (highspy only; scipy's interface has no such option)
+        lets HiGHS prune every node whose bound exceeds it from the start."""
         options = dict(self.minimise_options if minimise else self.options)
         if self.name == "highspy":
-            return _run_highspy(*args, options=options)
+            return _run_highspy(*args, options=options, objective_bound=objective_bound)
         return _run_scipy(*args, options=options)
 
 
@@ -483,13 +486,19 @@ MINIMISE_OPTIONS = {"presolve": "on"}
 #: A program's dual bound more than this (relative) above a verified counterexample's cost
 #: shows the solver was wrong: that level certifies nothing (``meta["refused_bounds"]``).
 BOUND_SLACK = 1e-6
+#: A verified counterexample's cost, raised by this (relative), is the objective bound the
+#: minimisation prunes against: its own cell stays inside despite rounding.
+INCUMBENT_SLACK = 1e-7
 
 
 def _solve_class(red: _Reduced, pairs: list[tuple[int, int, float]], cutoff: float,
-                 time_limit: float, backend: _Backend, objective: bool = True) -> _Solve:
+                 time_limit: float, backend: _Backend, objective: bool = True,
+                 incumbent: float | None = None) -> _Solve:
     """Cheapest move (within ``cutoff``, objective units) after which, for every
     ``(winner, loser, margin)`` in ``pairs``, the winner's score is at least ``margin`` above
-    the loser's. Without ``objective``, any such move within the cutoff is returned."""
+    the loser's. Without ``objective``, any such move within the cutoff is returned.
+    ``incumbent``: the cost (objective units) of a move known to meet the goal; the
+    minimisation prunes against it (slightly above it, so that its cell stays feasible)."""
     n_p = len(red.free)
     n_leaf = len(red.leaf_scores)
     n_col = red.a.shape[1]
@@ -533,7 +542,9 @@ def _solve_class(red: _Reduced, pairs: list[tuple[int, int, float]], cutoff: flo
     t0 = time.perf_counter()
     res = backend.run(a, row_lo, row_hi, col_lo, col_hi, obj,
                       red.obj_offset if objective else 0.0, integrality, n_p, time_limit,
-                      minimise=objective)
+                      minimise=objective,
+                      objective_bound=None if incumbent is None or not objective
+                      else incumbent / red.unit * (1 + INCUMBENT_SLACK))
     for _ in range(OA_ROUNDS if objective and red.rel_t is not None else 0):
         # L2 under relations: the squared distances of the related features are bounded by
         # tangents; cut at the solution until the program's optimum meets its true cost
@@ -600,7 +611,7 @@ def _worker_highs(options: dict):
 
 
 def _run_highspy(a, row_lo, row_hi, col_lo, col_hi, obj, offset, integrality, n_pred,
-                 time_limit, options: dict) -> _Solve:
+                 time_limit, options: dict, objective_bound: float | None = None) -> _Solve:
     import highspy
 
     h = _worker_highs(options)
@@ -623,6 +634,8 @@ def _run_highspy(a, row_lo, row_hi, col_lo, col_hi, obj, offset, integrality, n_
     lp.integrality_ = [highspy.HighsVarType.kInteger if v else highspy.HighsVarType.kContinuous
                        for v in integrality]
     h.passModel(lp)
+    # (the kept instance holds the last program's bound: set on every run)
+    h.setOptionValue("objective_bound", np.inf if objective_bound is None else objective_bound)
     h.run()
     status = h.getModelStatus()
     info = h.getInfo()
@@ -1094,7 +1107,10 @@ def _solve_input(prog: Program, check: Check, ens: TreeEnsemble,
         best_r, best_x, best_cls = start.radius, start.x, start.cls
     # growing cutoffs keep the programs small; a counterexample's radius caps them
     levels, eps, top = [], max(lower, 1e-12) * growth, float(free.max())
-    while eps < top and eps < best_r and (max_radius is None or eps < max_radius):
+    # (with a counterexample from the walks, one level at its radius: the minimisation starts
+    # from it, and its dual bound certified at least as much as the levels below did)
+    while (eps < top and eps < best_r and (max_radius is None or eps < max_radius)
+           and not np.isfinite(best_r)):
         levels.append(eps)
         eps *= growth
     levels.append(min(best_r, np.inf if max_radius is None else float(max_radius)))
@@ -1117,28 +1133,30 @@ def _solve_input(prog: Program, check: Check, ens: TreeEnsemble,
             if cutoff not in reduced:
                 reduced[cutoff] = _reduce(prog, costs, cutoff, linf, rel=rel)
             red = reduced[cutoff]
-            # a feasibility program first: cheap to refute, and when it finds a move its
-            # cost tightens the cutoff of the minimisation that follows
-            probe = _solve_class(red, goal.with_margin(prog.tie_tol), cutoff, remaining,
-                                 backend, objective=False)
-            # a counterexample already verified for this goal lies in its programs
             known = in_goal.get(goal.pairs, np.inf) ** power
-            if probe.status == "infeasible":
-                if known <= cutoff * (1 + BOUND_SLACK):
-                    refused = True  # a verified counterexample lies in this program
-                    bounds.append(lower ** power)
-                else:
+            incumbent = None
+            if known <= cutoff * (1 + BOUND_SLACK):
+                # the minimisation prunes against the verified counterexample's cost from the
+                # start (a MIP start with its cell did the same, but HiGHS 1.16 with presolve
+                # then returned that start's values beside a better optimal objective)
+                incumbent = known
+            else:
+                # a feasibility program first: cheap to refute, and when it finds a move its
+                # cost tightens the cutoff of the minimisation that follows
+                probe = _solve_class(red, goal.with_margin(prog.tie_tol), cutoff, remaining,
+                                     backend, objective=False)
+                if probe.status == "infeasible":
                     bounds.append(min(cutoff, cap))
-                continue
-            if probe.p is not None and rel is None:
-                # (under relations the point is only near the program's solution: skipped)
-                moved = construct(prog, x0, probe.p)
-                cost = norm((moved - x0) / space.scale, threat.p) ** power
-                if cost < cutoff:
-                    cutoff = cost
-                    red = _reduce(prog, costs, cutoff, linf)
+                    continue
+                if probe.p is not None and rel is None:
+                    # (under relations the point is only near the program's solution)
+                    moved = construct(prog, x0, probe.p)
+                    cost = norm((moved - x0) / space.scale, threat.p) ** power
+                    if cost < cutoff:
+                        cutoff = cost
+                        red = _reduce(prog, costs, cutoff, linf)
             res, x_adv, cls, ok = _attempt(prog, red, check, x0, goal, cutoff, deadline,
-                                           backend)
+                                           backend, incumbent=incumbent)
             failed |= res.p is not None and not ok
             if ok:
                 r = norm((x_adv - x0) / space.scale, threat.p)
@@ -1189,12 +1207,13 @@ def _holds(cls: int, yi: int, target: int | None) -> bool:
 
 def _attempt(prog: Program, red: _Reduced, check: Check, x0: np.ndarray,
              goal: _Goal, cutoff: float, deadline: float,
-             backend: _Backend) -> tuple[_Solve, np.ndarray, int, bool]:
+             backend: _Backend, incumbent: float | None = None,
+             ) -> tuple[_Solve, np.ndarray, int, bool]:
     """Solve for ``goal``, build the counterexample and verify it with ``check`` (the model,
     called again); when the model disagrees (a score tie settled the other way), ask for a
     clearer margin. Returns ``(solve, x_adv, adv_class, verified)``."""
     res = _solve_class(red, goal.with_margin(prog.tie_tol), cutoff,
-                       deadline - time.perf_counter(), backend)
+                       deadline - time.perf_counter(), backend, incumbent=incumbent)
     if res.p is None or not np.isfinite(res.objective):
         return res, x0, -1, False
     x_adv = _build_point(prog, x0, res, red)
