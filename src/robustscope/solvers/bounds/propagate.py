@@ -90,11 +90,15 @@ def lower_bounds(net: Network, dom: Domain, spec: torch.Tensor, method: str = "c
     return _optimised_bound(net, dom, bounds, last, spec, steps)
 
 
-def preactivation_bounds(net: Network, dom: Domain, ibp: Bounds | None = None) -> Bounds:
+def preactivation_bounds(net: Network, dom: Domain, ibp: Bounds | None = None,
+                         splits: Bounds | None = None) -> Bounds:
     """Bounds ``{node: (lower, upper)}`` of every node that feeds a ReLU (max-pooling's
     differences included): IBP's, intersected with forward-mode linear bounds
     (:mod:`~robustscope.solvers.bounds.forward`, where they fit in memory) and then with
-    backward CROWN's.
+    backward CROWN's. ``splits`` (branch and bound) maps such nodes to per-input clamps
+    ``(lower, upper)`` ``(n, *shape)`` intersected in as soon as the node is bounded: ``0``
+    as a lower clamp restricts a neuron to its active side, as an upper one to its inactive
+    side; a row whose clamps leave some neuron empty (``lower > upper``) bounds no input.
 
     Backward CROWN is skipped where forward mode already equals it (a node with at most one
     ReLU layer before it) and otherwise bounds, per input, only the neurons still unstable
@@ -103,9 +107,9 @@ def preactivation_bounds(net: Network, dom: Domain, ibp: Bounds | None = None) -
     bounds found so far before each node."""
     n = len(dom.x)
     if n > 1 and not forward_fits(net, n) and forward_fits(net, 1):
-        return _in_chunks(net, dom, ibp)
+        return _in_chunks(net, dom, ibp, splits)
     ibp = interval_bounds(net, dom) if ibp is None else ibp
-    bounds: Bounds = {}
+    bounds = _Clamped(splits)
     depth, carried = crown_plan(net)
     fwd = ForwardBounds(net, dom) if forward_fits(net, n) else None
     with torch.no_grad():
@@ -144,10 +148,27 @@ def preactivation_bounds(net: Network, dom: Domain, ibp: Bounds | None = None) -
                 lo.scatter_(1, idx, torch.maximum(lo.gather(1, idx), lb[:, :c]))
                 hi.scatter_(1, idx, torch.minimum(hi.gather(1, idx), -lb[:, c:]))
             bounds[k] = (lo.reshape(shape), hi.reshape(shape))
-    return bounds
+    return dict(bounds)
 
 
-def _in_chunks(net: Network, dom: Domain, ibp: Bounds | None) -> Bounds:
+class _Clamped(dict):
+    """Bounds that intersect each node's ``splits`` clamps in as they are stored."""
+
+    def __init__(self, splits: Bounds | None) -> None:
+        super().__init__()
+        self.splits = splits or {}
+
+    def __setitem__(self, k: int, value: tuple[torch.Tensor, torch.Tensor]) -> None:
+        if k in self.splits:
+            lo, hi = value
+            c_lo, c_hi = self.splits[k]
+            value = (torch.maximum(lo, c_lo.reshape(lo.shape)),
+                     torch.minimum(hi, c_hi.reshape(hi.shape)))
+        super().__setitem__(k, value)
+
+
+def _in_chunks(net: Network, dom: Domain, ibp: Bounds | None,
+               splits: Bounds | None = None) -> Bounds:
     """:func:`preactivation_bounds` a chunk of inputs at a time (forward mode's memory)."""
     per = 1
     while forward_fits(net, 2 * per):
@@ -156,7 +177,9 @@ def _in_chunks(net: Network, dom: Domain, ibp: Bounds | None) -> Bounds:
     for start in range(0, len(dom.x), per):
         rows = torch.arange(start, min(start + per, len(dom.x)), device=dom.x.device)
         sub = None if ibp is None else {k: (lo[rows], hi[rows]) for k, (lo, hi) in ibp.items()}
-        parts.append(preactivation_bounds(net, dom.subset(rows), sub))
+        cut = None if splits is None else {k: (lo[rows], hi[rows])
+                                           for k, (lo, hi) in splits.items()}
+        parts.append(preactivation_bounds(net, dom.subset(rows), sub, cut))
     return {k: (torch.cat([p[k][0] for p in parts]), torch.cat([p[k][1] for p in parts]))
             for k in parts[0]}
 
@@ -195,14 +218,40 @@ def _widest(net: Network, k: int) -> int:
 
 
 def backward_bound(net: Network, dom: Domain, bounds: Bounds, target: int,
-                   spec: torch.Tensor, alphas: dict[int, torch.Tensor] | None = None
-                   ) -> torch.Tensor:
+                   spec: torch.Tensor, alphas: dict[int, torch.Tensor] | None = None,
+                   extra: dict[int, torch.Tensor] | None = None,
+                   losses: dict[int, torch.Tensor] | None = None) -> torch.Tensor:
     """CROWN: lower bounds ``(n, s)`` of ``spec . value(target)``, ``spec``
     ``(n, s, size of target)``, given pre-activation ``bounds`` of every ReLU before
     ``target``. ``alphas`` (optional) maps a ReLU node to lower slopes ``(n, s, *shape)``
-    (clamped to [0, 1] here)."""
+    (clamped to [0, 1] here).
+
+    ``extra`` (optional) maps nodes before ``target`` to coefficients ``(n, s, *shape)``
+    of their values added to the specification: the bound is then one of
+    ``spec . value(target) + sum_k extra[k] . value(k)`` (branch and bound's Lagrangian
+    terms of split constraints). ``losses``, where given, is filled per node that feeds a
+    ReLU with ``(n, s, *shape)``: how much each neuron's upper line lowers the bound
+    (``>= 0``; zero for stable neurons), which branching reads."""
+    a_in, const = linear_bound(net, bounds, target, spec, alphas, extra, losses)
+    if a_in is None:  # the target does not depend on the input
+        return const
+    return const + dom.minimum(a_in)
+
+
+def linear_bound(net: Network, bounds: Bounds, target: int, spec: torch.Tensor,
+                 alphas: dict[int, torch.Tensor] | None = None,
+                 extra: dict[int, torch.Tensor] | None = None,
+                 losses: dict[int, torch.Tensor] | None = None
+                 ) -> tuple[torch.Tensor | None, torch.Tensor]:
+    """The linear function of the input that :func:`backward_bound` minimises:
+    ``(a, c)`` with ``spec . value(target) + extra terms >= a . x' + c`` for every input
+    ``x'`` whose pre-activations lie in ``bounds``; ``a`` ``(n, s, d)`` (``None`` where the
+    target does not depend on the input), ``c`` ``(n, s)``. Where every ReLU is stable
+    under ``bounds`` the relaxation is exact and so is this function."""
     n, s = spec.shape[:2]
     coef: dict[int, torch.Tensor] = {target: spec.reshape(n, s, *net.nodes[target].shape)}
+    for k, a in (extra or {}).items():
+        _accumulate(coef, k, a.reshape(n, s, *net.nodes[k].shape))
     const = torch.zeros(n, s, dtype=spec.dtype, device=spec.device)
     a_in = None
     for k in range(target, -1, -1):
@@ -225,10 +274,10 @@ def backward_bound(net: Network, dom: Domain, bounds: Bounds, target: int,
                 low_slope = torch.where(unstable, alphas[k].clamp(0, 1), low_slope)
             pos, neg = a.clamp_min(0), a.clamp_max(0)
             const = const + (neg * up_int).flatten(2).sum(-1)
+            if losses is not None:
+                losses[nd.parents[0]] = -(neg * up_int)
             _accumulate(coef, nd.parents[0], pos * low_slope + neg * up_slope)
-    if a_in is None:  # the target does not depend on the input
-        return const
-    return const + dom.minimum(a_in.reshape(n, s, -1))
+    return (None if a_in is None else a_in.reshape(n, s, -1)), const
 
 
 def _accumulate(coef: dict, k: int, a: torch.Tensor) -> None:
