@@ -66,6 +66,7 @@ from robustscope.search.plan import (
 )
 from robustscope.search.verify import Verifier
 from robustscope.solvers.bounds.certify import (
+    BOUNDARY_PUSHES,
     bound_radius,
     estimated_passes,
     network_or_none,
@@ -201,7 +202,9 @@ def radius(
         ``docs/certified.md``): ``"auto"`` runs CROWN under ``solver="auto"`` or
         ``"exact"`` when its estimated cost is at most ``AUTO_CERTIFY_SHARE`` of the
         attack's; ``"ibp"``, ``"crown"``, ``"alpha-crown"`` run that method on every input
-        (an error if the network cannot be read); ``"none"`` never.
+        (an error if the network cannot be read); ``"bab"`` alpha-CROWN, then branch and
+        bound over unstable ReLUs within ``config.exact_time_limit`` seconds per input;
+        ``"none"`` never.
     """
     if invalid not in ("error", "status"):
         raise InputError(f"invalid must be 'error' or 'status', got {invalid!r}")
@@ -512,7 +515,7 @@ def _certify_relu(state: _BatchState, active: torch.Tensor) -> None:
         x_sub = state.x[sub[has]]
         u = space.scaled_delta(res.x_adv.to(state.x.device)[has].reshape(x_sub.shape), x_sub)
         # the incumbent sits on the decision boundary: push it a hair outwards
-        for push in (1 + 1e-7, 1 + 1e-5, 1 + 1e-3):
+        for push in BOUNDARY_PUSHES:
             state.check(sub[has], space.apply_delta(x_sub, u * push))
     lower = torch.as_tensor(np.minimum(res.lower_bound, upper), dtype=torch.float64,
                             device=state.x.device)
@@ -528,8 +531,9 @@ def _certify_bounds(state: _BatchState, active: torch.Tensor, net: Network,
     """Torch networks: the largest strength at which bound propagation proves the decision,
     by bisection below the attack's radius (``max_radius`` where it found none); kept where
     it beats the bound already held. Under ``auto``, CROWN runs when its estimated cost is
-    within ``AUTO_CERTIFY_SHARE`` of the passes the attack spent on these inputs."""
-    sub = torch.nonzero(active).reshape(-1)
+    within ``AUTO_CERTIFY_SHARE`` of the passes the attack spent on these inputs. Brackets
+    already closed (by the network MILP) are left as they are."""
+    sub = torch.nonzero(active & ~state.exact).reshape(-1)
     if len(sub) == 0:
         return
     upper = torch.where(torch.isfinite(state.best_r[sub]), state.best_r[sub],
@@ -545,12 +549,23 @@ def _certify_bounds(state: _BatchState, active: torch.Tensor, net: Network,
         method = "crown"
     res = bound_radius(net, state.x[sub], state.y[sub].cpu().numpy(), state.space,
                        state.threat, upper.cpu().numpy(), method=method, network=net,
-                       logits=state.clean_logits[sub], model_dtype=state.model.dtype)
+                       logits=state.clean_logits[sub], model_dtype=state.model.dtype,
+                       time_limit=state.config.exact_time_limit,
+                       verify=lambda i, cand: _verified_size(state, int(sub[i]), cand))
     cert = torch.as_tensor(res.lower_bound, dtype=torch.float64, device=state.x.device)
     state.lower[sub] = torch.maximum(state.lower[sub], cert)
     r = state.best_r[sub]
     state.exact[sub] = state.exact[sub] | (torch.isfinite(r) & (r - state.lower[sub] <=
                                                                  EXACT_RTOL * r))
+
+
+def _verified_size(state: _BatchState, position: int, candidate: torch.Tensor) -> float:
+    """The model's verdict on one candidate (original units) of batch input ``position``:
+    its size where it changes the decision, else ``inf``."""
+    sub = torch.tensor([position], device=state.x.device)
+    cand = candidate.to(state.x).reshape(state.x[sub].shape)
+    classes, _, size = state.verify(sub, cand)
+    return float(size[0]) if int(classes[0]) >= 0 else math.inf
 
 
 def _run_attacks(state: _BatchState, solver: str, active: torch.Tensor) -> None:

@@ -99,9 +99,11 @@ STRATEGIES = ("auto", "exact")
 SEARCH_SOLVERS = (*STRATEGIES, "minnorm", "pgd")
 #: Bound propagation methods (:mod:`robustscope.solvers.bounds`), cheapest first.
 BOUND_METHODS = ("ibp", "crown", "alpha-crown")
+#: Branch and bound over unstable ReLUs on top of alpha-CROWN (:mod:`.bounds.branch`).
+BRANCH_AND_BOUND = "bab"
 #: What ``radius(..., certify=...)`` and ``--certify`` accept: ``auto`` (CROWN when it costs
-#: at most a stated share of the attack), ``none``, or one bound method.
-CERTIFY_CHOICES = ("auto", "none", *BOUND_METHODS)
+#: at most a stated share of the attack), ``none``, one bound method, or branch and bound.
+CERTIFY_CHOICES = ("auto", "none", *BOUND_METHODS, BRANCH_AND_BOUND)
 
 
 def get_solver(name: str) -> SolverInfo:

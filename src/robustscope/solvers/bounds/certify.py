@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -29,6 +30,7 @@ import robustscope.solvers.bounds.propagate as propagate
 from robustscope.core.errors import InputError
 from robustscope.core.space import FeatureSpace
 from robustscope.core.statuses import CENSORED
+from robustscope.solvers.bounds import branch
 from robustscope.solvers.bounds.domain import Domain, make_domain
 from robustscope.solvers.bounds.graph import Network, read_network
 from robustscope.solvers.bounds.propagate import (
@@ -40,6 +42,7 @@ from robustscope.solvers.bounds.propagate import (
     margin_lower_bounds,
 )
 from robustscope.solvers.output import SolverOutput
+from robustscope.solvers.registry import BRANCH_AND_BOUND
 from robustscope.threats.lp import LpThreat
 
 #: Relative gap below the attack's radius of the first probe (half the search's exact rtol).
@@ -53,6 +56,18 @@ MAX_STEPS = 12
 EXPECTED_PROBES = 5
 #: A probe lies at least this share of the bracket inside it (regula falsi safeguard).
 MIN_STEP_SHARE = 0.02
+#: Relative gaps below the attack's radius that branch and bound tries first, in turn (the
+#: first two close the bracket within the search's exact rtol 1e-4).
+BRANCH_GAPS = (FIRST_PROBE_GAP, 9e-5, 4e-4, 2e-3, 1e-2)
+#: Factors that push a counterexample found on the decision boundary (a branch and bound
+#: point, a network MILP incumbent) off it, tried in turn;
+#: the smallest keeps the verdict clear of float32 rounding, which differs between batch
+#: sizes (a point pushed by 1e-7 could flip in a batch of one and not in a batch of six).
+BOUNDARY_PUSHES = (1 + 1e-5, 1 + 1e-4, 1 + 1e-3)
+#: Branch and bound's bisection stops at this share of the attack's radius.
+BRANCH_RTOL = 2e-5
+#: Seconds per input that ``method="bab"`` gives branch and bound by default.
+BRANCH_TIME_LIMIT = 10.0
 #: Margins must exceed this many units of the model dtype's last place (times the logits'
 #: size) to count as proven.
 MARGIN_ULPS = 64
@@ -124,11 +139,72 @@ def certified_radius(net: Network, dom: Domain, y: torch.Tensor, upper: torch.Te
     return lo
 
 
+def branch_radius(net: Network, dom: Domain, y: torch.Tensor, lower: torch.Tensor,
+                  upper: torch.Tensor, tolerance: torch.Tensor, time_limit: float,
+                  verify: Callable[[int, torch.Tensor], float] | None = None
+                  ) -> tuple[torch.Tensor, np.ndarray]:
+    """``(n,)`` certified radii raised from ``lower`` (a bound method's) towards ``upper``
+    by branch and bound (:func:`~robustscope.solvers.bounds.branch.prove`), and the
+    subdomains each input's proofs bounded.
+
+    Per input, within ``time_limit`` seconds, each proof given half the time left: the
+    first at ``upper (1 - BRANCH_GAPS[0])``, which closes the bracket; where it fails or
+    gives up, at the next gaps of ``BRANCH_GAPS`` (the attack's radius may lie a little
+    above the true one, and a proof within float32's tolerance needs some room), then by
+    bisection between the largest proven strength and the smallest unproven one, until
+    ``BRANCH_RTOL``, a closed bracket (within ``2 FIRST_PROBE_GAP``) or the time runs
+    out. A failed proof is no counterexample by itself: where it comes with a point (the
+    linear program of a subdomain with every ReLU fixed, Linf / L1), ``verify(i, x')``
+    (input ``i``, candidate ``(d,)`` in original units) asks the model; the verified size
+    it returns (``inf`` where the model disagrees) lowers ``upper``, and the gaps start
+    again from there."""
+    out = lower.clone().to(torch.float64)
+    domains = np.zeros(len(y), dtype=np.int64)
+    for i in range(len(y)):
+        stop = time.perf_counter() + time_limit
+        lo, top = float(out[i]), float(upper[i])
+        hi = top
+        row = dom.subset(torch.tensor([i], device=dom.x.device))
+        gaps = iter(BRANCH_GAPS)
+        while hi - lo > BRANCH_RTOL * top and top - lo > 2 * FIRST_PROBE_GAP * top:
+            gap = next(gaps, None)
+            eps = (lo + hi) / 2 if gap is None else top * (1 - gap)
+            now = time.perf_counter()
+            if eps <= lo or now >= stop:
+                break
+            res = branch.prove(net, row.with_eps(torch.tensor([eps], device=dom.x.device)),
+                               int(y[i]), float(tolerance[i]), deadline=now + (stop - now) / 2)
+            domains[i] += res.domains
+            if res.proven:
+                lo, gaps = eps, iter(())
+                continue
+            hi = eps
+            size = _verified_point(verify, i, row, res.point)
+            if size < top:
+                top = hi = max(size, lo)
+                gaps = iter(BRANCH_GAPS)
+        out[i] = lo
+    return out, domains
+
+
+def _verified_point(verify, i: int, row: Domain, point: torch.Tensor | None) -> float:
+    """The verified size of a branch and bound point ``u`` (scaled), pushed a hair beyond
+    the decision boundary it lies on; ``inf`` where none is verified."""
+    if verify is None or point is None:
+        return math.inf
+    for push in BOUNDARY_PUSHES:
+        size = verify(i, row.x[0] + point * push * row.scale)
+        if math.isfinite(size):
+            return size
+    return math.inf
+
+
 def check_method(method: str) -> str:
-    """``method`` if it is a bound method, else an :class:`InputError` naming them."""
-    if method not in METHODS:
+    """``method`` if it is a bound method or branch and bound, else an :class:`InputError`
+    naming them."""
+    if method not in (*METHODS, BRANCH_AND_BOUND):
         raise InputError(f"certify method '{method}' is not known; choose one of "
-                         f"{', '.join(METHODS)}")
+                         f"{', '.join((*METHODS, BRANCH_AND_BOUND))}")
     return method
 
 
@@ -164,7 +240,9 @@ def estimated_passes(net: Network, method: str, dom: Domain | None = None) -> fl
 def bound_radius(model, x: torch.Tensor, y, space: FeatureSpace, threat: LpThreat, eps,
                  statement=None, generator=None, method: str = "crown",
                  network: Network | None = None, logits: torch.Tensor | None = None,
-                 model_dtype: torch.dtype = torch.float32) -> SolverOutput:
+                 model_dtype: torch.dtype = torch.float32,
+                 time_limit: float = BRANCH_TIME_LIMIT,
+                 verify: Callable[[int, torch.Tensor], float] | None = None) -> SolverOutput:
     """Solver of the registry's calling convention: the certified radius of each input.
 
     ``model`` a torch module (or a ``TorchClassifier``, whose module is read), ``x``
@@ -174,6 +252,10 @@ def bound_radius(model, x: torch.Tensor, y, space: FeatureSpace, threat: LpThrea
     ``meta["closed"]`` marks inputs where it reaches ``eps`` within ``2 FIRST_PROBE_GAP``
     (the search, which holds the counterexample, sets the status). ``network``
     (already read) and ``logits`` (clean, for the tolerance) are optional shortcuts.
+    ``method="bab"``: alpha-CROWN's radius, then :func:`branch_radius` within
+    ``time_limit`` seconds per input (``meta["domains"]``: subdomains bounded per input),
+    whose candidate counterexamples ``verify`` checks with the model (the search passes its
+    verifier; without one they are dropped).
     """
     if statement is not None and getattr(statement, "target", None) is not None:
         raise InputError("bound propagation certifies decision changes only (no target)")
@@ -194,7 +276,13 @@ def bound_radius(model, x: torch.Tensor, y, space: FeatureSpace, threat: LpThrea
         with torch.no_grad():
             logits = net.logits(x64)
     tolerance = margin_tolerance(logits.to(x64), model_dtype)
-    lower = certified_radius(net, dom, y, upper, tolerance, method)
+    meta = {"method": method}
+    if method == BRANCH_AND_BOUND:
+        lower = certified_radius(net, dom, y, upper, tolerance, "alpha-crown")
+        lower, meta["domains"] = branch_radius(net, dom, y, lower, upper, tolerance,
+                                               time_limit, verify)
+    else:
+        lower = certified_radius(net, dom, y, upper, tolerance, method)
     n = len(x)
     closed = (lower >= upper * (1 - 2 * FIRST_PROBE_GAP)).cpu().numpy()
     seconds = (time.perf_counter() - t0) / max(n, 1)
@@ -203,7 +291,7 @@ def bound_radius(model, x: torch.Tensor, y, space: FeatureSpace, threat: LpThrea
                         status=np.full(n, CENSORED, dtype=object),
                         adv_prediction=np.full(n, -1, dtype=np.int64),
                         forward_queries=np.zeros(n, dtype=np.int64),
-                        seconds=np.full(n, seconds), meta={"method": method, "closed": closed})
+                        seconds=np.full(n, seconds), meta={**meta, "closed": closed})
 
 
 def network_or_none(module, input_shape, device) -> Network | None:

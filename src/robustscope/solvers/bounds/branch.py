@@ -1,0 +1,437 @@
+"""Branch and bound over unstable ReLUs: proves a decision that one bound pass cannot.
+
+A *subdomain* is the input's domain (one strength ``eps``) with some unstable ReLUs fixed
+to a side: *active* (pre-activation ``z >= 0``) or *inactive* (``z <= 0``). The two
+children of a split cover their parent, so the decision is proven on the domain when it
+is proven on every leaf of the tree.
+
+Each subdomain is bounded in two steps:
+
+1. pre-activation bounds by CROWN with the fixed neurons' bounds clamped
+   (``preactivation_bounds(..., splits=...)``: an active neuron's lower bound becomes 0,
+   so its relaxation is the identity; an inactive one's upper bound becomes 0), later
+   layers recomputed from the clamped ones; a fixed neuron whose bound leaves its side no
+   value (an active one with ``u < 0``) makes the subdomain empty, which proves it;
+2. the margins' bound with the split constraints carried in by Lagrange multipliers
+   (beta-CROWN, Wang et al., NeurIPS 2021): for ``beta >= 0`` and sign ``s = +1``
+   (active) / ``-1`` (inactive), ``min spec . f - sum beta s z`` over the whole domain is
+   below ``min spec . f`` over the subdomain, where ``s z >= 0``; ``beta`` and the lower
+   slopes ``alpha`` are optimised together by Adam, and every step's bound is valid, so
+   the best one seen is kept. Without ``beta`` the split would only straighten the
+   relaxation; with it, a subdomain with every neuron fixed is bounded by the dual of a
+   linear program over its region, which is how the search can close.
+
+Branching fixes, per open subdomain, the unstable neuron whose upper line costs the bound
+most (the intercept term of the BaBSR score of Bunel et al., JMLR 2020), read from the last
+bound pass; where none costs anything, the one with the widest triangle ``-l u / (u - l)``.
+Subdomains are bounded in batches (the batch dimension of every bound computation),
+depth first, so the list of open subdomains stays short; the search gives up at a domain
+budget or a deadline.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from scipy.optimize import linprog, minimize
+
+from robustscope.solvers.bounds.domain import Domain
+from robustscope.solvers.bounds.graph import Network
+from robustscope.solvers.bounds.propagate import (
+    Bounds,
+    backward_bound,
+    backward_work,
+    crown_plan,
+    linear_bound,
+    margin_spec,
+    preactivation_bounds,
+)
+from robustscope.solvers.bounds.relaxation import relu_relaxation
+
+#: Subdomains bounded in one batch.
+BATCH = 128
+#: Subdomains bounded at most per proof.
+MAX_DOMAINS = 50_000
+#: Adam steps on ``alpha`` and ``beta`` per batch, and their step size.
+STEPS = 20
+LR = 0.1
+#: Pre-activation bounds are recomputed for each subdomain (clamps carried into later
+#: layers) where that costs at most this many coefficients (:func:`refresh_work`); else
+#: they are computed once, over the whole domain, and only clamped.
+REFRESH_WORK = 2 * 10 ** 6
+#: Under L2, L-BFGS-B iterations on the multipliers of a subdomain with every ReLU fixed.
+L2_LEAF_ITERATIONS = 100
+
+
+@dataclass
+class Outcome:
+    """One branch and bound run on one input at one strength: ``proven`` (``True``: every
+    subdomain's bound holds; ``False``: a subdomain with every unstable neuron fixed still
+    fails, which proves nothing either way; ``None``: gave up at the domain budget or the
+    deadline), ``domains`` bounded, ``seconds`` spent."""
+
+    proven: bool | None
+    domains: int
+    seconds: float
+    #: where ``proven`` is ``False`` under Linf / L1: the scaled perturbation ``(d,)`` at
+    #: which the failing subdomain's linear program reaches its lowest margin (at most the
+    #: tolerance): a candidate counterexample for the caller to verify with the model
+    point: torch.Tensor | None = None
+
+
+def prove(net: Network, dom: Domain, y: int, tolerance: float, deadline: float,
+          max_domains: int = MAX_DOMAINS, batch: int = BATCH, steps: int = STEPS) -> Outcome:
+    """Whether class ``y`` keeps every margin above ``tolerance`` over ``dom`` (one input,
+    its ``eps`` set), by branch and bound; ``deadline`` in ``time.perf_counter()`` seconds.
+    """
+    t0 = time.perf_counter()
+    feeds = [net.nodes[r].parents[0] for r in net.relus]
+    dt, dev = dom.x.dtype, dom.x.device
+    # open subdomains: per fed node, clamps (m, size); -inf / +inf where not split
+    pend_lo = {k: torch.full((1, net.nodes[k].size), -torch.inf, dtype=dt, device=dev)
+               for k in feeds}
+    pend_hi = {k: torch.full((1, net.nodes[k].size), torch.inf, dtype=dt, device=dev)
+               for k in feeds}
+    spec1 = margin_spec(torch.tensor([y], device=dev), net.n_classes, dt)
+    refresh = 0 < refresh_work(net) <= REFRESH_WORK
+    with torch.no_grad():
+        root = None if refresh else preactivation_bounds(net, dom)
+    done, pending = 0, 1
+    while pending:
+        if done >= max_domains or time.perf_counter() > deadline:
+            return Outcome(None, done, time.perf_counter() - t0)
+        take = min(pending, batch)
+        pending -= take
+        lo_c = {k: v[:take] for k, v in pend_lo.items()}
+        hi_c = {k: v[:take] for k, v in pend_hi.items()}
+        pend_lo = {k: v[take:] for k, v in pend_lo.items()}
+        pend_hi = {k: v[take:] for k, v in pend_hi.items()}
+        done += take
+        sub = dom.subset(torch.zeros(take, dtype=torch.long, device=dev))
+        shaped = {k: (lo_c[k].reshape(take, *net.nodes[k].shape),
+                      hi_c[k].reshape(take, *net.nodes[k].shape)) for k in feeds}
+        with torch.no_grad():
+            if refresh:
+                pre = preactivation_bounds(net, sub, splits=shaped)
+            else:
+                pre = {k: (torch.maximum(lo.expand(take, *lo.shape[1:]), shaped[k][0]),
+                           torch.minimum(hi.expand(take, *hi.shape[1:]), shaped[k][1]))
+                       for k, (lo, hi) in root.items()}
+        signs = {k: (lo_c[k] == 0).to(dt) - (hi_c[k] == 0).to(dt) for k in feeds}
+        empty = torch.zeros(take, dtype=torch.bool, device=dev)
+        for k in feeds:
+            zl, zu = (b.reshape(take, -1) for b in pre[k])
+            empty |= ((zl > zu) & (signs[k] != 0)).any(dim=1)
+        rows = torch.nonzero(~empty).flatten()
+        if len(rows) == 0:
+            continue
+        pre = {k: (lo[rows], hi[rows]) for k, (lo, hi) in pre.items()}
+        signs = {k: v[rows] for k, v in signs.items()}
+        spec = spec1.expand(len(rows), -1, -1)
+        lb, losses = subdomain_bound(net, sub.subset(rows), pre, spec, signs, steps, tolerance)
+        lb[:, y] = torch.inf
+        open_rows = torch.nonzero(lb.amin(dim=1) <= tolerance).flatten()
+        if len(open_rows) == 0:
+            continue
+        node, index = _branching(net, feeds, pre, losses, open_rows)
+        leaves = node < 0  # every unstable neuron fixed: the network is affine there
+        for row in open_rows[leaves].tolist():
+            if time.perf_counter() > deadline:
+                return Outcome(None, done, time.perf_counter() - t0)
+            one = {k: (lo[row:row + 1], hi[row:row + 1]) for k, (lo, hi) in pre.items()}
+            sign = {k: v[row:row + 1] for k, v in signs.items()}
+            ok, point = _leaf_proven(net, sub.subset(rows[row:row + 1]), one, sign, y,
+                                     tolerance, steps)
+            if not ok:
+                return Outcome(False, done, time.perf_counter() - t0, point)
+        open_rows, node, index = open_rows[~leaves], node[~leaves], index[~leaves]
+        parents = rows[open_rows]
+        m = len(open_rows)
+        child_lo = {k: lo_c[k][parents].repeat(2, 1) for k in feeds}
+        child_hi = {k: hi_c[k][parents].repeat(2, 1) for k in feeds}
+        at = torch.arange(m, device=dev)
+        for j, k in enumerate(feeds):
+            sel = at[node == j]
+            child_lo[k][sel, index[sel]] = 0.0  # first copy: active
+            child_hi[k][m + sel, index[sel]] = 0.0  # second copy: inactive
+        pend_lo = {k: torch.cat([child_lo[k], pend_lo[k]]) for k in feeds}
+        pend_hi = {k: torch.cat([child_hi[k], pend_hi[k]]) for k in feeds}
+        pending += 2 * m
+    return Outcome(True, done, time.perf_counter() - t0)
+
+
+def refresh_work(net: Network) -> int:
+    """Coefficients one subdomain's pre-activation bounds carry by backward CROWN (every
+    neuron of every node behind at least one ReLU layer; 0 where none is): the cost of
+    recomputing them after each split."""
+    depth, carried = crown_plan(net)
+    feeds = {net.nodes[r].parents[0] for r in net.relus}
+    return sum(backward_work(net.nodes[k].size, carried[k]) for k in feeds if depth[k] > 0)
+
+
+def subdomain_bound(net: Network, dom: Domain, pre: Bounds, spec: torch.Tensor,
+                 signs: dict[int, torch.Tensor], steps: int, tolerance: float
+                 ) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
+    """Lower bounds ``(m, s)`` of ``spec . f`` over each subdomain (best over the Adam steps
+    on ``alpha`` and ``beta``), and the per-neuron losses of the last pass (for branching).
+    ``signs`` per fed node ``(m, size)``: ``+1`` active, ``-1`` inactive, ``0`` free.
+
+    Only the rows that CROWN leaves at or below ``tolerance`` on some subdomain are
+    optimised (usually one or two runner-up classes), and the steps stop once every
+    subdomain's rows are above it."""
+    last = len(net.nodes) - 1
+    with torch.no_grad():
+        best = backward_bound(net, dom, pre, last, spec)
+    hard = torch.nonzero(((best <= tolerance) & (spec.abs().sum(-1) > 0)).any(dim=0)).flatten()
+    if len(hard) == 0:
+        return best, {}
+    spec = spec[:, hard]
+    m, s = spec.shape[:2]
+    alphas, betas = {}, {}
+    for r in net.relus:
+        k = net.nodes[r].parents[0]
+        _, _, low, _ = relu_relaxation(*pre[k])
+        alphas[r] = low[:, None].expand(m, s, *net.nodes[r].shape).clone().requires_grad_(True)
+        if (signs[k] != 0).any():
+            betas[k] = torch.zeros(m, s, net.nodes[k].size, dtype=spec.dtype,
+                                   device=spec.device, requires_grad=True)
+
+    def bound(losses=None):
+        extra = {k: -b.clamp_min(0) * signs[k][:, None, :] for k, b in betas.items()}
+        return backward_bound(net, dom, pre, last, spec, alphas, extra, losses)
+
+    sel = best[:, hard]
+    if steps > 0:
+        opt = torch.optim.Adam([*alphas.values(), *betas.values()], lr=LR)
+        for _ in range(steps):
+            with torch.enable_grad():
+                lb = bound()
+                opt.zero_grad()
+                (-lb.sum()).backward()
+            sel = torch.maximum(sel, lb.detach())
+            if (sel.amin(dim=1) > tolerance).all():
+                break
+            opt.step()
+            with torch.no_grad():
+                for a in alphas.values():
+                    a.clamp_(0, 1)
+                for b in betas.values():
+                    b.clamp_(min=0)
+    losses: dict[int, torch.Tensor] = {}
+    with torch.no_grad():
+        sel = torch.maximum(sel, bound(losses))
+    best[:, hard] = sel
+    return best, losses
+
+
+def _leaf_proven(net: Network, dom: Domain, pre: Bounds, signs: dict[int, torch.Tensor],
+                 y: int, tolerance: float, steps: int) -> tuple[bool, torch.Tensor | None]:
+    """Whether a subdomain (one row) on which every ReLU is stable is proven: its margins
+    are affine over it, so their minimum over the region (the domain cut by the split
+    constraints ``s z >= 0``) is a linear program (Linf, L1). Its multipliers of the split
+    constraints, taken as ``beta``, give a bound through :func:`backward_bound` that is
+    sound whatever the LP solver's tolerances (every ``beta >= 0`` is valid) and equal to
+    the LP's value up to rounding. Under L2 the region's minimum is a second-order cone
+    program: its Lagrangian dual in the multipliers is maximised by L-BFGS-B instead
+    (:func:`_l2_split_duals`), with the same sound evaluation.
+
+    Returns ``(proven, point)``: ``point`` (Linf, L1, not proven) the LP's minimiser of the
+    lowest margin, a scaled perturbation ``(d,)``."""
+    last = len(net.nodes) - 1
+    spec = margin_spec(torch.tensor([y], device=dom.x.device), net.n_classes, dom.x.dtype)
+    extra, point = _leaf_multipliers(net, dom, pre, signs, spec, tolerance)
+    with torch.no_grad():
+        lb = backward_bound(net, dom, pre, last, spec, extra=extra)
+    lb[:, y] = torch.inf
+    proven = bool(lb.amin() > tolerance)
+    return proven, (None if proven else point)
+
+
+def _leaf_multipliers(net: Network, dom: Domain, pre: Bounds, signs: dict[int, torch.Tensor],
+                    spec: torch.Tensor, tolerance: float
+                    ) -> tuple[dict[int, torch.Tensor], torch.Tensor | None]:
+    """``extra`` terms ``-beta s`` ``(1, k, size)`` per split node: per margin row, the
+    multipliers of the split constraints in ``min margin`` over the region; and, where the
+    lowest row's minimum is at most ``tolerance`` (Linf, L1), the smallest perturbation
+    ``u`` ``(d,)`` of the region at which that margin reaches 0 (``None`` otherwise)."""
+    last = len(net.nodes) - 1
+    k_out = spec.shape[1]
+    split = {k: torch.nonzero(v[0] != 0).flatten() for k, v in signs.items()}
+    split = {k: idx for k, idx in split.items() if len(idx)}
+    with torch.no_grad():
+        a_m, c_m = linear_bound(net, pre, last, spec)
+        rows_a, rows_c = [], []
+        for k, idx in split.items():
+            size = net.nodes[k].size
+            eye = torch.zeros(1, len(idx), size, dtype=spec.dtype, device=spec.device)
+            eye[0, torch.arange(len(idx)), idx] = 1.0
+            a_z, c_z = linear_bound(net, pre, k, eye)
+            s_k = signs[k][0, idx]
+            rows_a.append(s_k[:, None] * a_z[0])  # s z(x') = s (a . x' + c) >= 0
+            rows_c.append(s_k * c_z[0])
+    d = dom.x.shape[1]
+    scale = dom.scale.cpu().numpy()
+    box_lo, box_hi = (b[0].cpu().numpy() for b in dom.box())
+    g_split = (torch.cat(rows_a) * dom.scale).cpu().numpy() if rows_a else np.zeros((0, d))
+    h_split = ((torch.cat(rows_a) @ dom.x[0] + torch.cat(rows_c)).cpu().numpy()
+               if rows_a else np.zeros(0))
+    a_np = a_m[0].cpu().numpy() if a_m is not None else np.zeros((k_out, d))
+    const = c_m[0].cpu().numpy() + a_np @ dom.x[0].cpu().numpy()
+    betas = np.zeros((k_out, len(h_split)))
+    point, lowest = None, np.inf
+    for j in range(k_out):
+        if not spec[0, j].any():
+            continue
+        if dom.p == 2.0:
+            solved = _l2_split_duals(dom, a_np[j] * scale, g_split, h_split,
+                                     tolerance - const[j])
+        else:
+            solved = _split_duals(a_np[j] * scale, g_split, h_split, box_lo, box_hi,
+                                  float(dom.eps[0]), dom.p)
+        if solved is None:
+            continue
+        betas[j], _, value = solved
+        if value + const[j] < lowest:
+            point, lowest = j, value + const[j]
+    out, start = {}, 0
+    beta_t = torch.as_tensor(betas, dtype=spec.dtype, device=spec.device)
+    for k, idx in split.items():
+        term = torch.zeros(1, k_out, net.nodes[k].size, dtype=spec.dtype, device=spec.device)
+        term[0][:, idx] = -beta_t[:, start:start + len(idx)] * signs[k][0, idx]
+        out[k] = term
+        start += len(idx)
+    if point is not None and lowest <= tolerance and dom.p != 2.0:
+        u = _smallest_crossing(a_np[point] * scale, const[point], g_split, h_split, box_lo,
+                               box_hi, dom.p)
+        point = None if u is None else torch.as_tensor(u, dtype=spec.dtype, device=spec.device)
+    else:
+        point = None
+    return out, point
+
+
+def _l2_split_duals(dom: Domain, cost: np.ndarray, g: np.ndarray, h: np.ndarray,
+                    enough: float) -> tuple[np.ndarray, None, float] | None:
+    """``(multipliers, None, value)``: ``lam >= 0`` maximising the Lagrangian dual
+    ``lam . h + min_u (cost - g^T lam) . u`` over the domain's box and L2 ball (the inner
+    minimum by :meth:`Domain.minimum`, itself a dual bound) by L-BFGS-B, stopped early once
+    the dual exceeds ``enough``; ``value`` the dual at ``lam`` (a lower bound of
+    ``min cost . u`` over the region)."""
+    if len(h) == 0:
+        return np.zeros(0), None, float("nan")
+    x, scale = dom.x[:1], dom.scale
+    g_t, h_t, c_t = (torch.as_tensor(v, dtype=x.dtype, device=x.device) for v in (g, h, cost))
+    best = [-math.inf, np.zeros(len(h))]
+
+    def negative_dual(lam_np: np.ndarray) -> tuple[float, np.ndarray]:
+        lam_np = np.maximum(lam_np, 0.0)
+        lam = torch.as_tensor(lam_np, dtype=x.dtype, device=x.device).requires_grad_(True)
+        with torch.enable_grad():
+            a = ((c_t - g_t.T @ lam) / scale)[None, None]  # original units
+            value = lam @ h_t + dom.minimum(a)[0, 0] - (a[0, 0] * x[0]).sum()
+            (grad,) = torch.autograd.grad(-value, lam)
+        if float(value) > best[0]:
+            best[:] = [float(value), lam_np.copy()]
+            if best[0] > enough:
+                raise _Enough
+        return -float(value.detach()), grad.cpu().numpy()
+
+    try:
+        minimize(negative_dual, np.zeros(len(h)), jac=True, method="L-BFGS-B",
+                 bounds=[(0.0, None)] * len(h), options={"maxiter": L2_LEAF_ITERATIONS})
+    except _Enough:
+        pass
+    return best[1], None, best[0]
+
+
+class _Enough(Exception):
+    """Stops the L-BFGS-B run of :func:`_l2_split_duals` once its dual proves the row."""
+
+
+def _smallest_crossing(cost: np.ndarray, const: float, g: np.ndarray, h: np.ndarray,
+                       lo: np.ndarray, hi: np.ndarray, p: float) -> np.ndarray | None:
+    """The smallest ``u`` (Linf or L1 norm) in the box with ``g u + h >= 0`` at which the
+    affine margin ``cost . u + const`` reaches 0 (``None`` where the LP has no optimum)."""
+    d = len(cost)
+    if p == 1.0:  # columns pos, neg; minimise their sum
+        c = np.ones(2 * d)
+        a_ub = np.vstack([np.hstack([-g, g]), np.hstack([cost, -cost])[None]])
+        bounds = np.column_stack([np.zeros(2 * d), np.concatenate([np.maximum(hi, 0),
+                                                                   np.maximum(-lo, 0)])])
+    else:  # columns u, t; minimise t with -t <= u <= t
+        c = np.concatenate([np.zeros(d), [1.0]])
+        eye = np.eye(d)
+        a_ub = np.vstack([np.hstack([-g, np.zeros((len(g), 1))]),
+                          np.concatenate([cost, [0.0]])[None],
+                          np.hstack([eye, -np.ones((d, 1))]), np.hstack([-eye, -np.ones((d, 1))])])
+        bounds = np.vstack([np.column_stack([lo, hi]), [[0.0, np.inf]]])
+    b_ub = np.concatenate([h, [-const], np.zeros(a_ub.shape[0] - len(h) - 1)])
+    res = linprog(c, A_ub=a_ub, b_ub=b_ub, bounds=bounds, method="highs")
+    if res.status != 0:
+        return None
+    return res.x[:d] - res.x[d:] if p == 1.0 else res.x[:d]
+
+
+def _split_duals(cost: np.ndarray, g: np.ndarray, h: np.ndarray, lo: np.ndarray,
+                 hi: np.ndarray, eps: float, p: float
+                 ) -> tuple[np.ndarray, np.ndarray, float] | None:
+    """``(multipliers, u, value)`` of ``min cost . u`` over the box ``[lo, hi]``, the ball
+    ``||u||_p <= eps`` (p in {1, inf}; ``lo``, ``hi`` already within ``eps``) and the rows
+    ``g u + h >= 0``: the rows' multipliers ``(m,) >= 0``, the minimiser ``(d,)`` and the
+    minimum; ``None`` where HiGHS finds no optimum (an infeasible region: its bound is then
+    left to ``beta = 0``)."""
+    d = len(cost)
+    if p == 1.0:  # u = pos - neg, both >= 0, sum <= eps
+        c = np.concatenate([cost, -cost])
+        a_ub = np.vstack([np.hstack([-g, g]), np.ones((1, 2 * d))])
+        b_ub = np.concatenate([h, [eps]])
+        bounds = np.column_stack([np.zeros(2 * d), np.concatenate([np.maximum(hi, 0),
+                                                                   np.maximum(-lo, 0)])])
+    else:
+        c, a_ub, b_ub, bounds = cost, -g, h, np.column_stack([lo, hi])
+    res = linprog(c, A_ub=a_ub if len(a_ub) else None, b_ub=b_ub if len(b_ub) else None,
+                  bounds=bounds, method="highs")
+    if res.status != 0:
+        return None
+    u = res.x[:d] - res.x[d:] if p == 1.0 else res.x
+    return np.maximum(-res.ineqlin.marginals[:len(h)], 0.0), u, float(res.fun)
+
+
+def _branching(net: Network, feeds: list[int], pre: Bounds, losses: dict[int, torch.Tensor],
+               rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per open subdomain ``rows``: ``(position in feeds, flat index)`` of the neuron to
+    split (``-1`` where no neuron is unstable)."""
+    dt, dev = pre[feeds[0]][0].dtype, rows.device
+    best = torch.full((len(rows),), -1.0, dtype=dt, device=dev)
+    node = torch.full((len(rows),), -1, dtype=torch.long, device=dev)
+    index = torch.zeros(len(rows), dtype=torch.long, device=dev)
+    for j, k in enumerate(feeds):  # the neuron whose upper line costs the bound most
+        zl, zu = (b.reshape(len(b), -1)[rows] for b in pre[k])
+        loss = losses[k].reshape(len(losses[k]), losses[k].shape[1], -1)[rows].sum(1)
+        score = torch.where((zl < 0) & (zu > 0) & (loss > 0), loss, torch.full_like(zl, -1.0))
+        _keep_best(score, j, best, node, index)
+    free = node < 0
+    if free.any():  # no upper line costs anything: the widest triangle
+        best_f = torch.full((int(free.sum()),), -1.0, dtype=dt, device=dev)
+        node_f, index_f = node[free].clone(), index[free].clone()
+        for j, k in enumerate(feeds):
+            zl, zu = (b.reshape(len(b), -1)[rows[free]] for b in pre[k])
+            score = torch.where((zl < 0) & (zu > 0), -zl * zu / (zu - zl).clamp_min(1e-300),
+                                torch.full_like(zl, -1.0))
+            _keep_best(score, j, best_f, node_f, index_f)
+        node[free], index[free] = node_f, index_f
+    return node, index
+
+
+def _keep_best(score: torch.Tensor, j: int, best: torch.Tensor, node: torch.Tensor,
+               index: torch.Tensor) -> None:
+    """Where node ``j``'s highest ``score`` (``(m, size)``, ``< 0`` = not a candidate) beats
+    ``best``, take it (in place)."""
+    top, idx = score.max(dim=1)
+    better = (top > best) & (top >= 0)
+    best.copy_(torch.where(better, top, best))
+    node.copy_(torch.where(better, torch.full_like(node, j), node))
+    index.copy_(torch.where(better, idx, index))
