@@ -97,10 +97,15 @@ def test_relations_tutorial_runs(tmp_path, monkeypatch):
     # the numbers the page quotes
     assert int(ns["searched"].sum()) == 20 and int(ns["breaks"].sum()) == 20
     assert effect["unconstrained_invalid"] == effect["unconstrained_found"] == 20
-    assert round(effect["median_growth"], 3) == 1.125 and effect["grew"] == 15
-    assert round(effect["mean_growth"], 3) == 1.438
-    for res, quoted in ((ns["free"], [0.6, 0.4667, 0.1667]), (ns["con"], [0.6333, 0.5, 0.2333])):
-        np.testing.assert_allclose(res.robust_accuracy([0.02, 0.05, 0.1]), quoted, atol=1e-3)
+    # the constrained radii are the attack's, whose float arithmetic rounds differently on
+    # other processors (1.125 / 1.438 / 15 on the machine the page quotes, 1.137 / 1.422 /
+    # 16 on an AMD EPYC with the same packages); the unconstrained ones are exact
+    assert 1.10 <= effect["median_growth"] <= 1.16 and 14 <= effect["grew"] <= 17
+    assert 1.38 <= effect["mean_growth"] <= 1.48
+    np.testing.assert_allclose(ns["free"].robust_accuracy([0.02, 0.05, 0.1]),
+                               [0.6, 0.4667, 0.1667], atol=1e-3)
+    np.testing.assert_allclose(ns["con"].robust_accuracy([0.02, 0.05, 0.1]),
+                               [0.6333, 0.5, 0.2333], atol=0.04)
     x, adv, names = ns["X_test"][ns["i"]], ns["free"].x_adv[ns["i"]], ns["CREDIT_FEATURES"]
     income, debt = names.index("income"), names.index("consumer_debt")
     assert (round(x[income], 1), round(adv[income], 1)) == (13.0, 10.3)
