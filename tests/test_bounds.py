@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from network_helpers import random_mlp
 from scipy.optimize import linprog
 from torch import nn
 
@@ -74,15 +75,6 @@ def small_cnn(seed: int) -> nn.Module:
         net[3].bn.running_mean.uniform_(-0.2, 0.2)
         net[3].bn.running_var.uniform_(0.5, 2.0)
     return net.eval()
-
-
-def random_mlp(seed: int, d: int, widths: tuple[int, ...], k: int) -> nn.Module:
-    torch.manual_seed(seed)
-    layers: list[nn.Module] = []
-    for w_in, w_out in zip((d, *widths), widths, strict=False):
-        layers += [nn.Linear(w_in, w_out), nn.ReLU()]
-    layers.append(nn.Linear((d, *widths)[-1], k))
-    return nn.Sequential(*layers).eval()
 
 
 def test_graph_reads_conv_residual_pool_and_standardising_layers():

@@ -10,6 +10,7 @@ import time
 import numpy as np
 import pytest
 import torch
+from network_helpers import random_mlp
 from torch import nn
 
 from robustscope import FeatureSpace
@@ -27,15 +28,6 @@ from robustscope.solvers.exact_relu import exact_relu_radius, relu_layers
 from robustscope.threats import L1, L2, LINF
 
 THREATS = {"linf": LINF, "l2": L2, "l1": L1}
-
-
-def random_mlp(seed: int, d: int, widths: tuple[int, ...], k: int) -> nn.Module:
-    torch.manual_seed(seed)
-    layers: list[nn.Module] = []
-    for w_in, w_out in zip((d, *widths), widths, strict=False):
-        layers += [nn.Linear(w_in, w_out), nn.ReLU()]
-    layers.append(nn.Linear((d, *widths)[-1], k))
-    return nn.Sequential(*layers).double().eval()
 
 
 def float64_verifier(net: nn.Module, x: torch.Tensor, y: torch.Tensor, p: float):
@@ -57,7 +49,7 @@ def test_subdomain_bounds_lie_below_every_sampled_margin_of_the_subdomain(p):
     """Random splits of unstable neurons: the bound (alpha and beta optimised) is below the
     margin at every sampled point that satisfies the split constraints."""
     rng = np.random.default_rng(5)
-    net = random_mlp(7, 5, (12, 10), 4)
+    net = random_mlp(7, 5, (12, 10), 4).double()
     graph = read_network(net, (5,))
     x = torch.as_tensor(rng.uniform(0.3, 0.7, (1, 5)))
     eps = torch.tensor([{math.inf: 0.15, 2.0: 0.3, 1.0: 0.5}[p]], dtype=torch.float64)
@@ -120,7 +112,7 @@ def _exact_cases(threat: str, seeds: range):
     space = FeatureSpace.box(4)
     for seed in seeds:
         widths = ((8,), (6, 6), (10,))[seed % 3]
-        net = random_mlp(seed, 4, widths, 3)
+        net = random_mlp(seed, 4, widths, 3).double()
         x = torch.as_tensor(rng.uniform(0.2, 0.8, (3, 4)))
         with torch.no_grad():
             y = net(x).argmax(1)
@@ -173,7 +165,7 @@ def test_l2_proofs_lie_below_every_counterexample_of_a_dense_search():
     dirs = np.stack([np.cos(angles), np.sin(angles)], axis=1)
     checked, reached = 0, []
     for seed in range(10):
-        net = random_mlp(seed, 2, ((16,), (8, 8))[seed % 2], 3)
+        net = random_mlp(seed, 2, ((16,), (8, 8))[seed % 2], 3).double()
         graph = read_network(net, (2,))
         x = torch.as_tensor(rng.uniform(0.2, 0.8, (2, 2)))
         with torch.no_grad():
@@ -214,7 +206,7 @@ def test_l2_proofs_lie_below_every_counterexample_of_a_dense_search():
 
 
 def test_a_proof_past_its_deadline_gives_up():
-    net = random_mlp(0, 4, (8,), 3)
+    net = random_mlp(0, 4, (8,), 3).double()
     graph = read_network(net, (4,))
     x = torch.full((1, 4), 0.5, dtype=torch.float64)
     dom = make_domain(x, -x, 1 - x, torch.ones(4), torch.tensor([0.4]), math.inf)

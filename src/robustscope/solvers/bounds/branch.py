@@ -77,9 +77,9 @@ class Outcome:
     proven: bool | None
     domains: int
     seconds: float
-    #: where ``proven`` is ``False`` under Linf / L1: the scaled perturbation ``(d,)`` at
-    #: which the failing subdomain's linear program reaches its lowest margin (at most the
-    #: tolerance): a candidate counterexample for the caller to verify with the model
+    #: where ``proven`` is ``False`` under Linf / L1: the smallest scaled perturbation
+    #: ``(d,)`` of the failing subdomain's region at which its lowest margin reaches 0 (a
+    #: linear program): a candidate counterexample for the caller to verify with the model
     point: torch.Tensor | None = None
 
 
@@ -145,7 +145,7 @@ def prove(net: Network, dom: Domain, y: int, tolerance: float, deadline: float,
             one = {k: (lo[row:row + 1], hi[row:row + 1]) for k, (lo, hi) in pre.items()}
             sign = {k: v[row:row + 1] for k, v in signs.items()}
             ok, point = _leaf_proven(net, sub.subset(rows[row:row + 1]), one, sign, y,
-                                     tolerance, steps)
+                                     tolerance)
             if not ok:
                 return Outcome(False, done, time.perf_counter() - t0, point)
         open_rows, node, index = open_rows[~leaves], node[~leaves], index[~leaves]
@@ -229,7 +229,7 @@ def subdomain_bound(net: Network, dom: Domain, pre: Bounds, spec: torch.Tensor,
 
 
 def _leaf_proven(net: Network, dom: Domain, pre: Bounds, signs: dict[int, torch.Tensor],
-                 y: int, tolerance: float, steps: int) -> tuple[bool, torch.Tensor | None]:
+                 y: int, tolerance: float) -> tuple[bool, torch.Tensor | None]:
     """Whether a subdomain (one row) on which every ReLU is stable is proven: its margins
     are affine over it, so their minimum over the region (the domain cut by the split
     constraints ``s z >= 0``) is a linear program (Linf, L1). Its multipliers of the split
@@ -239,8 +239,8 @@ def _leaf_proven(net: Network, dom: Domain, pre: Bounds, signs: dict[int, torch.
     program: its Lagrangian dual in the multipliers is maximised by L-BFGS-B instead
     (:func:`_l2_split_duals`), with the same sound evaluation.
 
-    Returns ``(proven, point)``: ``point`` (Linf, L1, not proven) the LP's minimiser of the
-    lowest margin, a scaled perturbation ``(d,)``."""
+    Returns ``(proven, point)``: ``point`` (Linf, L1, not proven) the smallest scaled
+    perturbation ``(d,)`` of the region at which the lowest margin reaches 0."""
     last = len(net.nodes) - 1
     spec = margin_spec(torch.tensor([y], device=dom.x.device), net.n_classes, dom.x.dtype)
     extra, point = _leaf_multipliers(net, dom, pre, signs, spec, tolerance)
@@ -264,6 +264,8 @@ def _leaf_multipliers(net: Network, dom: Domain, pre: Bounds, signs: dict[int, t
     split = {k: idx for k, idx in split.items() if len(idx)}
     with torch.no_grad():
         a_m, c_m = linear_bound(net, pre, last, spec)
+        # rows proven over the whole domain need no program (their multipliers stay 0)
+        done = backward_bound(net, dom, pre, last, spec)[0] > tolerance
         rows_a, rows_c = [], []
         for k, idx in split.items():
             size = net.nodes[k].size
@@ -284,7 +286,7 @@ def _leaf_multipliers(net: Network, dom: Domain, pre: Bounds, signs: dict[int, t
     betas = np.zeros((k_out, len(h_split)))
     point, lowest = None, np.inf
     for j in range(k_out):
-        if not spec[0, j].any():
+        if not spec[0, j].any() or done[j]:
             continue
         if dom.p == 2.0:
             solved = _l2_split_duals(dom, a_np[j] * scale, g_split, h_split,
@@ -333,8 +335,8 @@ def _l2_split_duals(dom: Domain, cost: np.ndarray, g: np.ndarray, h: np.ndarray,
             a = ((c_t - g_t.T @ lam) / scale)[None, None]  # original units
             value = lam @ h_t + dom.minimum(a)[0, 0] - (a[0, 0] * x[0]).sum()
             (grad,) = torch.autograd.grad(-value, lam)
-        if float(value) > best[0]:
-            best[:] = [float(value), lam_np.copy()]
+        if float(value.detach()) > best[0]:
+            best[:] = [float(value.detach()), lam_np.copy()]
             if best[0] > enough:
                 raise _Enough
         return -float(value.detach()), grad.cpu().numpy()
