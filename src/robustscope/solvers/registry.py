@@ -85,7 +85,8 @@ SOLVERS: dict[str, SolverInfo] = {s.name: s for s in (
                "mixed-integer program over the ball of an attack's radius (HiGHS)"),
     SolverInfo("bound-propagation", "exact",
                "bounds.certify:bound_radius", "network", _LP,
-               "certified radius by IBP / CROWN / alpha-CROWN and bisection (no candidate)"),
+               "certified radius by IBP / CROWN / alpha-CROWN and bisection, or branch and "
+               "bound over unstable ReLUs (no candidate)"),
     SolverInfo("image-pgd", "image",
                "image_pgd:image_pgd", "gradients", ("image",),
                "PGD over an image threat's parameters (colour, spatial, JPEG, LPIPS)"),
