@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from network_helpers import random_mlp
+from network_helpers import exact_cases, random_mlp
 from scipy.optimize import linprog
 from torch import nn
 
@@ -30,7 +30,6 @@ from robustscope.solvers.bounds.propagate import (
     margin_lower_bounds,
     preactivation_bounds,
 )
-from robustscope.solvers.exact_relu import exact_relu_radius, relu_layers
 from robustscope.threats import L1, L2, LINF
 
 THREATS = {"linf": LINF, "l2": L2, "l1": L1}
@@ -306,31 +305,20 @@ def _digits_box(n_features: int) -> FeatureSpace:
 @pytest.mark.parametrize("threat", ["linf", "l1"])
 def test_certified_radius_is_below_the_exact_milp_radius(threat):
     """Many small random networks: certified <= exact (MILP, closed) for every method."""
-    rng = np.random.default_rng(3)
     space = _digits_box(4)
     checked = 0
-    for seed in range(14):
-        widths = ((8,), (6, 6), (10,))[seed % 3]
-        net = random_mlp(seed, 4, widths, 3).double()
-        x = torch.as_tensor(rng.uniform(0.2, 0.8, (3, 4)))
-        with torch.no_grad():
-            y = net(x).argmax(1)
-        exact = exact_relu_radius(relu_layers(net), x.numpy(), y.numpy(), np.full(3, np.inf),
-                                  space, THREATS[threat], time_limit=20)
-        ok = exact.closed & exact.found
-        if not ok.any():
-            continue
+    for seed, net, x, y, exact in exact_cases(THREATS[threat], range(14)):
         graph = read_network(net, (4,))
         lo, hi = space.delta_bounds(x)
-        upper = torch.as_tensor(exact.radius[ok] * 1.5)
-        dom = make_domain(x[ok], lo[ok], hi[ok], space.scale, upper, THREATS[threat].p)
-        tol = margin_tolerance(graph.logits(x[ok]), torch.float64)
+        upper = torch.as_tensor(exact * 1.5)
+        dom = make_domain(x, lo, hi, space.scale, upper, THREATS[threat].p)
+        tol = margin_tolerance(graph.logits(x), torch.float64)
         for method in ("ibp", "crown", "alpha-crown"):
-            cert = certified_radius(graph, dom, y[ok], upper, tol, method, steps=3).numpy()
-            assert (cert <= exact.radius[ok] * (1 + 1e-6) + 1e-9).all(), (seed, method)
+            cert = certified_radius(graph, dom, y, upper, tol, method, steps=3).numpy()
+            assert (cert <= exact * (1 + 1e-6) + 1e-9).all(), (seed, method)
             if method != "ibp":
                 assert (cert > 0).all()
-        checked += int(ok.sum())
+        checked += len(exact)
     assert checked >= 12
 
 

@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 import torch
-from network_helpers import random_mlp
+from network_helpers import exact_cases, random_mlp
 from torch import nn
 
 from robustscope import FeatureSpace
@@ -24,7 +24,6 @@ from robustscope.solvers.bounds.certify import (
 from robustscope.solvers.bounds.domain import make_domain
 from robustscope.solvers.bounds.graph import read_network
 from robustscope.solvers.bounds.propagate import margin_spec, preactivation_bounds
-from robustscope.solvers.exact_relu import exact_relu_radius, relu_layers
 from robustscope.threats import L1, L2, LINF
 
 THREATS = {"linf": LINF, "l2": L2, "l1": L1}
@@ -106,23 +105,6 @@ def test_subdomain_bounds_lie_below_every_sampled_margin_of_the_subdomain(p):
     assert checked == m
 
 
-def _exact_cases(threat: str, seeds: range):
-    """``(net, x, y, exact radius)`` of small random networks where the MILP closes."""
-    rng = np.random.default_rng(3)
-    space = FeatureSpace.box(4)
-    for seed in seeds:
-        widths = ((8,), (6, 6), (10,))[seed % 3]
-        net = random_mlp(seed, 4, widths, 3).double()
-        x = torch.as_tensor(rng.uniform(0.2, 0.8, (3, 4)))
-        with torch.no_grad():
-            y = net(x).argmax(1)
-        exact = exact_relu_radius(relu_layers(net), x.numpy(), y.numpy(), np.full(3, np.inf),
-                                  space, THREATS[threat], time_limit=20)
-        ok = exact.closed & exact.found
-        if ok.any():
-            yield net, x[ok], y[ok], exact.radius[ok]
-
-
 @pytest.mark.parametrize("threat", ["linf", "l1"])
 @pytest.mark.parametrize("refresh", [True, False])
 def test_branch_and_bound_closes_below_the_exact_milp_radius(threat, refresh, monkeypatch):
@@ -135,7 +117,7 @@ def test_branch_and_bound_closes_below_the_exact_milp_radius(threat, refresh, mo
     p = THREATS[threat].p
     space = FeatureSpace.box(4)
     checked = closed = 0
-    for net, x, y, exact in _exact_cases(threat, range(12)):
+    for _, net, x, y, exact in exact_cases(THREATS[threat], range(12)):
         graph = read_network(net, (4,))
         lo, hi = space.delta_bounds(x)
         upper = torch.as_tensor(exact * 1.3)
