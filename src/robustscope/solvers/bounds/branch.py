@@ -296,7 +296,7 @@ def _leaf_multipliers(net: Network, dom: Domain, pre: Bounds, signs: dict[int, t
                                   float(dom.eps[0]), dom.p)
         if solved is None:
             continue
-        betas[j], _, value = solved
+        betas[j], value = solved
         if value + const[j] < lowest:
             point, lowest = j, value + const[j]
     out, start = {}, 0
@@ -316,14 +316,14 @@ def _leaf_multipliers(net: Network, dom: Domain, pre: Bounds, signs: dict[int, t
 
 
 def _l2_split_duals(dom: Domain, cost: np.ndarray, g: np.ndarray, h: np.ndarray,
-                    enough: float) -> tuple[np.ndarray, None, float] | None:
-    """``(multipliers, None, value)``: ``lam >= 0`` maximising the Lagrangian dual
+                    enough: float) -> tuple[np.ndarray, float]:
+    """``(multipliers, value)``: ``lam >= 0`` maximising the Lagrangian dual
     ``lam . h + min_u (cost - g^T lam) . u`` over the domain's box and L2 ball (the inner
     minimum by :meth:`Domain.minimum`, itself a dual bound) by L-BFGS-B, stopped early once
     the dual exceeds ``enough``; ``value`` the dual at ``lam`` (a lower bound of
     ``min cost . u`` over the region)."""
     if len(h) == 0:
-        return np.zeros(0), None, float("nan")
+        return np.zeros(0), float("nan")
     x, scale = dom.x[:1], dom.scale
     g_t, h_t, c_t = (torch.as_tensor(v, dtype=x.dtype, device=x.device) for v in (g, h, cost))
     best = [-math.inf, np.zeros(len(h))]
@@ -346,7 +346,7 @@ def _l2_split_duals(dom: Domain, cost: np.ndarray, g: np.ndarray, h: np.ndarray,
                  bounds=[(0.0, None)] * len(h), options={"maxiter": L2_LEAF_ITERATIONS})
     except _Enough:
         pass
-    return best[1], None, best[0]
+    return best[1], best[0]
 
 
 class _Enough(Exception):
@@ -379,12 +379,12 @@ def _smallest_crossing(cost: np.ndarray, const: float, g: np.ndarray, h: np.ndar
 
 def _split_duals(cost: np.ndarray, g: np.ndarray, h: np.ndarray, lo: np.ndarray,
                  hi: np.ndarray, eps: float, p: float
-                 ) -> tuple[np.ndarray, np.ndarray, float] | None:
-    """``(multipliers, u, value)`` of ``min cost . u`` over the box ``[lo, hi]``, the ball
+                 ) -> tuple[np.ndarray, float] | None:
+    """``(multipliers, value)`` of ``min cost . u`` over the box ``[lo, hi]``, the ball
     ``||u||_p <= eps`` (p in {1, inf}; ``lo``, ``hi`` already within ``eps``) and the rows
-    ``g u + h >= 0``: the rows' multipliers ``(m,) >= 0``, the minimiser ``(d,)`` and the
-    minimum; ``None`` where HiGHS finds no optimum (an infeasible region: its bound is then
-    left to ``beta = 0``)."""
+    ``g u + h >= 0``: the rows' multipliers ``(m,) >= 0`` and the minimum; ``None``
+    where HiGHS finds no optimum (an infeasible region: its bound is then left to
+    ``beta = 0``)."""
     d = len(cost)
     if p == 1.0:  # u = pos - neg, both >= 0, sum <= eps
         c = np.concatenate([cost, -cost])
@@ -398,8 +398,7 @@ def _split_duals(cost: np.ndarray, g: np.ndarray, h: np.ndarray, lo: np.ndarray,
                   bounds=bounds, method="highs")
     if res.status != 0:
         return None
-    u = res.x[:d] - res.x[d:] if p == 1.0 else res.x
-    return np.maximum(-res.ineqlin.marginals[:len(h)], 0.0), u, float(res.fun)
+    return np.maximum(-res.ineqlin.marginals[:len(h)], 0.0), float(res.fun)
 
 
 def _branching(net: Network, feeds: list[int], pre: Bounds, losses: dict[int, torch.Tensor],
