@@ -8,8 +8,9 @@ neurons). On convolutional networks with small inputs that is the cheap way to b
 neuron: LeNet-5 on MNIST (``d = 784``) has about 40,000 node values.
 
 An affine node ``z = W v + b`` maps the parent's functions ``L <= v <= U`` to
-``W+ L + W- U <= z <= W+ U + W- L``, computed as ``W M -/+ |W| R`` with ``M = (L + U) / 2``
-and ``R = (U - L) / 2``. A ReLU with pre-activation bounds ``[l, u]`` keeps ``alpha L`` below
+``W+ L + W- U <= z <= W+ U + W- L``, that is ``W M -/+ |W| R`` with ``M = (L + U) / 2``
+and ``R = (U - L) / 2``; the functions are held in that form, so an affine node costs two
+linear maps and nothing else. A ReLU with pre-activation bounds ``[l, u]`` keeps ``alpha L`` below
 (``alpha`` in {0, 1}, the same default slope as CROWN's) and ``s (U - l)`` above,
 ``s = u / (u - l)``; a sum adds. The bounds of a node are the minimum of its lower function
 and the maximum of its upper one over the domain (:meth:`Domain.minimum`).
@@ -31,8 +32,8 @@ from robustscope.solvers.bounds.relaxation import relu_relaxation
 #: Most coefficients (inputs x input features x summed node sizes) one forward pass may
 #: carry; larger batches are bounded a chunk of inputs at a time, and a network above it for
 #: a single input is not bounded in forward mode. LeNet-5 on MNIST carries 3.1e7 per input
-#: (about 0.7 s per pass on a 2-core CPU), the tiny 32x32 colour CNN 2.4e8 (about 10 s,
-#: more than it saves there).
+#: (about 0.7 s per pass and input on a 2-core CPU, measured before the centre / half-width
+#: form halved it), the tiny 32x32 colour CNN 2.4e8 (about 10 s, more than it saves there).
 MAX_FORWARD_WORK = 2 ** 26
 
 
@@ -52,13 +53,17 @@ class ForwardBounds:
     before ``k`` (passed in ``relu_bounds``, keyed by the ReLU's parent). Functions no later
     node reads are dropped as soon as possible.
 
-    Coefficients are held as ``(n, d, *shape)`` tensors (one slice per input feature, in
-    original units), constants as ``(n, *shape)``."""
+    A node's two functions are held as their centre ``M = (L + U) / 2`` and half-width
+    ``R = (U - L) / 2``: an affine node then maps them by ``W`` and ``|W|`` with no
+    elementwise work (most nodes of a convolutional network are affine: convolutions, the
+    windows and negations of max-pooling). Coefficients are ``(n, d, *shape)`` tensors (one
+    slice per input feature, in original units), constants ``(n, *shape)``; a half-width
+    that is exactly zero (before the first ReLU) is ``None``."""
 
     def __init__(self, net: Network, dom: Domain) -> None:
         self.net, self.dom = net, dom
         self.n, self.d = len(dom.x), net.nodes[0].size
-        self.funcs: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]] = {}
+        self.funcs: dict[int, tuple] = {}
         self.next = 0
         last_use = list(range(len(net.nodes)))
         for k, nd in enumerate(net.nodes):
@@ -71,8 +76,10 @@ class ForwardBounds:
         while self.next <= k:
             self._step(self.next, relu_bounds)
             self.next += 1
-        lw, lb, uw, ub = self.funcs[k]
+        cw, cb, rw, rb = self.funcs[k]
         n = self.n
+        lw, uw = (cw, cw) if rw is None else (cw - rw, cw + rw)
+        lb, ub = (cb, cb) if rb is None else (cb - rb, cb + rb)
         low = lb.reshape(n, -1) + self.dom.minimum(lw.reshape(n, self.d, -1).transpose(1, 2))
         up = ub.reshape(n, -1) - self.dom.minimum(-uw.reshape(n, self.d, -1).transpose(1, 2))
         return low, up
@@ -85,35 +92,66 @@ class ForwardBounds:
             eye = torch.eye(d, dtype=x.dtype, device=x.device).expand(n, d, d)
             w = eye.reshape(n, d, *nd.shape)
             b = torch.zeros(n, *nd.shape, dtype=x.dtype, device=x.device)
-            self.funcs[k] = (w, b, w, b)
+            self.funcs[k] = (w, b, None, None)
         elif nd.kind == AFFINE:
             self.funcs[k] = _affine_funcs(nd, *self.funcs[nd.parents[0]], n, d)
         elif nd.kind == RELU:
-            lw, lb, uw, ub = self.funcs[nd.parents[0]]
-            zl, zu = relu_bounds[nd.parents[0]]
-            up_slope, up_int, low_slope, _ = relu_relaxation(zl, zu)
-            self.funcs[k] = (lw * low_slope[:, None], lb * low_slope,
-                             uw * up_slope[:, None], ub * up_slope + up_int)
+            self.funcs[k] = _relu_funcs(*self.funcs[nd.parents[0]],
+                                        *relu_bounds[nd.parents[0]])
         else:
             parts = [self.funcs[p] for p in nd.parents]
-            self.funcs[k] = tuple(sum(f[i] for f in parts) for i in range(4))
+            self.funcs[k] = tuple(_sum([f[i] for f in parts]) for i in range(4))
         for p in nd.parents:
             if self.last_use[p] <= k:
                 self.funcs.pop(p, None)
 
 
-def _affine_funcs(nd, lw, lb, uw, ub, n: int, d: int):
-    """An affine node's enclosing functions from its parent's (see the module doc)."""
-    in_shape = lw.shape[2:]
+def _sum(terms: list) -> torch.Tensor | None:
+    """The sum of the terms that are not ``None`` (``None`` when all are)."""
+    kept = [t for t in terms if t is not None]
+    return sum(kept[1:], kept[0]) if kept else None
+
+
+def _affine_funcs(nd, cw, cb, rw, rb, n: int, d: int):
+    """An affine node's centre and half-width functions from its parent's: ``W M + b`` and
+    ``|W| R`` (see the module doc)."""
+    in_shape = cw.shape[2:]
 
     def lin(v: torch.Tensor) -> torch.Tensor:  # W v, per row of v's leading dimensions
         return nd.fn(v.reshape(-1, *in_shape)) - nd.bias
 
-    def abs_lin(v: torch.Tensor) -> torch.Tensor:  # |W| v for v of any sign
+    def abs_lin(v: torch.Tensor | None) -> torch.Tensor | None:  # |W| v, v of any sign
+        if v is None:
+            return None
         v = v.reshape(-1, *in_shape)
+        if nd.abs_linear:
+            return nd.abs_fn(v)
         return nd.abs_fn(v.clamp_min(0)) - nd.abs_fn((-v).clamp_min(0))
 
-    cw, rw = lin((lw + uw) / 2), abs_lin((uw - lw) / 2)
-    cb, rb = nd.fn((lb + ub) / 2), abs_lin((ub - lb) / 2)
     shape = (n, d, *nd.shape)
-    return ((cw - rw).reshape(shape), cb - rb, (cw + rw).reshape(shape), cb + rb)
+    rw2 = abs_lin(rw)
+    return (lin(cw).reshape(shape), nd.fn(cb), None if rw2 is None else rw2.reshape(shape),
+            abs_lin(rb))
+
+
+def _relu_funcs(cw, cb, rw, rb, zl: torch.Tensor, zu: torch.Tensor):
+    """A ReLU's functions from its input's, given the input's bounds ``[zl, zu]``
+    ``(n, size)``: ``alpha L`` below and ``s (U - l)`` above (:func:`relu_relaxation`),
+    back in centre / half-width form."""
+    up_slope, up_int, low_slope, _ = relu_relaxation(zl, zu)
+    n = len(cb)
+    shape = cb.shape[1:]
+    a, s = low_slope.reshape(n, *shape), up_slope.reshape(n, *shape)
+    plus, minus = (s + a) / 2, (s - a) / 2
+    half_int = up_int.reshape(n, *shape) / 2
+    if rw is None:
+        w_c, w_r = cw * plus[:, None], cw * minus[:, None]
+    else:
+        w_c = cw * plus[:, None] + rw * minus[:, None]
+        w_r = cw * minus[:, None] + rw * plus[:, None]
+    if rb is None:
+        b_c, b_r = cb * plus + half_int, cb * minus + half_int
+    else:
+        b_c = cb * plus + rb * minus + half_int
+        b_r = cb * minus + rb * plus + half_int
+    return w_c, b_c, w_r, b_r

@@ -69,6 +69,9 @@ class Node:
     macs: int = 0
     #: ``|W| r`` for ``r >= 0`` ``(m, *parent shape)``, ``W`` the linear part (IBP)
     abs_fn: Callable[[torch.Tensor], torch.Tensor] | None = None
+    #: ``abs_fn`` is linear: it applies ``|W|`` to ``r`` of any sign (forward mode then
+    #: needs one call instead of one per sign)
+    abs_linear: bool = False
 
     @property
     def size(self) -> int:
@@ -246,17 +249,19 @@ class _Reader:
     def _affine(self, parent: int, fn, shape, name, transpose=None, macs=None,
                 abs_fn=None) -> int:
         """An affine node; without ``abs_fn`` the map must be elementwise, a selection or
-        have no negative entry (then ``|W| r = |W r|``)."""
+        have no negative entry (then ``|W| r = |W r|`` for ``r >= 0``). A given ``abs_fn``
+        must be linear (``|W| r`` for ``r`` of any sign)."""
         in_shape = self.nodes[parent].shape
         with torch.no_grad():
             zero = torch.zeros(1, *in_shape, dtype=torch.float64, device=self.device)
             bias = fn(zero).reshape(shape)
         if macs is None:
             macs = math.prod(shape)
+        linear = abs_fn is not None
         if abs_fn is None:
             abs_fn = lambda r, fn=fn, b=bias: (fn(r) - b).abs()  # noqa: E731
         return self._add(Node(AFFINE, (parent,), tuple(shape), name, fn, bias, transpose,
-                              int(macs), abs_fn))
+                              int(macs), abs_fn, linear))
 
     def _unsupported(self, fx_node, what: str):
         where = fx_node.target if fx_node.op == "call_module" else fx_node.name
@@ -348,7 +353,11 @@ class _Reader:
                     r, w, None, m.stride, m.padding, m.dilation, m.groups)
                 transpose = _conv_transpose(mod, self.nodes[parent].shape)
             elif isinstance(mod, (nn.BatchNorm1d, nn.BatchNorm2d)):
-                transpose = _batchnorm_transpose(mod, self.nodes[parent].shape)
+                scale = _batchnorm_scale(mod, self.nodes[parent].shape)
+                transpose = lambda a, s=scale: a * s  # noqa: E731
+                abs_fn = lambda r, s=scale.abs(): r * s  # noqa: E731
+            else:  # pooling averages, flattening, identity: no negative weight, no bias
+                abs_fn = mod
             self.ids[fx_node] = self._affine(parent, mod, shape, name, transpose, macs,
                                              abs_fn)
         else:
@@ -373,7 +382,7 @@ class _Reader:
                 a, b = self.ids[args[0]], self.ids[args[1]]
                 if sign < 0:
                     b = self._affine(b, operator.neg, self.nodes[b].shape, f"{name} (negate)",
-                                     transpose=operator.neg)
+                                     transpose=operator.neg, abs_fn=_identity)
                 self.ids[fx_node] = self._add(Node(SUM, (a, b), shape, name))
                 return
             if len(args) == 2 and not fx_node.kwargs:
@@ -404,9 +413,11 @@ class _Reader:
         elif target in _RESHAPE_METHODS or (
                 target is torch.reshape and self._depends(args[0])):
             in_shape = self.nodes[parent].shape
+            reshape = lambda t, s=shape: t.reshape(t.shape[0], *s)  # noqa: E731
             self.ids[fx_node] = self._affine(
-                parent, lambda t, s=shape: t.reshape(t.shape[0], *s), shape, name,
-                transpose=lambda a, s=in_shape: a.reshape(a.shape[0], *s), macs=0)
+                parent, reshape, shape, name,
+                transpose=lambda a, s=in_shape: a.reshape(a.shape[0], *s), macs=0,
+                abs_fn=reshape)
         elif target is F.max_pool2d:
             p = _max_pool_args(self._const(args[1:]), self._const(fx_node.kwargs))
             self.ids[fx_node] = self._maxpool(fx_node, parent, *p, name)
@@ -424,9 +435,13 @@ class _Reader:
                 if not rest:
                     kw_abs["weight"] = weight.abs()
                 abs_fn = lambda r, f=target, a=r_abs, kw=kw_abs: f(r, *a, **kw)  # noqa: E731
-            self.ids[fx_node] = self._affine(
-                parent, lambda t, f=target, r=rest, kw=kwargs: f(t, *r, **kw), shape, name,
-                macs=macs, abs_fn=abs_fn)
+            fn = lambda t, f=target, r=rest, kw=kwargs: f(t, *r, **kw)  # noqa: E731
+            if target in (operator.neg, torch.neg):
+                abs_fn = _identity
+            elif abs_fn is None:  # averages, selections, flattening: no negative weight or bias
+                abs_fn = fn
+            self.ids[fx_node] = self._affine(parent, fn, shape, name, macs=macs,
+                                             abs_fn=abs_fn)
         else:
             self._unsupported(fx_node, f"function {getattr(target, '__name__', target)}")
 
@@ -449,14 +464,16 @@ class _Reader:
                 sl = (slice(None), slice(None),
                       slice(i, i + stride[0] * (ho - 1) + 1, stride[0]),
                       slice(j, j + stride[1] * (wo - 1) + 1, stride[1]))
-                items.append(self._affine(parent, lambda t, s=sl: t[s], shape,
+                window = lambda t, s=sl: t[s]  # noqa: E731  (a selection: |W| = W)
+                items.append(self._affine(parent, window, shape,
                                           f"{name} window ({i},{j})", macs=0,
-                                          transpose=_window_transpose(sl, (h_in, w_in))))
+                                          transpose=_window_transpose(sl, (h_in, w_in)),
+                                          abs_fn=window))
         while len(items) > 1:  # max(a, b) = b + relu(a - b), pairwise
             nxt = []
             for a, b in zip(items[0::2], items[1::2], strict=False):
                 neg = self._affine(b, operator.neg, shape, f"{name} (negate)", macs=0,
-                                   transpose=operator.neg)
+                                   transpose=operator.neg, abs_fn=_identity)
                 diff = self._add(Node(SUM, (a, neg), shape, f"{name} (difference)"))
                 rel = self._add(Node(RELU, (diff,), shape, f"{name} (relu)"))
                 nxt.append(self._add(Node(SUM, (rel, b), shape, f"{name} (max)")))
@@ -464,6 +481,10 @@ class _Reader:
                 nxt.append(items[-1])
             items = nxt
         return items[0]
+
+
+def _identity(t: torch.Tensor) -> torch.Tensor:
+    return t
 
 
 def _conv_transpose(mod: nn.Module, in_shape: tuple[int, ...]):
@@ -477,14 +498,14 @@ def _conv_transpose(mod: nn.Module, in_shape: tuple[int, ...]):
     return transpose
 
 
-def _batchnorm_transpose(mod: nn.Module, in_shape: tuple[int, ...]):
-    """``a -> a . W`` of a batch norm in eval mode: a per-channel scale."""
+def _batchnorm_scale(mod: nn.Module, in_shape: tuple[int, ...]) -> torch.Tensor:
+    """The per-channel scale of a batch norm in eval mode, shaped to broadcast over
+    ``(m, *in_shape)``: its linear part (and its own transpose)."""
     with torch.no_grad():
         scale = torch.rsqrt(mod.running_var + mod.eps)
         if mod.weight is not None:
             scale = scale * mod.weight
-    scale = scale.reshape(-1, *([1] * (len(in_shape) - 1)))
-    return lambda a, s=scale: a * s
+    return scale.reshape(-1, *([1] * (len(in_shape) - 1)))
 
 
 def _window_transpose(sl: tuple, spatial: tuple[int, int]):
