@@ -17,6 +17,8 @@ from robustscope import FeatureSpace
 from robustscope.search.engine import SearchConfig, radius
 from robustscope.solvers.bounds import branch
 from robustscope.solvers.bounds.certify import (
+    FIRST_PROBE_GAP,
+    bound_radius,
     branch_radius,
     certified_radius,
     margin_tolerance,
@@ -125,15 +127,42 @@ def test_branch_and_bound_closes_below_the_exact_milp_radius(threat, refresh, mo
         tol = margin_tolerance(graph.logits(x), torch.float64)
         crown = certified_radius(graph, dom, y, upper, tol, "crown")
         verify, calls = float64_verifier(net, x, y, p)
-        cert, domains = branch_radius(graph, dom, y, crown, upper, tol, 10.0, verify)
+        cert, domains, verified = branch_radius(graph, dom, y, crown, upper, tol, 10.0,
+                                                verify)
         cert = cert.numpy()
         assert (cert <= exact * (1 + 1e-6) + 1e-9).all()
+        # the verified upper end: a counterexample's size, at most the given one
+        assert (verified <= upper.numpy()).all()
+        assert (verified >= exact * (1 - 1e-6)).all()
+        reached = cert >= exact * (1 - 1e-4)
+        assert (verified[reached] < upper.numpy()[reached]).all()
         assert (cert >= crown.numpy() - 1e-12).all()
         assert (domains >= 1).all()
         closed += int((cert >= exact * (1 - 1e-4)).sum())
         checked += len(exact)
     assert checked >= 12
     assert closed >= 0.9 * checked, (closed, checked)
+
+
+def test_bab_closed_counts_brackets_against_the_verified_points():
+    """``bound_radius(method="bab")`` from a loose upper bound: leaf points verified by the
+    model lower the bracket's top, and ``meta["closed"]`` measures the certified radius
+    against that top (against the loose bound given, no bracket would count as closed)."""
+    space = FeatureSpace.box(4)
+    closed = total = 0
+    for _, net, x, y, exact in exact_cases(LINF, range(4)):
+        verify, _ = float64_verifier(net, x, y, math.inf)
+        upper = exact * 1.3
+        out = bound_radius(net, x, y.numpy(), space, LINF, upper, method="bab",
+                           model_dtype=torch.float64, time_limit=10.0, verify=verify)
+        top = out.meta["verified_upper"].cpu().numpy()
+        assert (top <= upper).all() and (top >= exact * (1 - 1e-6)).all()
+        expected = out.lower_bound >= top * (1 - 2 * FIRST_PROBE_GAP)
+        assert (out.meta["closed"] == expected).all()
+        assert not (out.lower_bound >= upper * (1 - 2 * FIRST_PROBE_GAP)).any()
+        closed += int(out.meta["closed"].sum())
+        total += len(exact)
+    assert closed >= 0.75 * total, (closed, total)
 
 
 def test_l2_proofs_lie_below_every_counterexample_of_a_dense_search():
@@ -178,7 +207,8 @@ def test_l2_proofs_lie_below_every_counterexample_of_a_dense_search():
         dom = make_domain(x[ok], lo, hi, space.scale, upper, 2.0)
         tol = margin_tolerance(graph.logits(x[ok]), torch.float64)
         crown = certified_radius(graph, dom, y[ok], upper, tol, "crown")
-        cert, _ = branch_radius(graph, dom, y[ok], crown, upper, tol, 2.0)
+        cert, _, verified = branch_radius(graph, dom, y[ok], crown, upper, tol, 2.0)
+        assert (verified == smallest[ok]).all()  # no verifier: nothing lowers the top
         assert (cert.numpy() <= smallest[ok] + 1e-9).all()
         assert (cert >= crown - 1e-12).all()
         reached.append(cert.numpy() >= smallest[ok] * (1 - 1e-4))

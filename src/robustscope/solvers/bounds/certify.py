@@ -156,10 +156,11 @@ def certified_radius(net: Network, dom: Domain, y: torch.Tensor, upper: torch.Te
 def branch_radius(net: Network, dom: Domain, y: torch.Tensor, lower: torch.Tensor,
                   upper: torch.Tensor, tolerance: torch.Tensor, time_limit: float,
                   verify: Callable[[int, torch.Tensor], float] | None = None
-                  ) -> tuple[torch.Tensor, np.ndarray]:
+                  ) -> tuple[torch.Tensor, np.ndarray, np.ndarray]:
     """``(n,)`` certified radii raised from ``lower`` (a bound method's) towards ``upper``
-    by branch and bound (:func:`~robustscope.solvers.bounds.branch.prove`), and the
-    subdomains each input's proofs bounded.
+    by branch and bound (:func:`~robustscope.solvers.bounds.branch.prove`), the
+    subdomains each input's proofs bounded, and ``(n,)`` the smallest verified size per
+    input (``upper``, or a verified leaf point's size below it).
 
     Per input, within ``time_limit`` seconds, each proof given half the time left: the
     first at ``upper (1 - BRANCH_GAPS[0])``, which closes the bracket; where it fails or
@@ -174,6 +175,7 @@ def branch_radius(net: Network, dom: Domain, y: torch.Tensor, lower: torch.Tenso
     again from there."""
     out = lower.clone().to(torch.float64)
     domains = np.zeros(len(y), dtype=np.int64)
+    verified = upper.to(torch.float64).cpu().numpy().copy()
     for i in range(len(y)):
         stop = time.perf_counter() + time_limit
         lo, top = float(out[i]), float(upper[i])
@@ -198,7 +200,8 @@ def branch_radius(net: Network, dom: Domain, y: torch.Tensor, lower: torch.Tenso
                 top = hi = max(size, lo)
                 gaps = iter(BRANCH_GAPS)
         out[i] = lo
-    return out, domains
+        verified[i] = top
+    return out, domains, verified
 
 
 def _verified_point(verify, i: int, row: Domain, point: torch.Tensor | None) -> float:
@@ -269,7 +272,9 @@ def bound_radius(model, x: torch.Tensor, y, space: FeatureSpace, threat: LpThrea
     ``method="bab"``: alpha-CROWN's radius, then :func:`branch_radius` within
     ``time_limit`` seconds per input (``meta["domains"]``: subdomains bounded per input),
     whose candidate counterexamples ``verify`` checks with the model (the search passes its
-    verifier; without one they are dropped).
+    verifier; without one they are dropped); ``meta["verified_upper"]`` ``(n,)`` is then
+    ``eps`` lowered to the smallest verified point's size, and ``closed`` measured
+    against it.
     """
     if statement is not None and getattr(statement, "target", None) is not None:
         raise InputError("bound propagation certifies decision changes only (no target)")
@@ -291,14 +296,17 @@ def bound_radius(model, x: torch.Tensor, y, space: FeatureSpace, threat: LpThrea
             logits = net.logits(x64)
     tolerance = margin_tolerance(logits.to(x64), model_dtype)
     meta = {"method": method}
+    top = upper
     if method == BRANCH_AND_BOUND:
         lower = certified_radius(net, dom, y, upper, tolerance, "alpha-crown")
-        lower, meta["domains"] = branch_radius(net, dom, y, lower, upper, tolerance,
-                                               time_limit, verify)
+        lower, meta["domains"], verified = branch_radius(net, dom, y, lower, upper,
+                                                         tolerance, time_limit, verify)
+        # (a verified leaf point may have lowered the upper end of the bracket)
+        top = meta["verified_upper"] = torch.as_tensor(verified, device=device)
     else:
         lower = certified_radius(net, dom, y, upper, tolerance, method)
     n = len(x)
-    closed = (lower >= upper * (1 - 2 * FIRST_PROBE_GAP)).cpu().numpy()
+    closed = (lower >= top * (1 - 2 * FIRST_PROBE_GAP)).cpu().numpy()
     seconds = (time.perf_counter() - t0) / max(n, 1)
     return SolverOutput(x_adv=x.clone(), radius=np.full(n, np.inf),
                         lower_bound=lower.cpu().numpy(),
