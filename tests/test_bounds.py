@@ -443,7 +443,7 @@ def test_cli_certify_fills_lower_bounds(tmp_path, digits, digits_mlp):
 
 
 @pytest.mark.parametrize("share, certified", [(0.0, False), (1e9, True)])
-def test_auto_certifies_when_its_estimated_cost_is_within_the_share(
+def test_auto_certifies_when_its_cost_is_within_the_share(
         digits, digits_mlp, monkeypatch, share, certified):
     import robustscope.search.engine as engine
 
@@ -452,6 +452,34 @@ def test_auto_certifies_when_its_estimated_cost_is_within_the_share(
     res = radius(digits_mlp, X, y, threat="linf", space=FeatureSpace.box(64))
     correct = res.status != "misclassified"
     assert (res.lower_bound[correct] > 0).all() == certified
+    assert (res.lower_bound <= res.radius).all()
+
+
+def test_auto_measures_crowns_time_and_stops_where_it_costs_more_than_the_search(
+        digits, digits_mlp, monkeypatch):
+    """Under ``auto`` CROWN runs on chunks of 1, 2, 4, ... inputs, timed; where the next
+    chunk would take it past the search's own time it stops (the inputs bounded keep their
+    bounds), and a later batch where one input would not fit skips at once."""
+    import time
+
+    import robustscope.search.engine as engine
+
+    calls = []
+    real = engine.bound_radius
+
+    def slow(*args, **kwargs):
+        calls.append(len(args[1]))
+        time.sleep(0.5)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(engine, "bound_radius", slow)
+    X, y = digits[0][:8], digits[1][:8]
+    res = radius(digits_mlp, X, y, threat="linf", space=FeatureSpace.box(64), batch_size=4)
+    assert calls == [1]
+    correct = np.flatnonzero(res.status != "misclassified")
+    certified = np.flatnonzero(res.lower_bound > 0)
+    assert certified.tolist() == [correct[0]]
+    assert res.meta["certify_seconds_per_input"] >= 0.5
     assert (res.lower_bound <= res.radius).all()
 
 

@@ -26,6 +26,7 @@ import math
 import time
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -95,9 +96,13 @@ WARM_STEP = 0.25
 COLD_STEP = 0.5
 #: A certified bracket narrower than this (relative) counts as exact (MILP tolerances).
 EXACT_RTOL = 1e-4
-#: Under ``certify="auto"``, CROWN runs when its estimated cost (forward-pass equivalents,
-#: counting the neurons IBP leaves unstable at the attack's radius) is at most this share of
-#: the passes the attack spent on the batch's inputs.
+#: Under ``certify="auto"``, CROWN runs when its cost is at most this share of the search's:
+#: first its estimate (forward-pass equivalents, counting the neurons IBP leaves unstable at
+#: the attack's radius) against the passes the attack spent on the batch's inputs, then its
+#: time, measured on chunks of 1, 2, 4, ... inputs, against the search's time on the batch.
+#: The estimate alone was far off on convolutional networks (the tiny colour CNN of
+#: ``benchmarks/peers``: 25 passes estimated, about 1 s per input measured, ten times the
+#: attack's own time; the digits MLP: about a tenth of the attack's time).
 AUTO_CERTIFY_SHARE = 1.0
 
 
@@ -118,6 +123,7 @@ class _BatchState(Verifier):
         super().__init__(*args)
         self.max_radius, self.rtol = max_radius, rtol
         self.generator, self.config, self.stages = generator, config, stages
+        self.started = time.perf_counter()  # the search's time on the batch starts here
         self.plan: AttackPlan | None = None
         n = len(self.x)
         self.lower = torch.zeros(n, dtype=torch.float64, device=self.x.device)
@@ -200,11 +206,12 @@ def radius(
         :func:`robustscope.scores.relations.relation_effect`.
     certify : certified lower bounds of torch networks by bound propagation (see
         ``docs/certified.md``): ``"auto"`` runs CROWN under ``solver="auto"`` or
-        ``"exact"`` when its estimated cost is at most ``AUTO_CERTIFY_SHARE`` of the
-        attack's; ``"ibp"``, ``"crown"``, ``"alpha-crown"`` run that method on every input
-        (an error if the network cannot be read); ``"bab"`` alpha-CROWN, then branch and
-        bound over unstable ReLUs within ``config.exact_time_limit`` seconds per input;
-        ``"none"`` never.
+        ``"exact"`` when its cost is at most ``AUTO_CERTIFY_SHARE`` of the search's (its
+        estimate, then its time measured on a first input:
+        ``meta["certify_seconds_per_input"]``); ``"ibp"``, ``"crown"``, ``"alpha-crown"``
+        run that method on every input (an error if the network cannot be read); ``"bab"``
+        alpha-CROWN, then branch and bound over unstable ReLUs within
+        ``config.exact_time_limit`` seconds per input; ``"none"`` never.
     """
     if invalid not in ("error", "status"):
         raise InputError(f"invalid must be 'error' or 'status', got {invalid!r}")
@@ -294,14 +301,27 @@ def _radius(model, X, y, threat, space, solver, max_radius, budget, rtol, seed, 
               "model": model.name, "exact_solver": used_exact,
               "passes_by_part": stages.as_dict(),
               "attack_plan": None if out.plan is None else out.plan.as_dict(),
-              "certify": None if certifier is None else certifier[1]},
+              "certify": None if certifier is None else certifier.method,
+              "certify_seconds_per_input": None if certifier is None
+              else certifier.seconds_per_input},
     )
 
 
+@dataclass
+class _Certifier:
+    """What certifies a search's inputs: the network's graph and the method (``auto`` weighs
+    its cost per batch); ``seconds_per_input`` is CROWN's time per input in the last chunk
+    it bounded under ``auto`` (``None`` until then), kept for the later batches."""
+
+    net: Network
+    method: str
+    seconds_per_input: float | None = None
+
+
 def _certifier(model: Classifier, threat, statement: Statement, solver: str, certify: str,
-               shape: tuple[int, ...]) -> tuple[Network, str] | None:
-    """``(graph, method)`` where bound propagation may certify this search's inputs (the
-    method ``auto`` still weighs its cost per batch), else ``None``."""
+               shape: tuple[int, ...]) -> _Certifier | None:
+    """The certifier where bound propagation may certify this search's inputs, else
+    ``None``."""
     if certify == "none" or (certify == "auto" and solver not in ("auto", "exact")):
         return None
     usable = (isinstance(model, TorchClassifier) and isinstance(threat, LpThreat)
@@ -310,11 +330,11 @@ def _certifier(model: Classifier, threat, statement: Statement, solver: str, cer
         if not usable:
             raise InputError(f"certify='{certify}' needs a torch network, an Lp threat and an "
                              f"untargeted statement; got {model.name} under {threat.name}")
-        return read_network(model.module, tuple(shape), model.device), certify
+        return _Certifier(read_network(model.module, tuple(shape), model.device), certify)
     if not usable:
         return None
     net = network_or_none(model.module, tuple(shape), model.device)
-    return None if net is None else (net, "auto")
+    return None if net is None else _Certifier(net, "auto")
 
 
 def _broken_inputs(space: FeatureSpace, X: np.ndarray, invalid: str) -> np.ndarray:
@@ -430,7 +450,7 @@ def _search_batch(model, X, labels, idx, space, threat, solver, kind, max_radius
             with state.stage("exact"):
                 _certify_relu(state, active)
         if certifier is not None:
-            _certify_bounds(state, active, *certifier)
+            _certify_bounds(state, active, certifier)
     out.plan = state.plan or out.plan
 
     r = state.best_r.cpu().numpy()
@@ -526,27 +546,66 @@ def _certify_relu(state: _BatchState, active: torch.Tensor) -> None:
     state.exact[sub] = state.best_r[sub] - lower <= EXACT_RTOL * state.best_r[sub]
 
 
-def _certify_bounds(state: _BatchState, active: torch.Tensor, net: Network,
-                    method: str) -> None:
+def _certify_bounds(state: _BatchState, active: torch.Tensor, certifier: _Certifier) -> None:
     """Torch networks: the largest strength at which bound propagation proves the decision,
     by bisection below the attack's radius (``max_radius`` where it found none); kept where
     it beats the bound already held. Under ``auto``, CROWN runs when its estimated cost is
-    within ``AUTO_CERTIFY_SHARE`` of the passes the attack spent on these inputs. Brackets
-    already closed (by the network MILP) are left as they are."""
+    within ``AUTO_CERTIFY_SHARE`` of the passes the attack spent on these inputs, and then
+    only as long as its measured time stays within that share of the search's time on the
+    batch (:func:`_bound_within`). Brackets already closed (by the network MILP) are left as
+    they are."""
     sub = torch.nonzero(active & ~state.exact).reshape(-1)
     if len(sub) == 0:
         return
-    upper = torch.where(torch.isfinite(state.best_r[sub]), state.best_r[sub],
-                        torch.full_like(state.best_r[sub], state.max_radius))
+    net, method = certifier.net, certifier.method
     if method == "auto":
         owners = state.owners[sub.cpu().numpy()]
         spent = float(np.mean(state.ledger.forward[owners] + state.ledger.backward[owners]))
         x = state.x[sub]
         lo, hi = state.space.delta_bounds(x.reshape(len(x), -1))
-        dom = make_domain(x, lo, hi, state.space.scale, upper, state.threat.p)
+        dom = make_domain(x, lo, hi, state.space.scale, _upper_ends(state, sub),
+                          state.threat.p)
         if estimated_passes(net, "crown", dom) > AUTO_CERTIFY_SHARE * spent:
             return
-        method = "crown"
+        _bound_within(state, sub, certifier,
+                      AUTO_CERTIFY_SHARE * (time.perf_counter() - state.started))
+        return
+    _bound_inputs(state, sub, net, method)
+
+
+def _bound_within(state: _BatchState, sub: torch.Tensor, certifier: _Certifier,
+                  seconds: float) -> None:
+    """CROWN on the inputs ``sub`` in chunks of 1, 2, 4, ... inputs while the next chunk,
+    at the time per input the last one took (larger chunks take less), fits in what is left
+    of ``seconds``; the rate is kept in ``certifier`` so that a later batch where even one
+    input would not fit skips at once. Inputs not reached keep the bound they had."""
+    rate = certifier.seconds_per_input
+    if rate is not None and rate > seconds:
+        return
+    start, size, spent = 0, 1, 0.0
+    while start < len(sub):
+        chunk = sub[start:start + size]
+        t0 = time.perf_counter()
+        _bound_inputs(state, chunk, certifier.net, "crown")
+        took = time.perf_counter() - t0
+        spent += took
+        start += len(chunk)
+        certifier.seconds_per_input = rate = took / len(chunk)
+        size = min(2 * size, len(sub) - start)
+        if spent + rate * size > seconds:
+            return
+
+
+def _upper_ends(state: _BatchState, sub: torch.Tensor) -> torch.Tensor:
+    """``(len(sub),)`` the brackets' upper ends: the best radius, else ``max_radius``."""
+    return torch.where(torch.isfinite(state.best_r[sub]), state.best_r[sub],
+                       torch.full_like(state.best_r[sub], state.max_radius))
+
+
+def _bound_inputs(state: _BatchState, sub: torch.Tensor, net: Network, method: str) -> None:
+    """Certified radii of the batch inputs ``sub`` by ``method``, kept where they beat the
+    bound already held (branch and bound's leaf points verified by the model)."""
+    upper = _upper_ends(state, sub)
     res = bound_radius(net, state.x[sub], state.y[sub].cpu().numpy(), state.space,
                        state.threat, upper.cpu().numpy(), method=method, network=net,
                        logits=state.clean_logits[sub], model_dtype=state.model.dtype,
