@@ -20,8 +20,11 @@ from dataclasses import dataclass
 
 import torch
 
-#: Bisection steps on log(lam) for the L2 dual, over a factor e^28 (precision e^28 / 2^32).
-L2_DUAL_STEPS = 32
+#: Bisection steps on log(lam) for the L2 dual, over a factor e^28 (lam to within a factor
+#: e^(28 / 2^16), 0.04%). Every lam gives a valid bound and the dual is flat at its optimum,
+#: so the steps only trade tightness for time: on the digits MLP (20 inputs, CROWN) the sum of
+#: the certified L2 radii moved by 8e-9 relative from 32 steps to 16, at 0.6x the time.
+L2_DUAL_STEPS = 16
 
 
 @dataclass
