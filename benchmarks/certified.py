@@ -174,11 +174,16 @@ def main() -> None:
     torch.set_num_threads(1)
     names = args.networks.split(",")
     conv = any(name in ("lenet", "cnn") for name in names)
-    per_conv = f", {args.n_conv} per convolutional network" if conv else ""
-    milp_conv = f" / {args.milp_n_conv}" if conv else ""
-    print(f"### Certified brackets ({args.n} inputs per MLP and threat{per_conv}; MILP and "
-          f"branch and bound on the first {args.milp_n}{milp_conv} / {args.bab_n}, "
-          f"{args.time_limit:g} s per input; shared machine)\n")
+    has_mlp = any(name in ("mlp", "pgd") for name in names)
+    counts = []  # inputs, MILP inputs, BaB inputs per kind of network that runs
+    if has_mlp:
+        counts.append(f"{args.n} inputs per MLP and threat, MILP / branch and bound on the "
+                      f"first {args.milp_n} / {args.bab_n}")
+    if conv:
+        counts.append(f"{args.n_conv} inputs per convolutional network and threat, MILP / "
+                      f"branch and bound on the first {args.milp_n_conv} / {args.bab_n_conv}")
+    print(f"### Certified brackets ({'; '.join(counts)}; {args.time_limit:g} s per input; "
+          "shared machine)\n")
     print("| network | threat | method | r/lb median | p90 | closed | s/input | violations |")
     print("|---|---|---|---|---|---|---|---|")
     linf: dict[str, dict[str, dict]] = {}
