@@ -207,7 +207,8 @@ def radius(
     certify : certified lower bounds of torch networks by bound propagation (see
         ``docs/certified.md``): ``"auto"`` runs CROWN under ``solver="auto"`` or
         ``"exact"`` when its cost is at most ``AUTO_CERTIFY_SHARE`` of the search's (its
-        estimate, then its time measured on a first input:
+        estimate, then its time measured on chunks of 1, 2, 4, ... inputs, so that which
+        inputs get a bound can vary with the machine's speed; the last rate is
         ``meta["certify_seconds_per_input"]``); ``"ibp"``, ``"crown"``, ``"alpha-crown"``
         run that method on every input (an error if the network cannot be read); ``"bab"``
         alpha-CROWN, then branch and bound over unstable ReLUs within
