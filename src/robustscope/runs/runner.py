@@ -487,7 +487,7 @@ def _save_adversarial(res: RadiusResult, path: Path) -> None:
                          "fortran_order": False, "shape": tuple(x.shape)})
                 for start in range(0, len(x), TABLE_CHUNK):
                     chunk = np.ascontiguousarray(x[start:start + TABLE_CHUNK], np.float64)
-                    fh.write(memoryview(chunk).cast("B"))  # (no copy, unlike tobytes)
+                    fh.write(chunk.data)  # (a view: no copy, unlike tobytes)
             status = np.asarray(res.status)
             # a fixed-width column (a memory map) is written as it is, buffered by numpy
             status = status if status.dtype.kind == "U" else status.astype(str)
