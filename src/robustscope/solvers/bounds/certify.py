@@ -302,7 +302,8 @@ def bound_radius(model, x: torch.Tensor, y, space: FeatureSpace, threat: LpThrea
         lower, meta["domains"], verified = branch_radius(net, dom, y, lower, upper,
                                                          tolerance, time_limit, verify)
         # (a verified leaf point may have lowered the upper end of the bracket)
-        top = meta["verified_upper"] = torch.as_tensor(verified, device=device)
+        meta["verified_upper"] = verified
+        top = torch.as_tensor(verified, device=device)
     else:
         lower = certified_radius(net, dom, y, upper, tolerance, method)
     n = len(x)
