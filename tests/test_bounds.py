@@ -279,9 +279,8 @@ def test_forward_bounds_equal_crown_after_one_relu_layer():
 def test_certified_radius_closes_its_bracket(monkeypatch):
     """Regula falsi ends with the certified radius proven and an unproven probe within
     BISECT_RTOL (or GAP_RTOL of the bracket left) above it, in a few probes; on most inputs
-    that is within the same tolerance of the
-    largest strength CROWN proves (60 halvings here; CROWN's bound is not monotone in the
-    strength everywhere, so not on all)."""
+    that is within the same tolerance of the largest strength CROWN proves (60 halvings
+    here; CROWN's bound is not monotone in the strength everywhere, so not on all)."""
     net = random_mlp(5, 4, (12, 12), 3).double()
     graph = read_network(net, (4,))
     x = torch.as_tensor(np.random.default_rng(5).uniform(0.2, 0.8, (6, 4)))

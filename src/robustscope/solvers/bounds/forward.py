@@ -144,14 +144,13 @@ def _relu_funcs(cw, cb, rw, rb, zl: torch.Tensor, zu: torch.Tensor):
     a, s = low_slope.reshape(n, *shape), up_slope.reshape(n, *shape)
     plus, minus = (s + a) / 2, (s - a) / 2
     half_int = up_int.reshape(n, *shape) / 2
-    if rw is None:
-        w_c, w_r = cw * plus[:, None], cw * minus[:, None]
-    else:
-        w_c = cw * plus[:, None] + rw * minus[:, None]
-        w_r = cw * minus[:, None] + rw * plus[:, None]
-    if rb is None:
-        b_c, b_r = cb * plus + half_int, cb * minus + half_int
-    else:
-        b_c = cb * plus + rb * minus + half_int
-        b_r = cb * minus + rb * plus + half_int
-    return w_c, b_c, w_r, b_r
+    w_c, w_r = _mix(cw, rw, plus[:, None], minus[:, None])
+    b_c, b_r = _mix(cb, rb, plus, minus)
+    return w_c, b_c + half_int, w_r, b_r + half_int
+
+
+def _mix(c: torch.Tensor, r: torch.Tensor | None, plus: torch.Tensor, minus: torch.Tensor):
+    """``(c plus + r minus, c minus + r plus)``, with ``r = None`` read as zero."""
+    if r is None:
+        return c * plus, c * minus
+    return c * plus + r * minus, c * minus + r * plus
