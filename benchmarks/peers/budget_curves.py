@@ -21,7 +21,10 @@ ratio = radius / reference (inf where nothing was confirmed), AttackBench-style 
 
 Per-input radii and passes of every method are cached in ``results_budget.json`` (JSON with
 ``Infinity`` / ``NaN``, read back by Python), so that ``--methods robustscope`` reruns only
-robustscope and recomputes every table from the cache::
+robustscope and recomputes every table from the cache. A case's cache holds for its inputs
+and for its network's weights (a fingerprint of them): the networks are trained on the machine
+that runs the benchmark, and a network trained on another machine differs (LeNet-5 did between
+two sessions' machines), so radii measured on it are dropped, not mixed with new ones::
 
     PYTHONPATH=src python benchmarks/peers/budget_curves.py                  # everything
     PYTHONPATH=src python benchmarks/peers/budget_curves.py --methods robustscope --n 30
@@ -131,6 +134,17 @@ def row_hashes(X: np.ndarray) -> list[str]:
     """A short fingerprint per input row: cache entries are reused only for the same inputs."""
     return [hashlib.sha256(np.ascontiguousarray(x, dtype=np.float64).tobytes()).hexdigest()[:12]
             for x in X]
+
+
+def model_fingerprint(net: torch.nn.Module) -> str:
+    """A short fingerprint of a network's weights. The networks are trained on the machine
+    that runs the benchmark, and training is not bit-identical across machines, so cached
+    radii are reused only for the same weights (not only the same inputs)."""
+    h = hashlib.sha256()
+    for name, t in sorted(net.state_dict().items()):
+        h.update(name.encode())
+        h.update(t.detach().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()[:12]
 
 
 def max_radius(threat: str, d: int) -> float:
@@ -486,18 +500,20 @@ class Cache:
         self.path = path
         self.data = json.loads(path.read_text()) if path.exists() else {"results": {}}
 
-    def slot(self, case: str, threat: str, hashes: list[str]) -> dict:
-        """The cache of ``case`` x ``threat``, emptied if its inputs are not these."""
+    def slot(self, case: str, threat: str, hashes: list[str], model: str | None) -> dict:
+        """The cache of ``case`` x ``threat``, emptied if its inputs are not these or its
+        network is not the one fingerprinted ``model`` (see :func:`model_fingerprint`;
+        ``None``: not checked, to render what is cached)."""
         res = self.data["results"].setdefault(case, {})
         slot = res.get(threat)
         if slot is not None:
             old = slot["inputs"]
             k = min(len(old), len(hashes))
-            if old[:k] != hashes[:k]:
+            if old[:k] != hashes[:k] or model is not None and slot.get("model") != model:
                 slot = None
         if slot is None:
-            slot = res[threat] = {"inputs": hashes, "entries": {}, "exact": None,
-                                  "best": [], "best_by": []}
+            slot = res[threat] = {"inputs": hashes, "model": model, "entries": {},
+                                  "exact": None, "best": [], "best_by": []}
         if len(hashes) > len(slot["inputs"]):
             slot["inputs"] = hashes
         return slot
@@ -893,7 +909,8 @@ def main(argv: list[str] | None = None) -> None:
         per_threat = {}
         for threat in args.threats:
             log(f"  # {threat}")
-            slot = cache.slot(key, threat, row_hashes(case.X))
+            slot = cache.slot(key, threat, row_hashes(case.X),
+                              None if args.render else model_fingerprint(case.torch_model))
             if not args.render:
                 run_case_threat(ctx, key, threat, slot, args, log, cache.save)
                 cache.save()
