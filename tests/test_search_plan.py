@@ -88,7 +88,7 @@ def test_parts_add_up_without_a_budget_and_the_default_stays_near_its_plan():
 
 
 def _state(net: nn.Module, X: np.ndarray, y: np.ndarray, budget: int | None,
-           space: FeatureSpace | None = None):
+           space: FeatureSpace | None = None, threat: str = "linf"):
     space = space or FeatureSpace.box(6)
     model = wrap_model(net, input_shape=(6,), example=X)
     x = torch.as_tensor(X, dtype=torch.float64)
@@ -97,7 +97,7 @@ def _state(net: nn.Module, X: np.ndarray, y: np.ndarray, budget: int | None,
     with model.charging(ledger, np.arange(len(X))):
         logits = model.logits(x).detach().to(torch.float64)
     return engine._BatchState(
-        model, space, engine.get_threat("linf"), DECISION_CHANGE, ledger, x, yt,
+        model, space, engine.get_threat(threat), DECISION_CHANGE, ledger, x, yt,
         np.arange(len(X)), logits, torch.zeros(len(X), dtype=torch.bool),
         max_radius=1.0, rtol=0.01, generator=torch.Generator().manual_seed(0),
         config=SearchConfig(), stages=StageLedger())
@@ -130,6 +130,37 @@ def test_targeted_runs_skip_the_class_already_reached():
     assert not (targets == state.y[:, None]).any()
     has = torch.isfinite(state.best_r)
     assert not (targets[has] == reached[has][:, None]).any()
+
+
+@pytest.mark.parametrize("threat", ["l1", "linf"])
+def test_a_single_targeted_l1_run_refines_the_class_reached_from_its_counterexample(
+        threat, monkeypatch):
+    """Under L1 the one targeted run of a small plan aims at the best counterexample's class,
+    from that counterexample (a second step scale in the same class); under Linf it aims at
+    another class, from the input."""
+    X, y, net = _data(8)
+    state = _state(net, X, y, budget=None, threat=threat)
+    sub = torch.arange(len(X))
+    engine._minnorm_runs(state, sub, 20, 0, 2)
+    assert torch.isfinite(state.best_r).all()
+    reached = state.best_logits.argmax(1).clone()
+    best_x, best_r = state.best_x.clone(), state.best_r.clone()
+    seen = {}
+    real = engine.MINNORM
+
+    def spy(*args, **kwargs):
+        seen.update(kwargs)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(engine, "MINNORM", spy)
+    engine._minnorm_runs(state, sub, 10, 1, 2)
+    if threat == "l1":
+        assert torch.equal(seen["towards"], reached)
+        assert torch.equal(seen["init"], best_x)
+    else:
+        assert not (seen["towards"] == reached).any()
+        assert seen["init"] is None
+    assert (state.best_r <= best_r).all()
 
 
 def test_bisection_warm_starts_from_the_last_failed_probe():

@@ -694,18 +694,45 @@ def _minnorm_runs(state: _BatchState, sub: torch.Tensor, steps: int, targets: in
     sub = state.affordable(sub, runs * (steps * grad_cost + 1))
     if len(sub) == 0:
         return
-    towards = None
+    towards = init = None
     if targets:
         order = _targets_beyond_best(state, sub, targets, ranking)
+        if targets == 1 and state.threat.p == 1:
+            order, init = _refine_best_class(state, sub, order)
         sub = sub.repeat(targets)
         towards = order.T.reshape(-1)  # target k of every input, then target k + 1, ...
     with model.charging(ledger, state.owners[sub.cpu().numpy()]):
         out = MINNORM(model, state.x[sub], state.y[sub], state.space, state.threat, None,
-                      state.statement, state.generator, steps=steps, towards=towards)
+                      state.statement, state.generator, steps=steps, towards=towards,
+                      init=init)
     m = len(sub) // runs
     for k in range(runs):  # one verification per run: an input appears once per call
         rows = slice(k * m, (k + 1) * m)
         state.check(sub[rows], out.x_adv[rows])
+
+
+def _refine_best_class(state: _BatchState, sub: torch.Tensor,
+                       order: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Under L1, when the plan has room for one targeted run: aim it at the class of each
+    input's best counterexample, warm-started from that counterexample, instead of at another
+    class (inputs without one keep their target ``order`` ``(len(sub), 1)`` and start at the
+    input). Returns the classes and the starts ``(len(sub), *shape)``.
+
+    A targeted L1 run takes dense steps (see :func:`~robustscope.solvers.minnorm_l1.
+    minnorm_l1`), a second step scale beside the untargeted run's; where the untargeted run
+    stalls far above the radius (a counterexample spread over many coordinates), that scale
+    brings it down in the same class, which one short run at another class rarely does
+    (it often finds no counterexample at all). At 100 passes per input (one targeted run of
+    14 steps), p90 ratio to the best radius of the runs compared: the tiny CNN 2.12 -> 1.47,
+    and a second one trained on other inputs 2.08 -> 1.66; LeNet-5 1.214 -> 1.223 and
+    1.151 -> 1.149; medians lower on all four. With two targeted runs, covering the classes
+    mattered more (default plan, the tiny CNN: p90 1.39 -> 1.73 when one of them refined)."""
+    has = torch.isfinite(state.best_r[sub])
+    reached = state.best_logits[sub].argmax(dim=1, keepdim=True)
+    order = torch.where(has[:, None], reached, order)
+    shape = (-1,) + (1,) * (state.x.dim() - 1)
+    init = torch.where(has.reshape(shape), state.best_x[sub], state.x[sub])
+    return order, init
 
 
 def _targets_beyond_best(state: _BatchState, sub: torch.Tensor, count: int,
