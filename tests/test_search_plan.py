@@ -26,13 +26,14 @@ def _run_cost(config: SearchConfig, grad_cost: int) -> int:
 
 @settings(max_examples=200, deadline=None)
 @given(budget=st.integers(1, 20_000), grad_cost=st.sampled_from([2, 3, 65, 129]),
-       n_classes=st.integers(2, 20), solver=st.sampled_from(["auto", "minnorm"]))
-def test_planned_runs_fit_the_budget(budget, grad_cost, n_classes, solver):
+       n_classes=st.integers(2, 20), solver=st.sampled_from(["auto", "minnorm"]),
+       l1=st.booleans())
+def test_planned_runs_fit_the_budget(budget, grad_cost, n_classes, solver, l1):
     config = SearchConfig()
-    plan = plan_attack(budget, grad_cost, n_classes, config, solver)
-    runs = (plan.minnorm_steps > 0) + plan.targets
-    spent = ((plan.minnorm_steps + plan.targets * plan.target_steps + plan.ranked) * grad_cost
-             + runs + plan.line_steps + 2)
+    plan = plan_attack(budget, grad_cost, n_classes, config, solver, l1=l1)
+    runs = (plan.minnorm_steps > 0) + (plan.refine_steps > 0) + plan.targets
+    spent = ((plan.minnorm_steps + plan.refine_steps + plan.targets * plan.target_steps
+              + plan.ranked) * grad_cost + runs + plan.line_steps + 2)
     if plan.probe_steps:  # at least four probes fit beside the runs
         spent += 4 * _run_cost(config, grad_cost)
     assert spent <= max(budget, 2)
@@ -41,6 +42,29 @@ def test_planned_runs_fit_the_budget(budget, grad_cost, n_classes, solver):
     assert solver == "auto" or plan.probe_steps == 0
     # classes are ranked only for targeted runs, and only where there is a choice
     assert plan.ranked == 0 or (plan.targets and n_classes - 2 > plan.targets)
+    # only L1 refines, and only with two runs worth their steps
+    assert plan.refine_steps == 0 or (
+        l1 and min(plan.minnorm_steps, plan.refine_steps) >= 2 * config.min_run_steps)
+
+
+def test_l1_plans_share_the_untargeted_steps_with_a_refining_run():
+    config = SearchConfig()
+    for budget in (200, 1000, None):
+        plain, l1 = plan_attack(budget, 2, 10, config), plan_attack(budget, 2, 10, config, l1=True)
+        assert plain.refine_steps == 0 and l1.refine_steps > 0
+        # the refining run's verification pass costs at most one untargeted step
+        assert plain.minnorm_steps - 1 <= l1.minnorm_steps + l1.refine_steps <= plain.minnorm_steps
+        assert l1.targets == plain.targets and l1.target_steps == plain.target_steps
+    assert plan_attack(100, 2, 10, config, l1=True).refine_steps == 0  # 15 steps each: too few
+
+
+def test_l1_search_spends_passes_on_the_refining_run():
+    X, y, net = _data()
+    res = radius(net, X, y, threat="l1", space=FeatureSpace.box(6), certify="none")
+    parts = res.meta["passes_by_part"]
+    assert parts["refine"] > 0 and sum(parts.values()) == res.queries.sum()
+    assert res.meta["attack_plan"]["refine_steps"] > 0
+    assert res.queries.max() <= 300 + 1
 
 
 def test_plan_grows_with_the_budget_and_defaults_to_150_gradients():

@@ -639,13 +639,17 @@ def _run_attacks(state: _BatchState, solver: str, active: torch.Tensor) -> None:
         with state.stage("gradient-free"):
             _run_gradient_free(state, sub)
         return
-    plan = plan_attack(ledger.budget, grad_cost, model.n_classes, state.config, solver)
+    plan = plan_attack(ledger.budget, grad_cost, model.n_classes, state.config, solver,
+                       l1=state.threat.p == 1)
     state.plan = plan
     with state.stage("starts"):
         _start_from_other_inputs(state, sub)
     if plan.minnorm_steps:
         with state.stage("minnorm"):
             _minnorm_runs(state, sub, plan.minnorm_steps, 0, grad_cost)
+    if plan.refine_steps:  # one targeted L1 run: it refines the class reached
+        with state.stage("refine"):
+            _minnorm_runs(state, sub, plan.refine_steps, 1, grad_cost)
     if plan.targets:
         with state.stage("targeted minnorm"):
             ranking = _rank_targets(state, sub, plan, grad_cost)
@@ -685,9 +689,10 @@ def _minnorm_runs(state: _BatchState, sub: torch.Tensor, steps: int, targets: in
     """Minimum-norm runs of ``steps`` gradient calls per input of ``sub``: one untargeted
     (``targets=0``), else one per class aimed at — the first of ``ranking`` (nearest boundary
     first, see :func:`_rank_targets`), else the runner-ups by clean logit — skipping the
-    class the best counterexample already reached, all in one batch. Inputs whose bracket is
-    closed (certified, or within ``rtol``), or whose budget cannot pay every run, are
-    skipped."""
+    class the best counterexample already reached, all in one batch; under L1 a single
+    targeted run (``targets=1``) refines the class reached instead
+    (:func:`_refine_best_class`). Inputs whose bracket is closed (certified, or within
+    ``rtol``), or whose budget cannot pay every run, are skipped."""
     model, ledger = state.model, state.ledger
     runs = max(1, targets)
     sub = sub[state.still_open(sub)]
@@ -713,10 +718,11 @@ def _minnorm_runs(state: _BatchState, sub: torch.Tensor, steps: int, targets: in
 
 def _refine_best_class(state: _BatchState, sub: torch.Tensor,
                        order: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Under L1, when the plan has room for one targeted run: aim it at the class of each
-    input's best counterexample, warm-started from that counterexample, instead of at another
-    class (inputs without one keep their target ``order`` ``(len(sub), 1)`` and start at the
-    input). Returns the classes and the starts ``(len(sub), *shape)``.
+    """Under L1, for the plan's refining run and where the plan has room for one targeted run
+    only: aim it at the class of each input's best counterexample, warm-started from that
+    counterexample, instead of at another class (inputs without one keep their target
+    ``order`` ``(len(sub), 1)`` and start at the input). Returns the classes and the starts
+    ``(len(sub), *shape)``.
 
     A targeted L1 run takes dense steps (see :func:`~robustscope.solvers.minnorm_l1.
     minnorm_l1`), a second step scale beside the untargeted run's; where the untargeted run

@@ -5,7 +5,8 @@ A *pass* is one row through the model, forward or backward: a gradient call cost
 finite differences). Given a per-input budget ``B`` (or, without one, the default of
 :attr:`SearchConfig.default_gradients` gradient calls), :func:`plan_attack` splits it into
 
-1. an untargeted minimum-norm run (``minnorm_steps``);
+1. an untargeted minimum-norm run (``minnorm_steps``); under L1 followed by a refining run
+   (``refine_steps``) in the class it reached, from its best counterexample;
 2. targeted minimum-norm runs at runner-up classes (``targets`` runs of ``target_steps``):
    an untargeted run follows the steepest class, which on 5–15% of inputs is not the class
    of the nearest boundary;
@@ -62,6 +63,11 @@ class SearchConfig:
     rank_share: float = 0.05
     #: Fewest steps a minimum-norm run is worth (a part below it is dropped).
     min_run_steps: int = 10
+    #: Under L1, the share of the untargeted run's steps given to a second, refining run: dense
+    #: steps in the class the first run reached, from its best counterexample (see
+    #: ``engine._refine_best_class``); only where each of the two gets ``2 * min_run_steps``
+    #: (below, a run of 15 steps often finds no counterexample at all).
+    l1_refine_share: float = 0.5
     #: Steps of each fixed-strength PGD probe of the bisection.
     pgd_steps: int = 10
     #: Restarts of each probe (restart 0 is warm-started, the others aim at runner-ups).
@@ -106,16 +112,19 @@ class AttackPlan:
     probe_steps: int     # PGD steps per bisection probe (0: no bisection)
     probe_restarts: int
     ranked: int = 0      # candidate classes ranked by first-order distance before targeting
+    refine_steps: int = 0  # L1: refining run in the class the untargeted run reached
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
 
 
 def plan_attack(budget: int | None, grad_cost: int, n_classes: int, config: SearchConfig,
-                solver: str = "auto") -> AttackPlan:
+                solver: str = "auto", l1: bool = False) -> AttackPlan:
     """Split ``budget`` passes per input (``None``: ``config.default_gradients`` gradient
     calls) among the parts of the cascade that ``solver`` runs (``auto``: all four;
-    ``minnorm``: minimum-norm runs and line search; ``pgd``: the bisection only).
+    ``minnorm``: minimum-norm runs and line search; ``pgd``: the bisection only). Under an
+    L1 threat (``l1``) the untargeted run's steps are shared with a refining run
+    (``config.l1_refine_share``) where both get at least ``2 * config.min_run_steps``.
 
     The planned parts never add up to more than the budget: ranking the candidate classes
     costs ``ranked · grad_cost``, each run its steps times ``grad_cost`` plus one
@@ -155,8 +164,16 @@ def plan_attack(budget: int | None, grad_cost: int, n_classes: int, config: Sear
     if minnorm_steps == 0 and avail >= grad_cost + 1:  # one step, the line search shrinks
         minnorm_steps = 1
         line = min(line, avail - grad_cost - 1)
+    refine = int(config.l1_refine_share * minnorm_steps) if l1 else 0
+    if min(refine, minnorm_steps - refine) < 2 * config.min_run_steps:
+        refine = 0
+    if refine:
+        minnorm_steps -= refine
+        floor = MIN_PROBES * probe_cost if probes else 0
+        if others + 1 + (minnorm_steps + refine) * grad_cost + floor > pool:
+            minnorm_steps -= 1  # pays for the refining run's verification pass
     return AttackPlan(total, minnorm_steps, k, target_steps, line,
-                      config.pgd_steps if probes else 0, config.pgd_restarts, ranked)
+                      config.pgd_steps if probes else 0, config.pgd_restarts, ranked, refine)
 
 
 class StageLedger:
