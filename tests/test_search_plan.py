@@ -156,14 +156,14 @@ def test_targeted_runs_skip_the_class_already_reached():
     assert not (targets[has] == reached[has][:, None]).any()
 
 
-@pytest.mark.parametrize("threat", ["l1", "linf"])
-def test_a_single_targeted_l1_run_refines_the_class_reached_from_its_counterexample(
-        threat, monkeypatch):
-    """Under L1 the one targeted run of a small plan aims at the best counterexample's class,
-    from that counterexample (a second step scale in the same class); under Linf it aims at
+@pytest.mark.parametrize("refine", [True, False])
+def test_the_refining_run_aims_at_the_class_reached_from_its_counterexample(
+        refine, monkeypatch):
+    """The plan's refining L1 run aims at the best counterexample's class, from that
+    counterexample (a second step scale in the same class); a plain targeted run aims at
     another class, from the input."""
     X, y, net = _data(8)
-    state = _state(net, X, y, budget=None, threat=threat)
+    state = _state(net, X, y, budget=None, threat="l1")
     sub = torch.arange(len(X))
     engine._minnorm_runs(state, sub, 20, 0, 2)
     assert torch.isfinite(state.best_r).all()
@@ -177,8 +177,8 @@ def test_a_single_targeted_l1_run_refines_the_class_reached_from_its_counterexam
         return real(*args, **kwargs)
 
     monkeypatch.setattr(engine, "MINNORM", spy)
-    engine._minnorm_runs(state, sub, 10, 1, 2)
-    if threat == "l1":
+    engine._minnorm_runs(state, sub, 10, 1, 2, refine=refine)
+    if refine:
         assert torch.equal(seen["towards"], reached)
         assert torch.equal(seen["init"], best_x)
     else:

@@ -647,9 +647,9 @@ def _run_attacks(state: _BatchState, solver: str, active: torch.Tensor) -> None:
     if plan.minnorm_steps:
         with state.stage("minnorm"):
             _minnorm_runs(state, sub, plan.minnorm_steps, 0, grad_cost)
-    if plan.refine_steps:  # one targeted L1 run: it refines the class reached
+    if plan.refine_steps:  # L1: a dense run in the class reached, from its counterexample
         with state.stage("refine"):
-            _minnorm_runs(state, sub, plan.refine_steps, 1, grad_cost)
+            _minnorm_runs(state, sub, plan.refine_steps, 1, grad_cost, refine=True)
     if plan.targets:
         with state.stage("targeted minnorm"):
             ranking = _rank_targets(state, sub, plan, grad_cost)
@@ -685,12 +685,13 @@ def _rank_targets(state: _BatchState, sub: torch.Tensor, plan: AttackPlan,
 
 
 def _minnorm_runs(state: _BatchState, sub: torch.Tensor, steps: int, targets: int,
-                  grad_cost: int, ranking: torch.Tensor | None = None) -> None:
+                  grad_cost: int, ranking: torch.Tensor | None = None,
+                  refine: bool = False) -> None:
     """Minimum-norm runs of ``steps`` gradient calls per input of ``sub``: one untargeted
     (``targets=0``), else one per class aimed at — the first of ``ranking`` (nearest boundary
     first, see :func:`_rank_targets`), else the runner-ups by clean logit — skipping the
-    class the best counterexample already reached, all in one batch; under L1 a single
-    targeted run (``targets=1``) refines the class reached instead
+    class the best counterexample already reached, all in one batch; with ``refine`` (and
+    ``targets=1``) the run refines the class reached instead, from its best counterexample
     (:func:`_refine_best_class`). Inputs whose bracket is closed (certified, or within
     ``rtol``), or whose budget cannot pay every run, are skipped."""
     model, ledger = state.model, state.ledger
@@ -702,7 +703,7 @@ def _minnorm_runs(state: _BatchState, sub: torch.Tensor, steps: int, targets: in
     towards = init = None
     if targets:
         order = _targets_beyond_best(state, sub, targets, ranking)
-        if targets == 1 and state.threat.p == 1:
+        if refine:
             order, init = _refine_best_class(state, sub, order)
         sub = sub.repeat(targets)
         towards = order.T.reshape(-1)  # target k of every input, then target k + 1, ...
@@ -718,21 +719,18 @@ def _minnorm_runs(state: _BatchState, sub: torch.Tensor, steps: int, targets: in
 
 def _refine_best_class(state: _BatchState, sub: torch.Tensor,
                        order: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Under L1, for the plan's refining run and where the plan has room for one targeted run
-    only: aim it at the class of each input's best counterexample, warm-started from that
-    counterexample, instead of at another class (inputs without one keep their target
-    ``order`` ``(len(sub), 1)`` and start at the input). Returns the classes and the starts
-    ``(len(sub), *shape)``.
+    """The plan's refining L1 run (``plan.refine_steps``): aimed at the class of each input's
+    best counterexample, warm-started from that counterexample (inputs without one keep their
+    target ``order`` ``(len(sub), 1)`` and start at the input). Returns the classes and the
+    starts ``(len(sub), *shape)``.
 
     A targeted L1 run takes dense steps (see :func:`~robustscope.solvers.minnorm_l1.
     minnorm_l1`), a second step scale beside the untargeted run's; where the untargeted run
     stalls far above the radius (a counterexample spread over many coordinates), that scale
-    brings it down in the same class, which one short run at another class rarely does
-    (it often finds no counterexample at all). At 100 passes per input (one targeted run of
-    14 steps), p90 ratio to the best radius of the runs compared: the tiny CNN 2.12 -> 1.47,
-    and a second one trained on other inputs 2.08 -> 1.66; LeNet-5 1.214 -> 1.223 and
-    1.151 -> 1.149; medians lower on all four. With two targeted runs, covering the classes
-    mattered more (default plan, the tiny CNN: p90 1.39 -> 1.73 when one of them refined)."""
+    brings it down in the same class (measured in ``docs/budget.md``). Used in place of the
+    single targeted run of a plan of about 100 passes, it lowered the tiny CNN's p90 (2.26 ->
+    1.56) but raised the digits MLP's (1.02 -> 1.27), whose untargeted runs reach the wrong
+    one of 10 classes more often: there the other class is worth more."""
     has = torch.isfinite(state.best_r[sub])
     reached = state.best_logits[sub].argmax(dim=1, keepdim=True)
     order = torch.where(has[:, None], reached, order)

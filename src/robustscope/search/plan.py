@@ -165,13 +165,14 @@ def plan_attack(budget: int | None, grad_cost: int, n_classes: int, config: Sear
         minnorm_steps = 1
         line = min(line, avail - grad_cost - 1)
     refine = int(config.l1_refine_share * minnorm_steps) if l1 else 0
-    if min(refine, minnorm_steps - refine) < 2 * config.min_run_steps:
+    first = minnorm_steps - refine
+    floor = MIN_PROBES * probe_cost if probes else 0
+    if others + 1 + minnorm_steps * grad_cost + floor > pool:
+        first -= 1  # pays for the refining run's verification pass
+    if min(refine, first) >= 2 * config.min_run_steps:
+        minnorm_steps = first
+    else:
         refine = 0
-    if refine:
-        minnorm_steps -= refine
-        floor = MIN_PROBES * probe_cost if probes else 0
-        if others + 1 + (minnorm_steps + refine) * grad_cost + floor > pool:
-            minnorm_steps -= 1  # pays for the refining run's verification pass
     return AttackPlan(total, minnorm_steps, k, target_steps, line,
                       config.pgd_steps if probes else 0, config.pgd_restarts, ranked, refine)
 
