@@ -726,8 +726,12 @@ def method_table(s: dict, budgets: tuple[int, ...]) -> list[str]:
                   "", f"Unconfirmed counterexamples, budgets overrun: {notes}." if notes else ""]
 
 
-def provenance(runs: list[dict]) -> str:
-    """Which runs measured the cache: date, methods, inputs, device, torch, minutes."""
+def provenance(runs: list[dict], dates: set[str] | None = None) -> str:
+    """Which runs measured the cache: date, methods, inputs, device, torch, minutes; only the
+    runs whose date is in ``dates`` (those that wrote to the slots shown), if given."""
+    if dates:
+        runs = [r for r in runs if r["date"] in dates] or runs
+
     def one(r: dict) -> str:
         mins = f", {r['minutes']:.1f} min" if "minutes" in r else ", interrupted"
         return (f"{r['date']} ({', '.join(sorted(r['methods']))}; n={r['n']}; device "
@@ -737,12 +741,13 @@ def provenance(runs: list[dict]) -> str:
             + ", ".join(f"{k} {v}" for k, v in last["peers"].items()) + ".")
 
 
-def summary_markdown(runs: list[dict], summaries: dict, budgets: tuple[int, ...]) -> str:
+def summary_markdown(runs: list[dict], summaries: dict, budgets: tuple[int, ...],
+                     dates: set[str] | None = None) -> str:
     """The part printed on stdout (and at the top of RESULTS_BUDGET.md)."""
     below = sum(s["below_exact"] for s in summaries.values())
     return "\n".join([
-        provenance(runs) + " Times were taken on a shared machine: compare them within a row "
-        "only. Tables per case: [RESULTS_BUDGET.md](peers/RESULTS_BUDGET.md).",
+        provenance(runs, dates) + " Times were taken on a shared machine: compare them "
+        "within a row only. Tables per case: [RESULTS_BUDGET.md](peers/RESULTS_BUDGET.md).",
         "", "**Requirement 2, budgets** (robustscope's median and p90 ratio at most the "
         "smallest median and the smallest p90 of any peer at the same budget; ratios within "
         f"a relative {TIE:g} of each other count as equal):", "",
@@ -752,7 +757,8 @@ def summary_markdown(runs: list[dict], summaries: dict, budgets: tuple[int, ...]
         f"Radii below an exact radius (must be 0): {below}."])
 
 
-def markdown(runs: list[dict], summaries: dict, budgets: tuple[int, ...]) -> str:
+def markdown(runs: list[dict], summaries: dict, budgets: tuple[int, ...],
+             dates: set[str] | None = None) -> str:
     out = ["# Budget curves (issue 14)", "",
            "Regenerate: `PYTHONPATH=src python benchmarks/peers/budget_curves.py` "
            "(`--methods robustscope` reruns robustscope only; the peers come from the cache "
@@ -768,7 +774,7 @@ def markdown(runs: list[dict], summaries: dict, budgets: tuple[int, ...]) -> str
            f"(B // {PROBES} - 1) // 2, eps doubled from max/64 then bisected, a probe run "
            "only while its passes fit the input's budget (max radius Linf 1, L2 sqrt(d), L1 "
            "d). Every counterexample is re-checked with the model's own predict, the box "
-           "and its norm.", "", summary_markdown(runs, summaries, budgets), ""]
+           "and its norm.", "", summary_markdown(runs, summaries, budgets, dates), ""]
     for title, s in summaries.items():
         out += [f"## {title}", "", f"Reference: {s['reference']}; median reference radius "
                 f"{s['median_reference']:.4f}.", "", *method_table(s, budgets), ""]
@@ -901,6 +907,7 @@ def main(argv: list[str] | None = None) -> None:
     elif not runs:
         sys.exit(f"--render: {args.json} holds no measurement")
     summaries: dict = {}
+    dates: set[str] = set()  # the runs that wrote to the slots summarised
     for key in args.cases:
         case = load_case(key, args.n, not args.no_model_cache)
         ctx = Context(case, device)
@@ -912,8 +919,11 @@ def main(argv: list[str] | None = None) -> None:
             slot = cache.slot(key, threat, row_hashes(case.X),
                               None if args.render else model_fingerprint(case.torch_model))
             if not args.render:
+                if meta["date"] not in slot.setdefault("runs", []):
+                    slot["runs"].append(meta["date"])
                 run_case_threat(ctx, key, threat, slot, args, log, cache.save)
                 cache.save()
+            dates.update(slot.get("runs", []))
             s = summarise(slot, n, args.budgets)
             summaries[f"{case.name}, {threat.upper() if threat != 'linf' else 'Linf'}"] = s
             per_threat[threat] = s
@@ -922,10 +932,10 @@ def main(argv: list[str] | None = None) -> None:
     if not args.render:
         meta["minutes"] = (time.perf_counter() - t_all) / 60
         cache.save()
-    args.out.write_text(markdown(runs, summaries, args.budgets) + "\n")
+    args.out.write_text(markdown(runs, summaries, args.budgets, dates) + "\n")
     log(f"wrote {args.out}, {args.json} and figures in {args.figures} in "
         f"{(time.perf_counter() - t_all) / 60:.1f} min")
-    print(summary_markdown(runs, summaries, args.budgets))
+    print(summary_markdown(runs, summaries, args.budgets, dates))
 
 
 if __name__ == "__main__":
