@@ -40,3 +40,13 @@ def train_mlp(X: np.ndarray, y: np.ndarray, hidden: int = 32, epochs: int = 150,
 def digits_mlp(digits):
     X, y = digits
     return train_mlp(X, y)
+
+
+@pytest.fixture
+def one_thread():
+    """torch on one thread for the test: tiny batches only pay for the pool (and the tests
+    share a machine); the caller's setting is restored."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

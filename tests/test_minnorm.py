@@ -14,14 +14,7 @@ from robustscope.solvers import minnorm as mn
 from robustscope.solvers.exact_linear import exact_linear_radius
 from robustscope.threats.lp import L2, LINF
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny batches: torch's thread pool only adds overhead (and the tests share a machine)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _problem(d: int = 20, k: int = 5, n: int = 40, seed: int = 0):

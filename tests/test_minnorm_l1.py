@@ -15,14 +15,7 @@ from robustscope.solvers.exact_linear import exact_linear_radius
 from robustscope.solvers.minnorm_l1 import linear_l1_step, minnorm_l1
 from robustscope.threats.lp import L1, L2
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny batches: torch's thread pool only adds overhead (and the tests share a machine)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _linear(d: int, k: int, seed: int) -> nn.Linear:
