@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -64,7 +65,7 @@ def test_probe_dearer_than_the_budget_is_not_at_budget(bc):
 
 def test_cache_keeps_the_best_confirmed_radius_and_prefers_exact(bc, tmp_path):
     cache = bc.Cache(tmp_path / "r.json")
-    slot = cache.slot("mlp", "linf", ["a", "b", "c"])
+    slot = cache.slot("mlp", "linf", ["a", "b", "c"], "net1")
     bc.record(slot, "fmn", "50", bc.Measured([0.5, math.inf, 0.3], [49] * 3, 0.1, "steps=24"))
     bc.record(slot, "robustscope", "50", bc.Measured([0.4, 0.7, 0.35], [32] * 3, 0.1, ""))
     ref, _ = bc.reference(slot, 3)
@@ -74,7 +75,22 @@ def test_cache_keeps_the_best_confirmed_radius_and_prefers_exact(bc, tmp_path):
                      "time_limit": 10.0}
     assert bc.reference(slot, 3)[0].tolist() == [0.39, 0.7, 0.3]
     cache.save()
-    again = bc.Cache(tmp_path / "r.json").slot("mlp", "linf", ["a", "b"])   # a prefix
+    again = bc.Cache(tmp_path / "r.json").slot("mlp", "linf", ["a", "b"], "net1")  # a prefix
     assert bc.get(again, "fmn", "50", 2).radius == [0.5, math.inf]
     assert bc.get(again, "fmn", "100", 2) is None
-    assert bc.Cache(tmp_path / "r.json").slot("mlp", "linf", ["x"])["entries"] == {}
+    assert bc.Cache(tmp_path / "r.json").slot("mlp", "linf", ["x"], "net1")["entries"] == {}
+    # the same inputs through another network (retrained elsewhere): nothing is reused ...
+    assert bc.Cache(tmp_path / "r.json").slot("mlp", "linf", ["a", "b"], "net2")["best"] == []
+    # ... except to render what is cached (no fingerprint given)
+    assert bc.Cache(tmp_path / "r.json").slot("mlp", "linf", ["a"], None)["best"] != []
+
+
+def test_model_fingerprint_follows_the_weights(bc):
+    torch.manual_seed(0)
+    net = torch.nn.Linear(3, 2)
+    same = torch.nn.Linear(3, 2)
+    same.load_state_dict(net.state_dict())
+    assert bc.model_fingerprint(net) == bc.model_fingerprint(same)
+    with torch.no_grad():
+        same.bias[0] += 1e-6
+    assert bc.model_fingerprint(net) != bc.model_fingerprint(same)
