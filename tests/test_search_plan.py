@@ -33,7 +33,7 @@ def test_planned_runs_fit_the_budget(budget, grad_cost, n_classes, solver, l1):
     plan = plan_attack(budget, grad_cost, n_classes, config, solver, l1=l1)
     runs = (plan.minnorm_steps > 0) + (plan.refine_steps > 0) + plan.targets
     spent = ((plan.minnorm_steps + plan.refine_steps + plan.targets * plan.target_steps
-              + plan.ranked) * grad_cost + runs + plan.line_steps + 2)
+              + plan.ranked + plan.aimed) * grad_cost + runs + plan.line_steps + 2)
     if plan.probe_steps:  # at least four probes fit beside the runs
         spent += 4 * _run_cost(config, grad_cost)
     assert spent <= max(budget, 2)
@@ -50,7 +50,8 @@ def test_planned_runs_fit_the_budget(budget, grad_cost, n_classes, solver, l1):
 def test_l1_plans_share_the_untargeted_steps_with_a_refining_run():
     config = SearchConfig()
     for budget in (200, 1000, None):
-        plain, l1 = plan_attack(budget, 2, 10, config), plan_attack(budget, 2, 10, config, l1=True)
+        plain = plan_attack(budget, 2, 10, config, aim=False)
+        l1 = plan_attack(budget, 2, 10, config, l1=True)
         assert plain.refine_steps == 0 and l1.refine_steps > 0
         # the refining run's verification pass costs at most one untargeted step
         assert plain.minnorm_steps - 1 <= l1.minnorm_steps + l1.refine_steps <= plain.minnorm_steps
@@ -71,7 +72,7 @@ def test_plan_grows_with_the_budget_and_defaults_to_150_gradients():
     config = SearchConfig()
     small, large = (plan_attack(b, 2, 10, config) for b in (50, 1000))
     assert small.targets == 0 and small.probe_steps == 0  # too small: one run gets it all
-    assert small.minnorm_steps >= 18
+    assert small.minnorm_steps + small.aimed >= 18  # aiming takes 3 of its steps
     assert large.targets == config.targets and large.probe_steps == config.pgd_steps
     assert large.minnorm_steps > small.minnorm_steps
     assert plan_attack(None, 2, 10, config).passes == 300

@@ -76,7 +76,7 @@ from robustscope.solvers.bounds.domain import make_domain
 from robustscope.solvers.bounds.graph import Network, read_network
 from robustscope.solvers.exact_relu import relu_layers
 from robustscope.solvers.registry import CERTIFY_CHOICES, check_search_solver, get_solver
-from robustscope.solvers.targets import rank_by_distance, runner_ups
+from robustscope.solvers.targets import first_order_distances, rank_by_distance, runner_ups
 from robustscope.threats import LpThreat, get_threat
 
 log = logging.getLogger(__name__)
@@ -640,13 +640,17 @@ def _run_attacks(state: _BatchState, solver: str, active: torch.Tensor) -> None:
             _run_gradient_free(state, sub)
         return
     plan = plan_attack(ledger.budget, grad_cost, model.n_classes, state.config, solver,
-                       l1=state.threat.p == 1)
+                       l1=state.threat.p == 1, aim=state.statement.target is None)
     state.plan = plan
     with state.stage("starts"):
         _start_from_other_inputs(state, sub)
+    aim = None
+    if plan.aimed:
+        with state.stage("aiming"):
+            aim = _aim_untargeted(state, sub, plan, grad_cost)
     if plan.minnorm_steps:
         with state.stage("minnorm"):
-            _minnorm_runs(state, sub, plan.minnorm_steps, 0, grad_cost)
+            _minnorm_runs(state, sub, plan.minnorm_steps, 0, grad_cost, aim=aim)
     if plan.refine_steps:  # L1: a dense run in the class reached, from its counterexample
         with state.stage("refine"):
             _minnorm_runs(state, sub, plan.refine_steps, 1, grad_cost, refine=True)
@@ -684,16 +688,43 @@ def _rank_targets(state: _BatchState, sub: torch.Tensor, plan: AttackPlan,
     return ranking
 
 
+def _aim_untargeted(state: _BatchState, sub: torch.Tensor, plan: AttackPlan,
+                    grad_cost: int) -> torch.Tensor | None:
+    """``(len(state.x),)`` the class each input's untargeted run is aimed at, -1 where it stays
+    untargeted; ``None`` when no input of ``sub`` is open and can pay for the ranking and the
+    run. An input is aimed at the nearest of its ``plan.aimed`` runner-ups by the first-order
+    distance at the clean input (:func:`~robustscope.solvers.targets.first_order_distances`)
+    where that estimate is below ``config.aim_ratio`` times the logit runner-up's: an
+    untargeted run follows the steepest class, and with no targeted run to correct it (small
+    budgets) a wrong class is the whole excess. Measured in ``docs/budget.md``."""
+    model, ledger = state.model, state.ledger
+    sub = sub[state.still_open(sub)]
+    sub = state.affordable(sub, plan.aimed * grad_cost + plan.minnorm_steps * grad_cost + 1)
+    if len(sub) == 0:
+        return None
+    with model.charging(ledger, np.repeat(state.owners[sub.cpu().numpy()], plan.aimed)):
+        classes, distance = first_order_distances(
+            model, state.x[sub], state.y[sub], state.clean_logits[sub], state.space,
+            state.threat, state.statement, plan.aimed)
+    nearest = distance.argmin(dim=1, keepdim=True)
+    clear = distance.gather(1, nearest)[:, 0] < state.config.aim_ratio * distance[:, 0]
+    aim = torch.full((len(state.x),), -1, dtype=torch.long, device=state.x.device)
+    aim[sub] = torch.where(clear, classes.gather(1, nearest)[:, 0], -1)
+    return aim
+
+
 def _minnorm_runs(state: _BatchState, sub: torch.Tensor, steps: int, targets: int,
                   grad_cost: int, ranking: torch.Tensor | None = None,
-                  refine: bool = False) -> None:
+                  refine: bool = False, aim: torch.Tensor | None = None) -> None:
     """Minimum-norm runs of ``steps`` gradient calls per input of ``sub``: one untargeted
     (``targets=0``), else one per class aimed at — the first of ``ranking`` (nearest boundary
     first, see :func:`_rank_targets`), else the runner-ups by clean logit — skipping the
     class the best counterexample already reached, all in one batch; with ``refine`` (and
     ``targets=1``) the run refines the class reached instead, from its best counterexample
-    (:func:`_refine_best_class`). Inputs whose bracket is closed (certified, or within
-    ``rtol``), or whose budget cannot pay every run, are skipped."""
+    (:func:`_refine_best_class`). ``aim`` ``(len(state.x),)`` aims the untargeted run of each
+    input at a class (-1: untargeted; see :func:`_aim_untargeted`). Inputs whose bracket is
+    closed (certified, or within ``rtol``), or whose budget cannot pay every run, are
+    skipped."""
     model, ledger = state.model, state.ledger
     runs = max(1, targets)
     sub = sub[state.still_open(sub)]
@@ -701,6 +732,8 @@ def _minnorm_runs(state: _BatchState, sub: torch.Tensor, steps: int, targets: in
     if len(sub) == 0:
         return
     towards = init = None
+    if aim is not None and not targets:
+        towards = aim[sub]
     if targets:
         order = _targets_beyond_best(state, sub, targets, ranking)
         if refine:

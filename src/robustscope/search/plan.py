@@ -5,8 +5,10 @@ A *pass* is one row through the model, forward or backward: a gradient call cost
 finite differences). Given a per-input budget ``B`` (or, without one, the default of
 :attr:`SearchConfig.default_gradients` gradient calls), :func:`plan_attack` splits it into
 
-1. an untargeted minimum-norm run (``minnorm_steps``); under L1 followed by a refining run
-   (``refine_steps``) in the class it reached, from its best counterexample;
+1. an untargeted minimum-norm run (``minnorm_steps``): under Linf / L2 aimed at a runner-up
+   class where the first-order distance to its boundary (``aimed`` classes, a gradient
+   each) is clearly the nearest; under L1 followed by a refining run (``refine_steps``) in
+   the class it reached, from its best counterexample;
 2. targeted minimum-norm runs at runner-up classes (``targets`` runs of ``target_steps``):
    an untargeted run follows the steepest class, which on 5–15% of inputs is not the class
    of the nearest boundary;
@@ -63,6 +65,13 @@ class SearchConfig:
     rank_share: float = 0.05
     #: Fewest steps a minimum-norm run is worth (a part below it is dropped).
     min_run_steps: int = 10
+    #: Linf / L2: before the untargeted run, the first-order distance to the boundary of each
+    #: of this many runner-up classes (by clean logit; a gradient each, taken from the run's
+    #: steps) ...
+    aim_classes: int = 3
+    #: ... aims the run at the nearest of them where its estimate is below this share of the
+    #: logit runner-up's; elsewhere the run stays untargeted (see ``docs/budget.md``).
+    aim_ratio: float = 0.9
     #: Under L1, the share of the untargeted run's steps given to a second, refining run: dense
     #: steps in the class the first run reached, from its best counterexample (see
     #: ``engine._refine_best_class``); only where each of the two gets ``2 * min_run_steps``
@@ -83,16 +92,18 @@ class SearchConfig:
 
 
 #: Models without gradients (finite differences: ``2d + 1`` queries per gradient) under
-#: ``solver="minnorm"`` or ``"pgd"``.
-BLACKBOX_CONFIG = SearchConfig(default_gradients=120, targets=0, max_probes=6)
+#: ``solver="minnorm"`` or ``"pgd"`` (no aiming: it was measured on networks only).
+BLACKBOX_CONFIG = SearchConfig(default_gradients=120, targets=0, max_probes=6, aim_classes=0)
 
 
 #: Differentiable models on a feature space with relations between features: the projection
 #: onto the relations makes every step non-convex, and random restarts of longer probes are
 #: what finds the nearer counterexamples (credit MLP 14-16-2 of ``benchmarks/relations.py``,
 #: 40 inputs: p90 ratio to the best radius of five settings 1.57 with the plain default's 291
-#: passes per input, 1.00 with this one's 2,325). Tabular models are cheap to query.
-RELATIONS_CONFIG = SearchConfig(default_gradients=1200, pgd_steps=20, pgd_restarts=3)
+#: passes per input, 1.00 with this one's 2,325). Tabular models are cheap to query. No aiming:
+#: it was measured on image networks only.
+RELATIONS_CONFIG = SearchConfig(default_gradients=1200, pgd_steps=20, pgd_restarts=3,
+                                aim_classes=0)
 
 
 #: The strong setting of the benchmarks' best-known radii (with a 10x budget and a tight
@@ -113,18 +124,21 @@ class AttackPlan:
     probe_restarts: int
     ranked: int = 0      # candidate classes ranked by first-order distance before targeting
     refine_steps: int = 0  # L1: refining run in the class the untargeted run reached
+    aimed: int = 0       # runner-ups whose first-order distance aims the untargeted run
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
 
 
 def plan_attack(budget: int | None, grad_cost: int, n_classes: int, config: SearchConfig,
-                solver: str = "auto", l1: bool = False) -> AttackPlan:
+                solver: str = "auto", l1: bool = False, aim: bool = True) -> AttackPlan:
     """Split ``budget`` passes per input (``None``: ``config.default_gradients`` gradient
     calls) among the parts of the cascade that ``solver`` runs (``auto``: all four;
     ``minnorm``: minimum-norm runs and line search; ``pgd``: the bisection only). Under an
     L1 threat (``l1``) the untargeted run's steps are shared with a refining run
-    (``config.l1_refine_share``) where both get at least ``2 * config.min_run_steps``.
+    (``config.l1_refine_share``) where both get at least ``2 * config.min_run_steps``; under
+    Linf / L2 (and ``aim``: an untargeted statement) ``config.aim_classes`` of them pay for
+    aiming it.
 
     The planned parts never add up to more than the budget: ranking the candidate classes
     costs ``ranked · grad_cost``, each run its steps times ``grad_cost`` plus one
@@ -173,8 +187,15 @@ def plan_attack(budget: int | None, grad_cost: int, n_classes: int, config: Sear
         minnorm_steps = first
     else:
         refine = 0
+    # aiming costs a gradient per class, taken from the untargeted run's steps
+    aimed = 0 if l1 or not aim or n_classes < 3 else min(config.aim_classes, n_classes - 1)
+    if aimed and minnorm_steps - aimed >= config.min_run_steps:
+        minnorm_steps -= aimed
+    else:
+        aimed = 0
     return AttackPlan(total, minnorm_steps, k, target_steps, line,
-                      config.pgd_steps if probes else 0, config.pgd_restarts, ranked, refine)
+                      config.pgd_steps if probes else 0, config.pgd_restarts, ranked, refine,
+                      aimed)
 
 
 class StageLedger:

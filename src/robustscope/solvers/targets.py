@@ -26,11 +26,13 @@ def runner_ups(logits: torch.Tensor, y: torch.Tensor, count: int) -> torch.Tenso
     return masked.argsort(dim=1, descending=True)[:, :min(count, logits.shape[1] - 1)]
 
 
-def rank_by_distance(model: Classifier, x: torch.Tensor, y: torch.Tensor, logits: torch.Tensor,
-                     space: FeatureSpace, threat: LpThreat, statement: Statement,
-                     count: int) -> torch.Tensor:
-    """``(n, count)`` classes per input, nearest first by the first-order distance estimate
-    at ``x``, among the ``count`` other classes with the largest clean ``logits`` ``(n, k)``.
+def first_order_distances(model: Classifier, x: torch.Tensor, y: torch.Tensor,
+                          logits: torch.Tensor, space: FeatureSpace, threat: LpThreat,
+                          statement: Statement,
+                          count: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ``count`` other classes with the largest clean ``logits`` ``(n, k)`` (by decreasing
+    logit, ``(n, count)``) and the first-order distance estimate at ``x`` to each one's
+    boundary ``(n, count)``, in the threat's scaled units.
 
     ``x`` ``(n, *shape)`` inputs, ``y`` ``(n,)`` labels. Costs one gradient per input and
     candidate class (``count`` rows through the model per input, forward and backward),
@@ -44,5 +46,15 @@ def rank_by_distance(model: Classifier, x: torch.Tensor, y: torch.Tensor, logits
     _, margin, grad = problem.margin_and_grad(u)
     grad = problem.descent_gradient(u, grad)
     distance = margin.clamp_min(0) / threat.dual_norm(grad).clamp_min(1e-30)
-    order = distance.reshape(n, -1).argsort(dim=1)
-    return candidates.gather(1, order)
+    return candidates, distance.reshape(n, -1)
+
+
+def rank_by_distance(model: Classifier, x: torch.Tensor, y: torch.Tensor, logits: torch.Tensor,
+                     space: FeatureSpace, threat: LpThreat, statement: Statement,
+                     count: int) -> torch.Tensor:
+    """``(n, count)`` classes per input, nearest first by the first-order distance estimate
+    at ``x`` (:func:`first_order_distances`), among the ``count`` other classes with the
+    largest clean ``logits`` ``(n, k)``. Costs ``count`` gradients per input."""
+    candidates, distance = first_order_distances(model, x, y, logits, space, threat,
+                                                 statement, count)
+    return candidates.gather(1, distance.argsort(dim=1))
