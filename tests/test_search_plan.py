@@ -17,7 +17,7 @@ from robustscope.models import wrap_model
 from robustscope.models.base import QueryLedger
 from robustscope.search import engine
 from robustscope.search.plan import SearchConfig, StageLedger, plan_attack
-from robustscope.solvers.targets import rank_by_distance
+from robustscope.solvers.targets import first_order_distances, rank_by_distance
 
 
 def _run_cost(config: SearchConfig, grad_cost: int) -> int:
@@ -186,6 +186,47 @@ def test_the_refining_run_aims_at_the_class_reached_from_its_counterexample(
         assert not (seen["towards"] == reached).any()
         assert seen["init"] is None
     assert (state.best_r <= best_r).all()
+
+
+def test_the_untargeted_run_is_aimed_only_where_another_boundary_is_clearly_nearer():
+    X, y, net = _data(12)
+    state = _state(net, X, y, budget=None)
+    sub = torch.arange(len(X))
+    plan = plan_attack(None, 2, 4, state.config)
+    assert plan.aimed == 3
+    before = state.ledger.used().copy()
+    aim = engine._aim_untargeted(state, sub, plan, 2)
+    assert (state.ledger.used() - before == 2 * plan.aimed).all()  # a gradient per class
+    classes, distance = first_order_distances(
+        state.model, state.x, state.y, state.clean_logits, state.space, state.threat,
+        DECISION_CHANGE, 3)
+    nearest = distance.min(dim=1).values
+    clear = nearest < state.config.aim_ratio * distance[:, 0]
+    assert torch.equal(aim >= 0, clear)
+    assert torch.equal(aim[clear], classes[clear].gather(
+        1, distance[clear].argmin(dim=1, keepdim=True))[:, 0])
+    assert clear.any() and not clear.all()  # the data exercise both branches
+
+
+def test_aiming_is_a_part_of_the_search_under_linf_and_not_under_l1():
+    X, y, net = _data()
+    for threat, aimed in (("linf", True), ("l1", False)):
+        res = radius(net, X, y, threat=threat, space=FeatureSpace.box(6), certify="none")
+        parts = res.meta["passes_by_part"]
+        assert ("aiming" in parts) == aimed
+        assert (res.meta["attack_plan"]["aimed"] > 0) == aimed
+        assert sum(parts.values()) == res.queries.sum()
+
+
+def test_margins_leave_rows_aimed_at_minus_one_untargeted():
+    logits = torch.tensor([[3.0, 1.0, 2.0, 0.0], [0.5, 2.0, 1.5, -1.0]])
+    label = torch.tensor([0, 1])
+    towards = torch.tensor([3, -1])
+    margin = DECISION_CHANGE.margin(logits, label, towards)
+    assert margin.tolist() == [3.0, 0.5]  # row 0 aimed at class 3, row 1 at its runner-up
+    smooth = DECISION_CHANGE.smooth_margin(logits, label, towards)
+    untargeted = DECISION_CHANGE.smooth_margin(logits, label)
+    assert smooth[0] == 3.0 and smooth[1] == untargeted[1]
 
 
 def test_bisection_warm_starts_from_the_last_failed_probe():
