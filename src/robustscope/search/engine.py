@@ -732,14 +732,14 @@ def _minnorm_runs(state: _BatchState, sub: torch.Tensor, steps: int, targets: in
     if len(sub) == 0:
         return
     towards = init = None
-    if aim is not None and not targets:
-        towards = aim[sub]
     if targets:
         order = _targets_beyond_best(state, sub, targets, ranking)
         if refine:
             order, init = _refine_best_class(state, sub, order)
         sub = sub.repeat(targets)
         towards = order.T.reshape(-1)  # target k of every input, then target k + 1, ...
+    elif aim is not None:
+        towards = aim[sub]
     with model.charging(ledger, state.owners[sub.cpu().numpy()]):
         out = MINNORM(model, state.x[sub], state.y[sub], state.space, state.threat, None,
                       state.statement, state.generator, steps=steps, towards=towards,
