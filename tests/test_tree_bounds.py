@@ -312,3 +312,58 @@ def test_minimisation_improves_a_walk_counterexample_above_the_radius(threat: st
     fast = exact_tree_radius(clf, rows[above], labels[above], space, threat, time_limit=30)
     np.testing.assert_allclose(fast.radius, ref.radius[above], rtol=1e-6)
     assert (fast.status == EXACT).all()
+
+
+@pytest.mark.parametrize("kind", ["xgb", "lgb", "rf"])
+@pytest.mark.parametrize("threat", ["l1", "l2"])
+def test_polish_keeps_the_decision_and_never_raises_the_norm(kind: str, threat: str) -> None:
+    """Polishing moves features back towards the input: from a far counterexample (a walk
+    across a wide ball) the point still changes the decision, its norm does not grow, and
+    it stays at or above the true radius. An exact counterexample with one needless feature
+    pushed to a bound comes back to the radius; a point with nothing to move comes back
+    unchanged."""
+    model, space, rows, labels = _problem(kind, 2, seed=11, d=3)
+    clf = wrap_tree_model(model)
+    ens = clf.ensemble
+    prog = build_program(ens, space)
+    boxes = leaf_boxes(prog, 3)
+    p = NORMS[threat]
+    exact = exact_tree_radius(clf, rows, labels, space, threat)
+
+    def decides(x: np.ndarray, yi: int) -> bool:
+        return exact_trees._decides(ens.class_scores(x[None])[0], yi, None, prog.tie_tol)
+
+    def size(x: np.ndarray, x0: np.ndarray) -> float:
+        return float(np.linalg.norm((x - x0) / space.scale, ord=p))
+
+    pushed_back = 0
+    for k, (x0, yi) in enumerate(zip(rows, labels, strict=True)):
+        yi = int(yi)
+        costs = input_costs(prog, x0, space, p)
+        reach = leaf_reach(boxes, costs, p)
+        path = walk(boxes, reach, 10.0, boxes.scores[:, 1 - yi] - boxes.scores[:, yi], 64, p,
+                    costs)
+        far = box_point(prog, x0, path[0], path[1])
+        truth = _brute_force(model, ens, x0, yi, space, p)
+        if decides(far, yi):
+            near = exact_trees._polish(prog, ens, space, x0, far, p, yi, None)
+            assert decides(near, yi)
+            assert size(near, x0) <= size(far, x0) * (1 + 1e-12)
+            assert size(near, x0) >= truth - 1e-6 * max(1.0, truth)  # (float64 thresholds)
+        if not np.isfinite(exact.radius[k]):
+            continue
+        best = exact.x_adv.numpy()[k]
+        for f in np.flatnonzero(best == x0):
+            extra = best.copy()
+            far_end = space.upper[f] - x0[f] > x0[f] - space.lower[f]
+            extra[f] = space.upper[f] if far_end else space.lower[f]
+            if not decides(extra, yi):
+                continue
+            back = exact_trees._polish(prog, ens, space, x0, extra, p, yi, None)
+            assert decides(back, yi)
+            np.testing.assert_allclose(size(back, x0), exact.radius[k], rtol=1e-9)
+            pushed_back += 1
+    assert pushed_back >= 1  # the case was exercised
+    unchanged = exact_trees._polish(prog, ens, space, rows[0], rows[0].copy(), p,
+                                    int(labels[0]), None)
+    np.testing.assert_array_equal(unchanged, rows[0])

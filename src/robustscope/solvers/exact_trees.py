@@ -477,17 +477,22 @@ class _Backend:
 #: incumbent) is tightened from 1e-6: with it, HiGHS returned an L2 optimum 1.6e-4 too large
 #: as optimal.
 HIGHS_OPTIONS = {"presolve": "off", "mip_feasibility_tolerance": 1e-9}
-#: Changes for programs that minimise the norm (L1, L2; Linf under relations). With presolve
-#: off, HiGHS 1.16 returned moves above the optimum as optimal: 1% on a one-hot forest under
-#: L1 (with an objective-cutoff row), 0.5% on a random forest under L2 (without one: input 11
-#: of the benchmark); with presolve on both were right. ``_solve_input`` also refuses a dual
-#: bound above a verified counterexample (:data:`BOUND_SLACK`). Tried and not adopted:
-#: restarts and the feasibility-jump heuristic off. Replayed on the L1 / L2 programs of
-#: ``benchmarks/exact_trees.py`` (one per input) they cut the mean time per program from 359
-#: to 90 ms (XGBoost L1) and 175 to 43 ms (XGBoost L2), but in the whole benchmark the random
-#: forest's L1 inputs hit the 10 s limit on 8 of 24 against 5, and one LightGBM L1 input did
-#: (2 Dec 2026, a loaded machine): restarts help the hard programs.
-MINIMISE_OPTIONS = {"presolve": "on"}
+#: Changes for programs that minimise the norm (L1, L2; Linf under relations). Presolve on:
+#: with it off, HiGHS 1.16 returned moves above the optimum as optimal: 1% on a one-hot forest
+#: under L1 (with an objective-cutoff row), 0.5% on a random forest under L2 (without one:
+#: input 11 of the benchmark). ``_solve_input`` also refuses a dual bound above a verified
+#: counterexample (:data:`BOUND_SLACK`). Restarts off and primal heuristics at effort 0.02
+#: (HiGHS's default 0.05): the minimisation starts with the walks' counterexample as its
+#: objective bound, and HiGHS's root node (restarts, sub-MIP heuristics) was most of its time.
+#: Measured on 2 Dec 2026 against presolve on alone, in one run per model and norm (the first
+#: 16 benchmark inputs, time limit 10 s, same radii wherever both closed), seconds in all:
+#: XGBoost L1 9.5 to 3.2, L2 3.0 to 1.6; LightGBM L1 87 to 69, L2 34.5 to 18.6; random
+#: forest L1 107 to 105 (closed 9 against 8), L2 84.5 to 71.5 (closed 14 against 11). Where the
+#: forest's L1 programs hit the time limit, the counterexamples of 3 of 8 inputs were 2-14%
+#: above those of the default options. Effort 0 with RINS / RENS off was a little faster on
+#: XGBoost, but left the forest's timed-out counterexamples up to 46% above; restarts and
+#: feasibility jump off with the default effort (1 Dec) had cost the forest 3 more timeouts.
+MINIMISE_OPTIONS = {"presolve": "on", "mip_allow_restart": False, "mip_heuristic_effort": 0.02}
 #: A program's dual bound more than this (relative) above a verified counterexample's cost
 #: shows the solver was wrong: that level certifies nothing (``meta["refused_bounds"]``).
 BOUND_SLACK = 1e-6
@@ -948,8 +953,10 @@ def _prune(comp: _Compiled, ens: TreeEnsemble, check: Check, space: FeatureSpace
     leaves' Lp reach certifies the largest radius it can; leaf walks (a beam search over
     the trees' reachable leaves) then look for the smallest candidate radius at which they
     find a counterexample: at the bound first, then at candidates ``1, 2, 4, ...`` steps
-    above it, then by bisection between the last miss and the first find (at most
-    :data:`MAX_WALKS` walks). Counterexamples are verified with ``check``, smallest first.
+    above it (for L1 / L2 at least twice the last radius tried: their candidates are dense
+    and the bound loose), then by bisection between the last miss and the first find (at
+    most :data:`MAX_WALKS` walks). An L1 / L2 counterexample is polished (:func:`_polish`)
+    before its radius counts. Counterexamples are verified with ``check``, smallest first.
     For Linf the candidates are the input's crossing costs (the radius is one of them), and
     ``index`` is set for :func:`_linf_search`; for L1 / L2 they are the leaves' reaches."""
     prog, boxes = comp.prog, comp.boxes
@@ -1002,6 +1009,8 @@ def _prune(comp: _Compiled, ens: TreeEnsemble, check: Check, space: FeatureSpace
             if norm((x_adv - x0) / space.scale, p) > lower * (1 + EXACT_RTOL):
                 x_adv = _shrink(ens, space, x0, x_adv, cand[miss + 1:k + 1], yi, target,
                                 prog.tie_tol)
+                if p != math.inf:
+                    x_adv = _polish(prog, ens, space, x0, x_adv, p, yi, target)
             r = norm((x_adv - x0) / space.scale, p)
             if max_radius is not None and r > max_radius:
                 continue  # beyond the radius of interest (L1 / L2 only)
@@ -1013,6 +1022,10 @@ def _prune(comp: _Compiled, ens: TreeEnsemble, check: Check, space: FeatureSpace
     miss, hit, step, walks = index, len(cand), 1, 0
     while walks < MAX_WALKS and miss + 1 < len(cand):
         k = min(miss + step, len(cand) - 1)
+        if p != math.inf:
+            # (L1 / L2: the reaches are dense and the bound loose: double the radius instead)
+            k = min(max(k, int(np.searchsorted(cand, 2.0 * cand[max(miss, 0)]))),
+                    len(cand) - 1)
         walks += 1
         r = attempt(k, miss)
         if r is not None:
@@ -1064,6 +1077,55 @@ def _shrink(ens: TreeEnsemble, space: FeatureSpace, x0: np.ndarray, x_adv: np.nd
         if _decides(sc, yi, target, tie_tol):
             return row
     return x_adv
+
+
+#: Rounds of :func:`_polish` per counterexample (each moves one feature back).
+POLISH_ROUNDS = 32
+
+
+def _polish(prog: Program, ens: TreeEnsemble, space: FeatureSpace, x0: np.ndarray,
+            x_adv: np.ndarray, p: float, yi: int, target: int | None) -> np.ndarray:
+    """Lower an L1 / L2 counterexample's norm by moving single features back towards the
+    input (to any cell in between, or all the way) while the decision stays changed.
+
+    Every moved feature offers the nearest valid values of the cells between the input and
+    the counterexample (and the input's own value); one batch through the parsed ensemble
+    scores them all, the cheapest that still decides is taken, and the round repeats (at
+    most :data:`POLISH_ROUNDS`). Features of one-hot groups stay as they are; points that
+    break a relation are not taken. Returns a point ``(d,)`` whose norm is at most
+    ``x_adv``'s (``x_adv`` itself when nothing helps), to be verified by the model."""
+    grouped = np.zeros(len(x0), dtype=bool)
+    for g in space.groups:
+        grouped[np.asarray(g)] = True
+    scale = space.scale
+    best = x_adv.copy()
+    for _ in range(POLISH_ROUNDS):
+        feats, values = [], []
+        for f in np.flatnonzero((best != x0) & ~grouped):
+            preds = prog.feature_preds[f]
+            if best[f] > x0[f]:  # cells whose nearest valid value is their lower cut
+                cut = prog.pred_cut[preds]
+                vals = cut[(cut > x0[f]) & (cut < best[f])]
+            else:  # cells whose nearest valid value is the largest left of their upper cut
+                left = prog.pred_left[preds]
+                vals = left[(prog.pred_cut[preds] <= x0[f]) & (left > best[f])]
+            vals = np.append(vals, x0[f])
+            feats.append(np.full(len(vals), f))
+            values.append(vals)
+        if not feats:
+            break
+        f_idx, v = np.concatenate(feats), np.concatenate(values)
+        pts = np.repeat(best[None, :], len(v), axis=0)
+        pts[np.arange(len(v)), f_idx] = v
+        cost = np.linalg.norm((pts - x0[None, :]) / scale[None, :], ord=p, axis=1)
+        scores = ens.class_scores(pts)
+        ok = np.array([_decides(s, yi, target, prog.tie_tol) for s in scores])
+        if space.relations is not None and ok.any():
+            ok[ok] = space.relations_hold(pts[ok])
+        if not ok.any():
+            break
+        best = pts[np.flatnonzero(ok)[np.argmin(cost[ok])]]
+    return best
 
 
 def _decides(scores: np.ndarray, yi: int, target: int | None, tie_tol: float) -> bool:
@@ -1182,6 +1244,14 @@ def _solve_input(prog: Program, check: Check, ens: TreeEnsemble,
         lower = max(lower, min(level_bound, best_r))
         if best_r <= level * (1 + 1e-9) or failed or deadline - time.perf_counter() <= 0:
             break
+    if not linf and np.isfinite(best_r) and best_r > lower * (1 + EXACT_RTOL):
+        # the bracket stayed open (time limit): a polished counterexample may still be nearer
+        near = _polish(prog, ens, space, x0, best_x, threat.p, yi, target)
+        r = norm((near - x0) / space.scale, threat.p)
+        if r < best_r * (1 - 1e-12):
+            cls = check(near)
+            if cls >= 0:
+                best_r, best_x, best_cls = r, near, cls
     return best_r, best_x, best_cls, lower, failed, refused
 
 
