@@ -491,7 +491,8 @@ HIGHS_OPTIONS = {"presolve": "off", "mip_feasibility_tolerance": 1e-9}
 #: forest's L1 programs hit the time limit, the counterexamples of 3 of 8 inputs were 2-14%
 #: above those of the default options. Effort 0 with RINS / RENS off was a little faster on
 #: XGBoost, but left the forest's timed-out counterexamples up to 46% above; restarts and
-#: feasibility jump off with the default effort (1 Dec) had cost the forest 3 more timeouts.
+#: feasibility jump off with the default effort (measured earlier) cost the forest 3 more
+#: timeouts of 24.
 MINIMISE_OPTIONS = {"presolve": "on", "mip_allow_restart": False, "mip_heuristic_effort": 0.02}
 #: A program's dual bound more than this (relative) above a verified counterexample's cost
 #: shows the solver was wrong: that level certifies nothing (``meta["refused_bounds"]``).
