@@ -316,13 +316,15 @@ def test_minimisation_improves_a_walk_counterexample_above_the_radius(threat: st
 
 @pytest.mark.parametrize("kind", ["xgb", "lgb", "rf"])
 @pytest.mark.parametrize("threat", ["l1", "l2"])
-def test_polish_keeps_the_decision_and_never_raises_the_norm(kind: str, threat: str) -> None:
+@pytest.mark.parametrize("n_classes", [2, 3])
+def test_polish_keeps_the_decision_and_never_raises_the_norm(kind: str, threat: str,
+                                                             n_classes: int) -> None:
     """Polishing moves features back towards the input: from a far counterexample (a walk
     across a wide ball) the point still changes the decision, its norm does not grow, and
     it stays at or above the true radius. An exact counterexample with one needless feature
     pushed to a bound comes back to the radius; a point with nothing to move comes back
     unchanged."""
-    model, space, rows, labels = _problem(kind, 2, seed=11, d=3)
+    model, space, rows, labels = _problem(kind, n_classes, seed=11, d=3)
     clf = wrap_tree_model(model)
     ens = clf.ensemble
     prog = build_program(ens, space)
@@ -341,7 +343,8 @@ def test_polish_keeps_the_decision_and_never_raises_the_norm(kind: str, threat: 
         yi = int(yi)
         costs = input_costs(prog, x0, space, p)
         reach = leaf_reach(boxes, costs, p)
-        path = walk(boxes, reach, 10.0, boxes.scores[:, 1 - yi] - boxes.scores[:, yi], 64, p,
+        rival = int(np.argsort(ens.class_scores(x0[None])[0])[-2])  # the runner-up class
+        path = walk(boxes, reach, 10.0, boxes.scores[:, rival] - boxes.scores[:, yi], 64, p,
                     costs)
         far = box_point(prog, x0, path[0], path[1])
         truth = _brute_force(model, ens, x0, yi, space, p)
