@@ -145,6 +145,64 @@ def test_closed_brackets_are_never_charged_again():
     assert spent[2:].sum() > 0
 
 
+def _closed_three_ways(state) -> None:
+    """Input 0 certified, input 1 closed against a certified lower bound, input 2 closed only
+    against a failed probe (``attack_lo``)."""
+    state.exact[0] = True
+    state.lower[1] = state.best_r[1] * (1 - state.rtol / 2)
+    state.attack_lo[2] = state.best_r[2] * (1 - state.rtol / 2)
+
+
+def test_leftover_uses_an_explicit_budget_on_every_uncertified_input():
+    X, y, net = _data(8)
+    budget = 1000
+    state = _state(net, X, y, budget=budget)
+    sub = torch.arange(len(X))
+    plan = plan_attack(budget, 2, 4, state.config)
+    engine._minnorm_runs(state, sub, 20, 0, 2)
+    assert torch.isfinite(state.best_r[:3]).all()
+    _closed_three_ways(state)
+    r_before = state.best_r.clone()
+    before = state.ledger.used().copy()
+    engine._spend_leftover(state, sub, 2, plan)
+    spent = state.ledger.used() - before
+    assert spent[0] == 0 and spent[1] == 0
+    # a failed probe proves nothing: under a budget that input is searched further
+    assert (spent[2:] > 0).all()
+    used = state.ledger.used()
+    assert used.max() <= budget
+    # what is left to each searched input no longer pays for a run of min_run_steps
+    too_little = state.config.min_run_steps * 2 + plan.line_steps + 1
+    assert (budget - used[2:] < too_little).all()
+    assert (state.best_r <= r_before).all()
+
+
+def test_leftover_without_a_budget_stops_at_the_plan_and_at_closed_brackets():
+    X, y, net = _data(8)
+    state = _state(net, X, y, budget=None)
+    sub = torch.arange(len(X))
+    plan = plan_attack(None, 2, 4, state.config)
+    engine._minnorm_runs(state, sub, 20, 0, 2)
+    _closed_three_ways(state)
+    before = state.ledger.used().copy()
+    engine._spend_leftover(state, sub, 2, plan)
+    spent = state.ledger.used() - before
+    assert (spent[:3] == 0).all()
+    assert state.ledger.used().max() <= plan.passes
+    opened = state.still_open(sub)
+    assert (spent[3:][opened[3:].numpy()] > 0).all()
+
+
+def test_leftover_is_a_part_of_the_search_where_the_plan_leaves_passes():
+    X, y, net = _data()
+    res = radius(net, X, y, threat="l1", space=FeatureSpace.box(6), budget=3000,
+                 certify="none")
+    parts = res.meta["passes_by_part"]
+    assert parts.get("leftover", 0) > 0
+    assert sum(parts.values()) == res.queries.sum()
+    assert res.queries.max() <= 3000
+
+
 def test_targeted_runs_skip_the_class_already_reached():
     X, y, net = _data(8)
     state = _state(net, X, y, budget=None)

@@ -106,6 +106,10 @@ EXACT_RTOL = 1e-4
 AUTO_CERTIFY_SHARE = 1.0
 
 
+#: Most rounds of :func:`_spend_leftover` (further runs with the passes the plan left).
+LEFTOVER_ROUNDS = 3
+
+
 #: Queries per input that ``solver="auto"`` gives a black-box model when no budget is set.
 BLACKBOX_BUDGET = 5000
 
@@ -664,6 +668,9 @@ def _run_attacks(state: _BatchState, solver: str, active: torch.Tensor) -> None:
     if plan.probe_steps:
         with state.stage("bisection"):
             _bisect_with_pgd(state, sub, grad_cost, plan)
+    if solver == "auto":
+        with state.stage("leftover"):
+            _spend_leftover(state, sub, grad_cost, plan)
 
 
 def _rank_targets(state: _BatchState, sub: torch.Tensor, plan: AttackPlan,
@@ -795,6 +802,66 @@ def _targets_beyond_best(state: _BatchState, sub: torch.Tensor, count: int,
     excluded = (classes == state.y[sub][:, None]) | (has[:, None] & (classes == reached[:, None]))
     priority = priority.masked_fill(excluded, math.inf)
     return priority.argsort(dim=1)[:, :count]
+
+
+def _ceiling_left(state: _BatchState, sub: torch.Tensor, plan: AttackPlan) -> torch.Tensor:
+    """``(len(sub),)`` passes each input of ``sub`` may still spend: its budget's remainder,
+    and without a budget what is left of the plan's passes."""
+    used = state.ledger.used(state.owners[sub.cpu().numpy()])
+    left = np.minimum(state.ledger.remaining(state.owners[sub.cpu().numpy()]),
+                      plan.passes - used)
+    return torch.as_tensor(left, device=sub.device)
+
+
+def _uncertified(state: _BatchState, sub: torch.Tensor) -> torch.Tensor:
+    """Boolean ``(len(sub),)``: under an explicit budget, the input's bracket is open against
+    its certified lower bound (a failed probe proves nothing: the closest counterexample may
+    lie in another class's basin); without one, :meth:`_BatchState.still_open`."""
+    if state.ledger.budget is None:
+        return state.still_open(sub)
+    hi = state.best_r[sub]
+    return ~state.exact[sub] & (~torch.isfinite(hi) | (hi - state.lower[sub] > state.rtol * hi))
+
+
+def _spend_leftover(state: _BatchState, sub: torch.Tensor, grad_cost: int,
+                    plan: AttackPlan) -> None:
+    """Passes an input still has under its ceiling once the plan's parts are done (the
+    bisection stops when its bracket is within ``rtol`` of a failed probe, or after
+    ``config.max_probes``) go to up to :data:`LEFTOVER_ROUNDS` further minimum-norm runs,
+    each with a line search, for the inputs of ``sub`` that :func:`_uncertified` keeps: round
+    ``r`` aims at the class of priority ``plan.targets + r`` beyond the best counterexample's
+    (:func:`_targets_beyond_best`: the classes the targeted runs did not aim at), or, where
+    the network has no such class, at the reached class again from its best counterexample.
+    A round's run gets the steps that the smallest leftover among its inputs pays for (at
+    least ``config.min_run_steps``); inputs with less stop. Certified brackets are never
+    charged."""
+    config = state.config
+    line = plan.line_steps
+    k = state.model.n_classes
+    for r in range(LEFTOVER_ROUNDS):
+        sub = sub[_uncertified(state, sub)]
+        if len(sub) == 0:
+            return
+        steps = (_ceiling_left(state, sub, plan) - 1 - line) // grad_cost
+        sub, steps = sub[steps >= config.min_run_steps], steps[steps >= config.min_run_steps]
+        if len(sub) == 0:
+            return
+        steps = int(steps.min())
+        rank = plan.targets + r
+        init = None
+        if rank < k - 2:  # a class beyond the best one's and the targeted runs'
+            towards = _targets_beyond_best(state, sub, rank + 1)[:, rank]
+        else:  # no other class left: the reached class again, from its counterexample
+            towards, init = _refine_best_class(
+                state, sub, _targets_beyond_best(state, sub, 1))
+            towards = towards[:, 0]
+        with state.model.charging(state.ledger, state.owners[sub.cpu().numpy()]):
+            out = MINNORM(state.model, state.x[sub], state.y[sub], state.space, state.threat,
+                          None, state.statement, state.generator, steps=steps,
+                          towards=towards, init=init)
+        state.check(sub, out.x_adv)
+        if line:
+            _line_search(state, sub, line)
 
 
 def _run_gradient_free(state: _BatchState, sub: torch.Tensor) -> None:

@@ -17,6 +17,10 @@ finite differences). Given a per-input budget ``B`` (or, without one, the defaul
 4. fixed-strength PGD probes that bisect the bracket until it is within ``rtol`` or the budget
    is spent (``probe_steps`` each).
 
+Under ``solver="auto"`` the engine then spends what an input has left under its ceiling on
+further minimum-norm runs at other classes (``engine._spend_leftover``; not planned here:
+it takes whatever the parts above did not use).
+
 A part that cannot be given at least ``SearchConfig.min_run_steps`` steps (or four probes) is
 dropped and its share goes to the untargeted run, so that a small budget is spent where it
 helps most. Budgets are ceilings per input: inputs whose bracket closes stop early.
