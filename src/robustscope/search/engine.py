@@ -140,11 +140,13 @@ class _BatchState(Verifier):
                                   device=self.x.device)
         self.near_ok = torch.zeros(n, dtype=torch.bool, device=self.x.device)
 
-    def still_open(self, sub: torch.Tensor) -> torch.Tensor:
+    def still_open(self, sub: torch.Tensor, probes: bool = True) -> torch.Tensor:
         """Boolean ``(len(sub),)``: the input has no counterexample yet, or its bracket
-        ``[max(lower bound, attack_lo), best_r]`` is wider than ``rtol`` and not certified."""
+        ``[max(lower bound, attack_lo), best_r]`` is wider than ``rtol`` and not certified;
+        with ``probes=False`` the bracket's lower end is the certified lower bound alone (a
+        failed probe's strength ``attack_lo`` proves nothing)."""
         hi = self.best_r[sub]
-        lo = torch.maximum(self.attack_lo[sub], self.lower[sub])
+        lo = torch.maximum(self.attack_lo[sub], self.lower[sub]) if probes else self.lower[sub]
         return ~self.exact[sub] & (~torch.isfinite(hi) | (hi - lo > self.rtol * hi))
 
     def stage(self, name: str):
@@ -807,20 +809,9 @@ def _targets_beyond_best(state: _BatchState, sub: torch.Tensor, count: int,
 def _ceiling_left(state: _BatchState, sub: torch.Tensor, plan: AttackPlan) -> torch.Tensor:
     """``(len(sub),)`` passes each input of ``sub`` may still spend: its budget's remainder,
     and without a budget what is left of the plan's passes."""
-    used = state.ledger.used(state.owners[sub.cpu().numpy()])
-    left = np.minimum(state.ledger.remaining(state.owners[sub.cpu().numpy()]),
-                      plan.passes - used)
+    owners = state.owners[sub.cpu().numpy()]
+    left = np.minimum(state.ledger.remaining(owners), plan.passes - state.ledger.used(owners))
     return torch.as_tensor(left, device=sub.device)
-
-
-def _uncertified(state: _BatchState, sub: torch.Tensor) -> torch.Tensor:
-    """Boolean ``(len(sub),)``: under an explicit budget, the input's bracket is open against
-    its certified lower bound (a failed probe proves nothing: the closest counterexample may
-    lie in another class's basin); without one, :meth:`_BatchState.still_open`."""
-    if state.ledger.budget is None:
-        return state.still_open(sub)
-    hi = state.best_r[sub]
-    return ~state.exact[sub] & (~torch.isfinite(hi) | (hi - state.lower[sub] > state.rtol * hi))
 
 
 def _spend_leftover(state: _BatchState, sub: torch.Tensor, grad_cost: int,
@@ -828,7 +819,9 @@ def _spend_leftover(state: _BatchState, sub: torch.Tensor, grad_cost: int,
     """Passes an input still has under its ceiling once the plan's parts are done (the
     bisection stops when its bracket is within ``rtol`` of a failed probe, or after
     ``config.max_probes``) go to up to :data:`LEFTOVER_ROUNDS` further minimum-norm runs,
-    each with a line search, for the inputs of ``sub`` that :func:`_uncertified` keeps: round
+    each with a line search, for the inputs of ``sub`` still open: under an explicit budget
+    against their certified lower bound alone (a failed probe proves nothing: the nearer
+    counterexample may lie in another class's basin), without one as elsewhere. Round
     ``r`` aims at the class of priority ``plan.targets + r`` beyond the best counterexample's
     (:func:`_targets_beyond_best`: the classes the targeted runs did not aim at), or, where
     the network has no such class, at the reached class again from its best counterexample.
@@ -838,8 +831,9 @@ def _spend_leftover(state: _BatchState, sub: torch.Tensor, grad_cost: int,
     config = state.config
     line = plan.line_steps
     k = state.model.n_classes
+    probes = state.ledger.budget is None
     for r in range(LEFTOVER_ROUNDS):
-        sub = sub[_uncertified(state, sub)]
+        sub = sub[state.still_open(sub, probes=probes)]
         if len(sub) == 0:
             return
         steps = (_ceiling_left(state, sub, plan) - 1 - line) // grad_cost
