@@ -363,3 +363,36 @@ def test_targets_follow_the_ranking_and_skip_label_and_reached_class():
     for i in range(4):
         expected = [c for c in (3, 1, 2, 0) if c != int(state.y[i])][:2]
         assert targets[i].tolist() == expected
+
+
+@pytest.mark.parametrize("threat", ["linf", "l2", "l1"])
+def test_line_search_finds_the_boundary_of_a_linear_model_on_the_ray(threat):
+    """On a linear model the margin along the segment is linear: the chord's zero is the
+    boundary, so the line search ends at it to 2e-6 (bisection's 8 steps reach only
+    2**-8 of the segment), never above the counterexample it started from, and each
+    counterexample it keeps is verified."""
+    torch.manual_seed(3)
+    net = nn.Linear(6, 2).double()
+    with torch.no_grad():  # clean margin 0.05 at the centre of the box
+        net.bias.copy_(torch.stack([0.05 - 0.5 * (net.weight[0] - net.weight[1]).sum(),
+                                    torch.zeros((), dtype=torch.float64)]))
+    X = 0.5 + 0.01 * np.random.default_rng(0).standard_normal((4, 6))
+    y = net(torch.as_tensor(X)).argmax(1).numpy()
+    state = _state(net, X, y, budget=None, threat=threat)
+    w = (net.weight[y] - net.weight[1 - y]).detach()            # (4, 6): margin's gradient
+    m0 = (state.clean_logits.gather(1, state.y[:, None]) - state.clean_logits.gather(
+        1, 1 - state.y[:, None])).reshape(-1)
+    v = -w / w.abs().sum(dim=1, keepdim=True)                   # margin falls by |w|²/|w|₁
+    t_star = m0 / (w * -v).sum(dim=1)                           # the boundary on x + t v
+    start = torch.as_tensor([1.7, 2.3, 2.9, 3.7], dtype=torch.float64) * t_star
+    assert (start[:, None] * v.abs()).max() < 0.5               # inside the box, no clip
+    sub = torch.arange(len(X))
+    assert state.check(sub, state.x + start[:, None] * v).all()
+    before = state.best_r.clone()
+    engine._line_search(state, sub, 8)
+    exact = state.threat.norm(t_star[:, None] * v)
+    assert torch.all(state.best_r <= before)
+    # LINE_AIM (1e-6) past the boundary, never below it (every radius is verified)
+    assert torch.all(state.best_r >= exact * (1 - 1e-12))
+    np.testing.assert_allclose(state.best_r.numpy(), exact.numpy(), rtol=2 * engine.LINE_AIM)
+    assert state.check(sub, state.best_x).all()

@@ -94,6 +94,11 @@ DOUBLINGS = 7
 WARM_STEP = 0.25
 #: First PGD step of a cold-started probe (spaces with discrete features, see _probe_start).
 COLD_STEP = 0.5
+#: The line search aims this far (relative) past the chord's zero, on the counterexample's
+#: side of the boundary ...
+LINE_AIM = 1e-6
+#: ... and bisects where the chord's zero is within this share of the bracket's ends.
+LINE_EDGE = 1e-9
 #: A certified bracket narrower than this (relative) counts as exact (MILP tolerances).
 EXACT_RTOL = 1e-4
 #: Under ``certify="auto"``, CROWN runs when its cost is at most this share of the search's:
@@ -898,21 +903,46 @@ def _start_from_other_inputs(state: _BatchState, sub: torch.Tensor) -> None:
 
 
 def _line_search(state: _BatchState, sub: torch.Tensor, steps: int) -> None:
-    """Shrink each counterexample towards its input along the straight line (forward only)."""
+    """Shrink each counterexample towards its input along the straight line (forward only).
+
+    Per input, ``t`` in ``[lo, hi] = [0, 1]`` scales the best counterexample's perturbation;
+    the statement's margin is known at both ends (the clean logits, the best counterexample's
+    logits), and for a ReLU network it is piecewise linear in ``t``. Each step queries the
+    point where the chord between the ends crosses zero, a relative :data:`LINE_AIM` past it
+    (regula falsi with the Illinois rule: an end kept twice in a row has its margin halved),
+    and bisects where that point leaves the bracket or a margin is unknown. Bisection alone
+    only reaches the boundary to ``2**-steps`` of the segment: on the peer suite at 50-200
+    passes per input, regula falsi took the median ratio to the best known radius from
+    1.0015 to 1.0001 (digits MLP, Linf, 50 passes) and lowered it on every network and
+    Lp threat (``docs/budget.md``).
+    """
     space = state.space
     sub = sub[torch.isfinite(state.best_r[sub]) & (state.best_r[sub] > 0)]
     sub = state.affordable(sub, steps)
     if len(sub) == 0:
         return
+    y, statement = state.y[sub], state.statement
     u = space.scaled_delta(state.best_x[sub], state.x[sub])
-    lo = torch.zeros(len(sub), dtype=u.dtype, device=u.device)
+    lo = torch.zeros(len(sub), dtype=torch.float64, device=u.device)
     hi = torch.ones_like(lo)
+    m_lo = statement.margin(state.clean_logits[sub].to(torch.float64), y)
+    m_hi = statement.margin(state.best_logits[sub], y).clamp_max(0.0)
+    kept = torch.zeros_like(lo)  # +1: the last step kept lo, -1: it kept hi
     for _ in range(steps):
-        mid = (lo + hi) / 2
-        ok = state.check(sub,
-                     space.apply_delta(state.x[sub], u * mid[:, None]))
-        hi = torch.where(ok, mid, hi)
-        lo = torch.where(ok, lo, mid)
+        width = hi - lo
+        t = (hi - m_hi * width / (m_hi - m_lo).clamp_max(-1e-300)) * (1 + LINE_AIM)
+        chord = (torch.isfinite(t) & (m_lo > 0) & (t > lo + LINE_EDGE * width)
+                 & (t < hi - LINE_EDGE * width))
+        t = torch.where(chord, t, lo + width / 2)
+        cls, logits, _ = state.verify(
+            sub, space.apply_delta(state.x[sub], u * t[:, None].to(u.dtype)))
+        ok = cls >= 0
+        m = statement.margin(logits, y)  # NaN where not queried (a relation broke)
+        m_lo = torch.where(ok, torch.where(kept > 0, m_lo / 2, m_lo), m)
+        m_hi = torch.where(ok, m.clamp_max(0.0), torch.where(kept < 0, m_hi / 2, m_hi))
+        m_lo = torch.nan_to_num(m_lo, nan=0.0)  # no margin known: bisect from here
+        hi, lo = torch.where(ok, t, hi), torch.where(ok, lo, t)
+        kept = torch.where(ok, torch.ones_like(kept), -torch.ones_like(kept))
 
 
 def _bisect_with_pgd(state: _BatchState, sub: torch.Tensor, grad_cost: int,
