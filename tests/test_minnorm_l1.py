@@ -270,23 +270,3 @@ def test_a_curved_model_gets_dense_jumps_instead_of_greedy_ones(monkeypatch):
     assert radii["switch"] >= exact * (1 - 1e-9)
     assert radii["switch"] <= 1.05 * exact
     assert radii["greedy only"] >= 1.5 * exact
-
-
-def test_untargeted_rows_of_an_aimed_run_keep_the_untargeted_step_scale():
-    """An aimed run (``towards`` -1 on its untargeted rows) treats each row as its own run:
-    the untargeted rows like a run without ``towards`` (the strength's step scale), the
-    aimed rows like a targeted run (the dense scale)."""
-    d = 20
-    net = _linear(d, 4, seed=3)
-    x, y = _inputs(net, d, 6, seed=4)
-    space = FeatureSpace.box(d)
-    target = (y + 1) % 4
-    towards = torch.where(torch.arange(6) % 2 == 0, -1, target)
-    _, mixed = _solve(net, x, y, space, steps=30, towards=towards)
-    _, plain = _solve(net, x, y, space, steps=30)
-    _, aimed = _solve(net, x, y, space, steps=30, towards=target)
-    rows = towards < 0
-    np.testing.assert_allclose(mixed.radius[rows.numpy()], plain.radius[rows.numpy()],
-                               rtol=1e-12)
-    np.testing.assert_allclose(mixed.radius[~rows.numpy()], aimed.radius[~rows.numpy()],
-                               rtol=1e-12)

@@ -5,10 +5,10 @@ A *pass* is one row through the model, forward or backward: a gradient call cost
 finite differences). Given a per-input budget ``B`` (or, without one, the default of
 :attr:`SearchConfig.default_gradients` gradient calls), :func:`plan_attack` splits it into
 
-1. an untargeted minimum-norm run (``minnorm_steps``), aimed at a runner-up class where the
-   first-order distance to its boundary (``aimed`` classes, a gradient each) is clearly the
-   nearest; under L1 followed by a refining run (``refine_steps``) in the class it reached,
-   from its best counterexample;
+1. an untargeted minimum-norm run (``minnorm_steps``): under Linf / L2 aimed at a runner-up
+   class where the first-order distance to its boundary (``aimed`` classes, a gradient
+   each) is clearly the nearest; under L1 followed by a refining run (``refine_steps``) in
+   the class it reached, from its best counterexample;
 2. targeted minimum-norm runs at runner-up classes (``targets`` runs of ``target_steps``):
    an untargeted run follows the steepest class, which on 5–15% of inputs is not the class
    of the nearest boundary;
@@ -140,8 +140,9 @@ def plan_attack(budget: int | None, grad_cost: int, n_classes: int, config: Sear
     calls) among the parts of the cascade that ``solver`` runs (``auto``: all four;
     ``minnorm``: minimum-norm runs and line search; ``pgd``: the bisection only). Under an
     L1 threat (``l1``) the untargeted run's steps are shared with a refining run
-    (``config.l1_refine_share``) where both get at least ``2 * config.min_run_steps``; with
-    ``aim`` (an untargeted statement) ``config.aim_classes`` of them pay for aiming it.
+    (``config.l1_refine_share``) where both get at least ``2 * config.min_run_steps``; under
+    Linf / L2 (and ``aim``: an untargeted statement) ``config.aim_classes`` of them pay for
+    aiming it.
 
     The planned parts never add up to more than the budget: ranking the candidate classes
     costs ``ranked · grad_cost``, each run its steps times ``grad_cost`` plus one
@@ -191,7 +192,7 @@ def plan_attack(budget: int | None, grad_cost: int, n_classes: int, config: Sear
     else:
         refine = 0
     # aiming costs a gradient per class, taken from the untargeted run's steps
-    aimed = 0 if not aim or n_classes < 3 else min(config.aim_classes, n_classes - 1)
+    aimed = 0 if l1 or not aim or n_classes < 3 else min(config.aim_classes, n_classes - 1)
     if aimed and minnorm_steps - aimed >= config.min_run_steps:
         minnorm_steps -= aimed
     else:

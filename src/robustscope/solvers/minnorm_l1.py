@@ -126,11 +126,8 @@ def minnorm_l1(
     see :data:`SMOOTH_SHARE`); ``dense_steps``: a
     step's L2 length is the strength times the L2 / L1 ratio of the point the run stands on
     (its best counterexample, else its iterate) instead of the strength itself — the right
-    scale when the counterexample spreads over many coordinates (``None``: for the rows of a
-    targeted run only, ``towards >= 0``; the untargeted rows of an aimed run, -1, keep the
-    strength's scale, which on LeNet-5 at 50 passes per input kept the median ratio at 1.14
-    where the dense scale for every row of an aimed run gave 1.17. This makes the targeted
-    runs of a search a second step scale; on the tiny CNN of
+    scale when the counterexample spreads over many coordinates (``None``: for targeted runs
+    only, which makes the targeted runs of a search a second step scale; on the tiny CNN of
     ``benchmarks/peers`` at 500 passes per input, ratio to the best known radius p90 1.51 ->
     1.23, median 1.008 -> 1.012). Costs ``steps`` gradient calls per input.
     """
@@ -139,14 +136,7 @@ def minnorm_l1(
         raise ValueError(f"minnorm_l1: threat must be L1, got {threat.name}")
     if steps < 1:
         raise ValueError(f"minnorm_l1: steps must be at least 1, got {steps}")
-    # per row: by default the rows of a targeted run (an untargeted row of an aimed run, -1,
-    # keeps the strength's own scale)
-    if dense_steps is None:
-        dense = (towards >= 0 if towards is not None
-                 else torch.zeros(x.shape[0], dtype=torch.bool, device=x.device))
-    else:
-        dense = torch.full((x.shape[0],), bool(dense_steps), device=x.device)
-    dense_any = bool(dense.any())
+    dense = towards is not None if dense_steps is None else dense_steps
     n = x.shape[0]
     problem = ScaledProblem(model, x, y, space, statement, towards)
     lo, hi = problem.lo, problem.hi
@@ -211,12 +201,12 @@ def minnorm_l1(
 
         alpha = cosine_schedule(k, steps, step_start, step_end)
         length = alpha * torch.minimum(radius, best_norm)
-        if dense_any:  # the strength's L2 share along the point the run stands on
+        if dense:  # the strength's L2 share along the point the run stands on
             at = torch.where(found[:, None], best_u, u)
             l1 = at.abs().sum(dim=1)
-            length = torch.where(dense, length * torch.where(
+            length = length * torch.where(
                 l1 > 0, torch.linalg.vector_norm(at, dim=1) / l1.clamp_min(1e-300),
-                torch.ones_like(l1)), length)
+                torch.ones_like(l1))
         direction = grad / torch.linalg.vector_norm(grad, dim=1, keepdim=True).clamp_min(1e-30)
         moved = u - torch.nan_to_num(length, posinf=0.0)[:, None] * direction
         # no counterexample yet: the linearised jump (a box-aware DeepFool-L1 step) where the

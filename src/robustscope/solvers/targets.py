@@ -2,12 +2,7 @@
 
 At the clean input, the boundary between the label ``y`` and a class ``j`` lies at about
 ``margin_j / ||grad margin_j||_*`` (the margin ``z_y - z_j`` over the dual norm of its
-gradient, in the threat's scaled units, box-blocked components left out). Under L1 the
-estimate is the box-aware one instead (:func:`~robustscope.solvers.minnorm_l1.linear_l1_step`:
-fill the coordinates with the largest gradient up to their bound): the dual norm assumes one
-coordinate can move without limit, which in a box of images is far off (on the digits MLP
-of ``benchmarks/peers`` at 50 passes per input, aiming by the dual-norm estimate took the p90
-ratio to the best known radius from 1.20 to 1.11, by the box-aware one to 1.04). The class with the
+gradient, in the threat's scaled units, box-blocked components left out). The class with the
 smallest estimate is the best first guess for the nearest boundary; the logit order, which
 ignores how fast each margin falls, often is not (on a 10-class linear model under L1, runs
 aimed at the two runner-ups by logit missed the nearest class on 17 of 100 inputs).
@@ -21,7 +16,6 @@ from robustscope.core.space import FeatureSpace
 from robustscope.core.statement import Statement
 from robustscope.models.base import Classifier
 from robustscope.solvers._common import ScaledProblem
-from robustscope.solvers.minnorm_l1 import linear_l1_step
 from robustscope.threats.lp import LpThreat
 
 
@@ -51,10 +45,7 @@ def first_order_distances(model: Classifier, x: torch.Tensor, y: torch.Tensor,
     u = torch.zeros(len(rows), problem.n_features, dtype=x.dtype, device=x.device)
     _, margin, grad = problem.margin_and_grad(u)
     grad = problem.descent_gradient(u, grad)
-    if threat.p == 1:  # the L1 move to the linearised boundary inside the box
-        distance = linear_l1_step(margin, grad, u, problem.lo, problem.hi)[1]
-    else:
-        distance = margin.clamp_min(0) / threat.dual_norm(grad).clamp_min(1e-30)
+    distance = margin.clamp_min(0) / threat.dual_norm(grad).clamp_min(1e-30)
     return candidates, distance.reshape(n, -1)
 
 
