@@ -396,3 +396,26 @@ def test_line_search_finds_the_boundary_of_a_linear_model_on_the_ray(threat):
     assert torch.all(state.best_r >= exact * (1 - 1e-12))
     np.testing.assert_allclose(state.best_r.numpy(), exact.numpy(), rtol=2 * engine.LINE_AIM)
     assert state.check(sub, state.best_x).all()
+
+
+def test_ranking_reuses_the_distances_the_aiming_paid_for():
+    """At a budget where the untargeted run is aimed (3 runner-ups) and the targets are
+    ranked (9 classes), the ranking pays only for the 6 classes the aiming did not compute,
+    and it is the ranking of all 9 computed afresh."""
+    torch.manual_seed(7)
+    net = nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 10)).double()
+    X = np.random.default_rng(8).uniform(0, 1, (6, 6))
+    y = net(torch.as_tensor(X)).argmax(1).numpy()
+    state = _state(net, X, y, budget=1000)
+    plan = plan_attack(1000, 2, 10, state.config)
+    assert plan.aimed == 3 and plan.ranked == 9
+    sub = torch.arange(len(X))
+    engine._aim_untargeted(state, sub, plan, 2)
+    before = state.ledger.used().copy()
+    ranking = engine._rank_targets(state, sub, plan, 2)
+    assert (state.ledger.used() - before == 2 * (plan.ranked - plan.aimed)).all()
+    fresh = _state(net, X, y, budget=1000)
+    clean = fresh.ledger.used().copy()
+    expected = engine._rank_targets(fresh, sub, plan, 2)  # no aiming: all 9 paid for
+    assert (fresh.ledger.used() - clean == 2 * plan.ranked).all()
+    assert torch.equal(ranking, expected)

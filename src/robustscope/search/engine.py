@@ -76,7 +76,7 @@ from robustscope.solvers.bounds.domain import make_domain
 from robustscope.solvers.bounds.graph import Network, read_network
 from robustscope.solvers.exact_relu import relu_layers
 from robustscope.solvers.registry import CERTIFY_CHOICES, check_search_solver, get_solver
-from robustscope.solvers.targets import first_order_distances, rank_by_distance, runner_ups
+from robustscope.solvers.targets import distances_to, first_order_distances, runner_ups
 from robustscope.threats import LpThreat, get_threat
 
 log = logging.getLogger(__name__)
@@ -144,6 +144,11 @@ class _BatchState(Verifier):
         self.near_u = torch.zeros(n, self.space.n_features, dtype=self.x.dtype,
                                   device=self.x.device)
         self.near_ok = torch.zeros(n, dtype=torch.bool, device=self.x.device)
+        #: first-order distances ``(n, c)`` at the clean input to the boundaries of the classes
+        #: ``aim_classes`` ``(n, c)`` (-1 rows: not computed), kept by the aiming for the
+        #: ranking of the targets, which would otherwise pay for the same gradients again
+        self.aim_classes = torch.full((n, 0), -1, dtype=torch.long, device=self.x.device)
+        self.aim_distance = torch.zeros(n, 0, dtype=torch.float64, device=self.x.device)
 
     def still_open(self, sub: torch.Tensor, probes: bool = True) -> torch.Tensor:
         """Boolean ``(len(sub),)``: the input has no counterexample yet, or its bracket
@@ -685,7 +690,9 @@ def _rank_targets(state: _BatchState, sub: torch.Tensor, plan: AttackPlan,
     """``(len(state.x), plan.ranked)`` classes per input, nearest boundary first by the
     first-order estimate at the clean input (:func:`~robustscope.solvers.targets.
     rank_by_distance`), for the open inputs of ``sub`` that can pay for it and their targeted
-    runs; ``None`` when the plan ranks nothing. Rows of other inputs are left at -1."""
+    runs; ``None`` when the plan ranks nothing. Rows of other inputs are left at -1. The
+    distances the aiming computed (:func:`_aim_untargeted`, the first ``plan.aimed``
+    candidates) are not computed, nor charged, again."""
     if not plan.ranked:
         return None
     model, ledger = state.model, state.ledger
@@ -694,11 +701,25 @@ def _rank_targets(state: _BatchState, sub: torch.Tensor, plan: AttackPlan,
     runs_cost = plan.targets * (plan.target_steps * grad_cost + 1)
     sub = sub[state.still_open(sub)]
     sub = state.affordable(sub, plan.ranked * grad_cost + runs_cost)
-    if len(sub):
-        with model.charging(ledger, np.repeat(state.owners[sub.cpu().numpy()], plan.ranked)):
-            ranking[sub] = rank_by_distance(model, state.x[sub], state.y[sub],
-                                            state.clean_logits[sub], state.space, state.threat,
-                                            state.statement, plan.ranked)
+    if len(sub) == 0:
+        return ranking
+    candidates = runner_ups(state.clean_logits[sub], state.y[sub], plan.ranked)
+    distance = torch.zeros(candidates.shape, dtype=torch.float64, device=state.x.device)
+    # where the aiming already has the distances of the first candidates, only the rest
+    known = state.aim_classes.shape[1]
+    known = known if known <= candidates.shape[1] else 0
+    reuse = (candidates[:, :known] == state.aim_classes[sub]).all(dim=1) & (known > 0)
+    for rows, start in ((torch.nonzero(reuse).reshape(-1), known),
+                        (torch.nonzero(~reuse).reshape(-1), 0)):
+        if len(rows) == 0:
+            continue
+        owners = np.repeat(state.owners[sub[rows].cpu().numpy()], plan.ranked - start)
+        with model.charging(ledger, owners):
+            distance[rows, start:] = distances_to(
+                model, state.x[sub[rows]], state.y[sub[rows]], candidates[rows, start:],
+                state.space, state.threat, state.statement).to(distance.dtype)
+        distance[rows, :start] = state.aim_distance[sub[rows]].to(distance.dtype)
+    ranking[sub] = candidates.gather(1, distance.argsort(dim=1))
     return ranking
 
 
@@ -720,6 +741,11 @@ def _aim_untargeted(state: _BatchState, sub: torch.Tensor, plan: AttackPlan,
         classes, distance = first_order_distances(
             model, state.x[sub], state.y[sub], state.clean_logits[sub], state.space,
             state.threat, state.statement, plan.aimed)
+    state.aim_classes = torch.full((len(state.x), classes.shape[1]), -1, dtype=torch.long,
+                                   device=state.x.device)
+    state.aim_distance = torch.zeros(len(state.x), classes.shape[1], dtype=distance.dtype,
+                                     device=state.x.device)
+    state.aim_classes[sub], state.aim_distance[sub] = classes, distance
     nearest = distance.argmin(dim=1, keepdim=True)
     clear = distance.gather(1, nearest)[:, 0] < state.config.aim_ratio * distance[:, 0]
     aim = torch.full((len(state.x),), -1, dtype=torch.long, device=state.x.device)

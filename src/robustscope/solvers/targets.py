@@ -38,15 +38,26 @@ def first_order_distances(model: Classifier, x: torch.Tensor, y: torch.Tensor,
     candidate class (``count`` rows through the model per input, forward and backward),
     charged to the model's ledger like any solver call.
     """
-    n = x.shape[0]
     candidates = runner_ups(logits, y, count)  # (n, count)
-    rows = torch.arange(n, device=x.device).repeat_interleave(candidates.shape[1])
-    problem = ScaledProblem(model, x[rows], y[rows], space, statement, candidates.reshape(-1))
+    return candidates, distances_to(model, x, y, candidates, space, threat, statement)
+
+
+def distances_to(model: Classifier, x: torch.Tensor, y: torch.Tensor, classes: torch.Tensor,
+                 space: FeatureSpace, threat: LpThreat, statement: Statement) -> torch.Tensor:
+    """The first-order distance estimate ``(n, c)`` at ``x`` ``(n, *shape)`` to the boundary
+    between the label ``y`` ``(n,)`` and each class of ``classes`` ``(n, c)``, in the threat's
+    scaled units. Costs ``c`` gradients per input (``n * c`` rows through the model, input by
+    input), charged to the model's ledger like any solver call."""
+    n, c = classes.shape
+    if c == 0:
+        return torch.zeros(n, 0, dtype=torch.float64, device=x.device)
+    rows = torch.arange(n, device=x.device).repeat_interleave(c)
+    problem = ScaledProblem(model, x[rows], y[rows], space, statement, classes.reshape(-1))
     u = torch.zeros(len(rows), problem.n_features, dtype=x.dtype, device=x.device)
     _, margin, grad = problem.margin_and_grad(u)
     grad = problem.descent_gradient(u, grad)
     distance = margin.clamp_min(0) / threat.dual_norm(grad).clamp_min(1e-30)
-    return candidates, distance.reshape(n, -1)
+    return distance.reshape(n, c)
 
 
 def rank_by_distance(model: Classifier, x: torch.Tensor, y: torch.Tensor, logits: torch.Tensor,
