@@ -76,7 +76,7 @@ from robustscope.solvers.bounds.domain import make_domain
 from robustscope.solvers.bounds.graph import Network, read_network
 from robustscope.solvers.exact_relu import relu_layers
 from robustscope.solvers.registry import CERTIFY_CHOICES, check_search_solver, get_solver
-from robustscope.solvers.targets import distances_to, first_order_distances, runner_ups
+from robustscope.solvers.targets import first_order_distances, rank_by_distance, runner_ups
 from robustscope.threats import LpThreat, get_threat
 
 log = logging.getLogger(__name__)
@@ -703,23 +703,21 @@ def _rank_targets(state: _BatchState, sub: torch.Tensor, plan: AttackPlan,
     sub = state.affordable(sub, plan.ranked * grad_cost + runs_cost)
     if len(sub) == 0:
         return ranking
-    candidates = runner_ups(state.clean_logits[sub], state.y[sub], plan.ranked)
-    distance = torch.zeros(candidates.shape, dtype=torch.float64, device=state.x.device)
     # where the aiming already has the distances of the first candidates, only the rest
-    known = state.aim_classes.shape[1]
-    known = known if known <= candidates.shape[1] else 0
-    reuse = (candidates[:, :known] == state.aim_classes[sub]).all(dim=1) & (known > 0)
-    for rows, start in ((torch.nonzero(reuse).reshape(-1), known),
-                        (torch.nonzero(~reuse).reshape(-1), 0)):
-        if len(rows) == 0:
+    j = state.aim_classes.shape[1]
+    candidates = runner_ups(state.clean_logits[sub], state.y[sub], plan.ranked)
+    reuse = torch.zeros(len(sub), dtype=torch.bool, device=sub.device)
+    if 0 < j <= plan.ranked:
+        reuse = (candidates[:, :j] == state.aim_classes[sub]).all(dim=1)
+    for group, known in ((sub[reuse], True), (sub[~reuse], False)):
+        if len(group) == 0:
             continue
-        owners = np.repeat(state.owners[sub[rows].cpu().numpy()], plan.ranked - start)
-        with model.charging(ledger, owners):
-            distance[rows, start:] = distances_to(
-                model, state.x[sub[rows]], state.y[sub[rows]], candidates[rows, start:],
-                state.space, state.threat, state.statement).to(distance.dtype)
-        distance[rows, :start] = state.aim_distance[sub[rows]].to(distance.dtype)
-    ranking[sub] = candidates.gather(1, distance.argsort(dim=1))
+        paid = plan.ranked - (j if known else 0)
+        with model.charging(ledger, np.repeat(state.owners[group.cpu().numpy()], paid)):
+            ranking[group] = rank_by_distance(
+                model, state.x[group], state.y[group], state.clean_logits[group], state.space,
+                state.threat, state.statement, plan.ranked,
+                known=state.aim_distance[group] if known else None)
     return ranking
 
 

@@ -62,10 +62,14 @@ def distances_to(model: Classifier, x: torch.Tensor, y: torch.Tensor, classes: t
 
 def rank_by_distance(model: Classifier, x: torch.Tensor, y: torch.Tensor, logits: torch.Tensor,
                      space: FeatureSpace, threat: LpThreat, statement: Statement,
-                     count: int) -> torch.Tensor:
+                     count: int, known: torch.Tensor | None = None) -> torch.Tensor:
     """``(n, count)`` classes per input, nearest first by the first-order distance estimate
     at ``x`` (:func:`first_order_distances`), among the ``count`` other classes with the
-    largest clean ``logits`` ``(n, k)``. Costs ``count`` gradients per input."""
-    candidates, distance = first_order_distances(model, x, y, logits, space, threat,
-                                                 statement, count)
+    largest clean ``logits`` ``(n, k)``. ``known`` ``(n, j)``, ``j <= count``: the distances
+    of the first ``j`` of those classes, already computed (not computed again). Costs
+    ``count - j`` gradients per input."""
+    candidates = runner_ups(logits, y, count)
+    j = 0 if known is None else known.shape[1]
+    rest = distances_to(model, x, y, candidates[:, j:], space, threat, statement)
+    distance = rest if known is None else torch.cat([known.to(rest.dtype), rest], dim=1)
     return candidates.gather(1, distance.argsort(dim=1))
