@@ -16,7 +16,7 @@ from robustscope.core.statement import DECISION_CHANGE
 from robustscope.models import wrap_model
 from robustscope.models.base import QueryLedger
 from robustscope.search import engine
-from robustscope.search.plan import SearchConfig, StageLedger, plan_attack
+from robustscope.search.plan import SearchConfig, StageLedger, plan_attack, projection_passes
 from robustscope.solvers.targets import first_order_distances, rank_by_distance
 
 
@@ -33,7 +33,8 @@ def test_planned_runs_fit_the_budget(budget, grad_cost, n_classes, solver, l1):
     plan = plan_attack(budget, grad_cost, n_classes, config, solver, l1=l1)
     runs = (plan.minnorm_steps > 0) + (plan.refine_steps > 0) + plan.targets
     spent = ((plan.minnorm_steps + plan.refine_steps + plan.targets * plan.target_steps
-              + plan.ranked + plan.aimed) * grad_cost + runs + plan.line_steps + 2)
+              + plan.ranked + plan.aimed) * grad_cost + runs + plan.line_steps + 2
+             + (projection_passes(grad_cost) if plan.project else 0))
     if plan.probe_steps:  # at least four probes fit beside the runs
         spent += 4 * _run_cost(config, grad_cost)
     assert spent <= max(budget, 2)
@@ -47,14 +48,21 @@ def test_planned_runs_fit_the_budget(budget, grad_cost, n_classes, solver, l1):
         l1 and min(plan.minnorm_steps, plan.refine_steps) >= 2 * config.min_run_steps)
 
 
+def _projection_steps(plan, grad_cost: int) -> int:
+    return -(-projection_passes(grad_cost) // grad_cost) if plan.project else 0
+
+
 def test_l1_plans_share_the_untargeted_steps_with_a_refining_run():
     config = SearchConfig()
     for budget in (200, 1000, None):
         plain = plan_attack(budget, 2, 10, config, aim=False)
         l1 = plan_attack(budget, 2, 10, config, l1=True)
         assert plain.refine_steps == 0 and l1.refine_steps > 0
-        # the refining run's verification pass costs at most one untargeted step
-        assert plain.minnorm_steps - 1 <= l1.minnorm_steps + l1.refine_steps <= plain.minnorm_steps
+        # the refining run's verification pass costs at most one untargeted step (both pay
+        # their projections from the untargeted steps, the targeted plan for one class)
+        plain_steps = plain.minnorm_steps + _projection_steps(plain, 2)
+        l1_steps = l1.minnorm_steps + l1.refine_steps + _projection_steps(l1, 2)
+        assert plain_steps - 1 <= l1_steps <= plain_steps
         assert l1.targets == plain.targets and l1.target_steps == plain.target_steps
     assert plan_attack(100, 2, 10, config, l1=True).refine_steps == 0  # 15 steps each: too few
 
@@ -72,7 +80,8 @@ def test_plan_grows_with_the_budget_and_defaults_to_150_gradients():
     config = SearchConfig()
     small, large = (plan_attack(b, 2, 10, config) for b in (50, 1000))
     assert small.targets == 0 and small.probe_steps == 0  # too small: one run gets it all
-    assert small.minnorm_steps + small.aimed >= 18  # aiming takes 3 of its steps
+    # aiming takes 3 of its steps, the projection 2
+    assert small.minnorm_steps + small.aimed + _projection_steps(small, 2) >= 18
     assert large.targets == config.targets and large.probe_steps == config.pgd_steps
     assert large.minnorm_steps > small.minnorm_steps
     assert plan_attack(None, 2, 10, config).passes == 300

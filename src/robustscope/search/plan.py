@@ -12,14 +12,20 @@ finite differences). Given a per-input budget ``B`` (or, without one, the defaul
 2. targeted minimum-norm runs at runner-up classes (``targets`` runs of ``target_steps``):
    an untargeted run follows the steepest class, which on 5–15% of inputs is not the class
    of the nearest boundary;
-3. a forward-only line search of the best counterexample towards its input
+3. under L1, the projection (``project`` classes, ``project_rounds`` rounds): each input moved
+   onto the boundary linearised at its best counterexample by the smallest L1 step in the
+   box (FAB's step); the counterexample's own class before the line search, which then skips
+   the counterexamples it put on the boundary, the other classes after it; only the first
+   class is planned (:func:`projection_passes`), the rest is paid from what is left;
+4. a forward-only line search of the best counterexample towards its input
    (``line_steps``);
-4. fixed-strength PGD probes that bisect the bracket until it is within ``rtol`` or the budget
+5. fixed-strength PGD probes that bisect the bracket until it is within ``rtol`` or the budget
    is spent (``probe_steps`` each).
 
 Under ``solver="auto"`` the engine then spends what an input has left under its ceiling on
 further minimum-norm runs at other classes (``engine._spend_leftover``; not planned here:
-it takes whatever the parts above did not use).
+it takes whatever the parts above did not use), and, under any Lp threat
+(``project_left``), what is then left on projections onto classes not yet projected onto.
 
 A part that cannot be given at least ``SearchConfig.min_run_steps`` steps (or four probes) is
 dropped and its share goes to the untargeted run, so that a small budget is spent where it
@@ -81,6 +87,16 @@ class SearchConfig:
     #: ``engine._refine_best_class``); only where each of the two gets ``2 * min_run_steps``
     #: (below, a run of 15 steps often finds no counterexample at all).
     l1_refine_share: float = 0.5
+    #: Under L1, the projection (FAB's step, :mod:`~robustscope.solvers.projection`): each
+    #: input moved onto the boundary linearised at its best counterexample, one gradient
+    #: each for this many classes (the largest logits there other than the label: the
+    #: counterexample's own class first, before the line search; the next ones after it,
+    #: only for inputs the first one improved) ... (0: no projection at all, also none of
+    #: the passes left at the end under any threat)
+    project_classes: int = 3
+    #: ... then this many more rounds in the best counterexample's class, each only for the
+    #: inputs the round before improved (see ``docs/budget.md``, "Projection").
+    project_rounds: int = 1
     #: Steps of each fixed-strength PGD probe of the bisection.
     pgd_steps: int = 10
     #: Restarts of each probe (restart 0 is warm-started, the others aim at runner-ups).
@@ -97,7 +113,8 @@ class SearchConfig:
 
 #: Models without gradients (finite differences: ``2d + 1`` queries per gradient) under
 #: ``solver="minnorm"`` or ``"pgd"`` (no aiming: it was measured on networks only).
-BLACKBOX_CONFIG = SearchConfig(default_gradients=120, targets=0, max_probes=6, aim_classes=0)
+BLACKBOX_CONFIG = SearchConfig(default_gradients=120, targets=0, max_probes=6, aim_classes=0,
+                               project_classes=0)
 
 
 #: Differentiable models on a feature space with relations between features: the projection
@@ -107,7 +124,7 @@ BLACKBOX_CONFIG = SearchConfig(default_gradients=120, targets=0, max_probes=6, a
 #: passes per input, 1.00 with this one's 2,325). Tabular models are cheap to query. No aiming:
 #: it was measured on image networks only.
 RELATIONS_CONFIG = SearchConfig(default_gradients=1200, pgd_steps=20, pgd_restarts=3,
-                                aim_classes=0)
+                                aim_classes=0, project_classes=0)
 
 
 #: The strong setting of the benchmarks' best-known radii (with a 10x budget and a tight
@@ -129,6 +146,9 @@ class AttackPlan:
     ranked: int = 0      # candidate classes ranked by first-order distance before targeting
     refine_steps: int = 0  # L1: refining run in the class the untargeted run reached
     aimed: int = 0       # runner-ups whose first-order distance aims the untargeted run
+    project: int = 0     # classes of the projection (0: no projection)
+    project_rounds: int = 0  # further projection rounds in the best counterexample's class
+    project_left: bool = False  # passes left at the end go to projections (any threat)
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
@@ -182,24 +202,44 @@ def plan_attack(budget: int | None, grad_cost: int, n_classes: int, config: Sear
     if minnorm_steps == 0 and avail >= grad_cost + 1:  # one step, the line search shrinks
         minnorm_steps = 1
         line = min(line, avail - grad_cost - 1)
+    # under L1 the projection's first class is paid from the untargeted run's steps, where
+    # they leave the run enough beside the aiming's (below); its other classes and rounds
+    # from what the inputs have left (under Linf / L2 the runs converge, and the two steps
+    # cost more than the projection brings: measured in docs/budget.md, "Projection")
+    aim_wanted = 0 if l1 or not aim or n_classes < 3 else min(config.aim_classes, n_classes - 1)
+    project = min(config.project_classes, n_classes - 1 if aim else 1)
+    rounds = config.project_rounds if project else 0
+    steps = -(-projection_passes(grad_cost) // grad_cost)
+    if project and l1 and minnorm_steps - steps - aim_wanted >= config.min_run_steps:
+        minnorm_steps -= steps
+    else:
+        project = rounds = steps = 0
     refine = int(config.l1_refine_share * minnorm_steps) if l1 else 0
     first = minnorm_steps - refine
     floor = MIN_PROBES * probe_cost if probes else 0
-    if others + 1 + minnorm_steps * grad_cost + floor > pool:
+    if others + 1 + (minnorm_steps + steps) * grad_cost + floor > pool:
         first -= 1  # pays for the refining run's verification pass
     if min(refine, first) >= 2 * config.min_run_steps:
         minnorm_steps = first
     else:
         refine = 0
     # aiming costs a gradient per class, taken from the untargeted run's steps
-    aimed = 0 if l1 or not aim or n_classes < 3 else min(config.aim_classes, n_classes - 1)
+    aimed = aim_wanted
     if aimed and minnorm_steps - aimed >= config.min_run_steps:
         minnorm_steps -= aimed
     else:
         aimed = 0
     return AttackPlan(total, minnorm_steps, k, target_steps, line,
                       config.pgd_steps if probes else 0, config.pgd_restarts, ranked, refine,
-                      aimed)
+                      aimed, project, rounds, config.project_classes > 0)
+
+
+def projection_passes(grad_cost: int) -> int:
+    """Passes per input the plan sets aside for the projection: a gradient and a check for
+    the best counterexample's own class. Its other classes, its rounds and its second tries
+    are paid from what each input has left after the line search, which skips the
+    counterexamples the projection put on the boundary (see ``engine._project``)."""
+    return grad_cost + 1
 
 
 class StageLedger:

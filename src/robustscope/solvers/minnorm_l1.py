@@ -73,7 +73,9 @@ def linear_l1_step(margin: torch.Tensor, grad: torch.Tensor, u: torch.Tensor,
     g_sorted, order = g.sort(dim=1, descending=True)
     room_sorted = room.gather(1, order)
     gain = g_sorted * room_sorted  # margin removed by filling each coordinate
-    before = gain.cumsum(dim=1) - gain  # removed by the coordinates ahead of each one
+    # removed by the coordinates ahead of each one (shifted, not ``cumsum - gain``: an
+    # unbounded coordinate's gain is inf, and inf - inf would poison the rows after it)
+    before = torch.cat([torch.zeros_like(gain[:, :1]), gain[:, :-1].cumsum(dim=1)], dim=1)
     left = (need[:, None] - before).clamp_min(0.0)
     take = torch.minimum(room_sorted, left / g_sorted.clamp_min(1e-30))
     take = torch.where(g_sorted > 0, take, torch.zeros_like(take))
