@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -131,6 +133,21 @@ def test_rejects_other_threats_and_no_steps():
         minnorm_l1(clf, x, y, FeatureSpace.box(4), L2, None, Statement(), g)
     with pytest.raises(ValueError, match="steps"):
         minnorm_l1(clf, x, y, FeatureSpace.box(4), L1, None, Statement(), g, steps=0)
+
+
+def test_linear_step_handles_an_unbounded_coordinate():
+    """An unbounded coordinate (a tabular feature without an upper bound) can cover any
+    margin: the step is finite, and the coordinates after it in the fill are untouched (an
+    exclusive sum by subtraction gave inf - inf = NaN there)."""
+    t = torch.as_tensor
+    grad = t([[3.0, 1.0, 0.5]])  # filled in this order
+    u = torch.zeros(1, 3, dtype=torch.float64)
+    lo = t([[-math.inf, -1.0, -1.0]])  # the first coordinate falls without a bound
+    hi = t([[1.0, 1.0, 1.0]])
+    step, length = linear_l1_step(t([6.0]), grad, u, lo, hi)
+    assert torch.isfinite(step).all()
+    assert float(length[0]) == pytest.approx(2.0)
+    assert step[0].tolist() == pytest.approx([-2.0, 0.0, 0.0])
 
 
 def test_linear_step_is_the_l1_smallest_move_to_the_boundary():

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from torch import nn
 
 from robustscope import FeatureSpace, radius
+from robustscope.core.numerics import rounding_margin
 from robustscope.core.statement import DECISION_CHANGE
 from robustscope.models import wrap_model
 from robustscope.models.base import QueryLedger
@@ -428,3 +429,32 @@ def test_ranking_reuses_the_distances_the_aiming_paid_for():
     expected = engine._rank_targets(fresh, sub, plan, 2)  # no aiming: all 9 paid for
     assert (fresh.ledger.used() - clean == 2 * plan.ranked).all()
     assert torch.equal(ranking, expected)
+
+
+def test_line_search_points_clear_the_float32_rounding_of_the_boundary():
+    """A float32 model: the line search aims past the boundary by the logits' rounding
+    (core.numerics.rounding_margin), so each counterexample it keeps is one in any batch,
+    not only in the batch it was checked in."""
+    torch.manual_seed(3)
+    net = nn.Linear(6, 2)
+    with torch.no_grad():
+        net.bias.copy_(torch.stack([0.05 - 0.5 * (net.weight[0] - net.weight[1]).sum(),
+                                    torch.zeros(())]))
+    X = 0.5 + 0.01 * np.random.default_rng(0).standard_normal((4, 6))
+    with torch.no_grad():
+        y = net(torch.as_tensor(X, dtype=torch.float32)).argmax(1).numpy()
+    state = _state(net, X, y, budget=None, threat="l2")
+    assert state.model.dtype == torch.float32
+    sub = torch.arange(len(X))
+    w = (net.weight[y] - net.weight[1 - y]).detach().double()
+    far = state.x - 0.4 * w / torch.linalg.vector_norm(w, dim=1, keepdim=True)
+    assert state.check(sub, far).all()
+    engine._line_search(state, sub, 8)
+    assert (state.best_r < 0.4 * 0.99).all()
+    # past by more than a few float32 ulps of the logits' size (rounding_margin asks 16)
+    floor = 8 * torch.finfo(torch.float32).eps * (1 + state.clean_logits.abs().amax(1))
+    assert (rounding_margin(state.clean_logits, torch.float32) > floor).all()
+    with torch.no_grad():  # each point alone, outside any batch
+        for i in range(len(X)):
+            z = net(state.best_x[i:i + 1].float())[0].double()
+            assert z[y[i]] - z[1 - y[i]] < -floor[i]
