@@ -15,7 +15,7 @@ from test_search_plan import _data, _state
 from torch import nn
 
 from robustscope import FeatureSpace, radius
-from robustscope.core.statement import DECISION_CHANGE
+from robustscope.core.statement import DECISION_CHANGE, Statement
 from robustscope.models import wrap_model
 from robustscope.search import engine
 from robustscope.search.plan import (
@@ -259,3 +259,26 @@ def test_only_l1_plans_the_projection_and_every_threat_projects_what_is_left():
     for off in (BLACKBOX_CONFIG, RELATIONS_CONFIG):
         plan = plan_attack(None, 2, 10, off, l1=True)
         assert plan.project == 0 and not plan.project_left
+
+
+def test_a_targeted_statement_is_projected_onto_its_target_alone():
+    """A targeted statement's margin has one boundary: what is left is not spent projecting
+    onto it again for every other class of a 10-class network (at most a try, a second try
+    and a round of the same two per input)."""
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 10)).eval()
+    X = np.random.default_rng(1).uniform(0, 1, (8, 6))
+    with torch.no_grad():
+        y = net(torch.as_tensor(X, dtype=torch.float32)).argmax(1).numpy()
+    state = _state(net, X, y, budget=None, threat="linf")
+    state.statement = Statement(target=int((y[0] + 1) % 10))
+    sub = torch.arange(len(X))[torch.as_tensor(y) != state.statement.target]
+    engine._minnorm_runs(state, sub, 30, 0, 2)
+    sub = sub[torch.isfinite(state.best_r[sub])]
+    assert len(sub) >= 3
+    plan = plan_attack(None, 2, 10, state.config, aim=False)
+    before = state.ledger.used().copy()
+    engine._project_what_is_left(state, sub, plan, 2)
+    assert (state.ledger.used() - before).max() <= 4 * (2 + 1)
+    pred = state.best_logits[sub].argmax(1)
+    assert (pred == state.statement.target).all()

@@ -1012,9 +1012,11 @@ def _project_what_is_left(state: _BatchState, sub: torch.Tensor, plan: AttackPla
     few for a minimum-norm run) go to projections onto the boundaries of the classes the
     planned projection did not reach, next largest logit at the best counterexample first,
     one class per round, and to a round in the best counterexample's class after each one
-    that improved it."""
+    that improved it (under a targeted statement, the target's boundary alone)."""
     todo = _with_counterexample(state, sub)
-    for rank in range(plan.project, state.model.n_classes - 1):
+    # a targeted statement has one boundary: the target's (its margin ignores the class)
+    classes = 1 if state.statement.target is not None else state.model.n_classes - 1
+    for rank in range(plan.project, classes):
         improved = _project_round(state, todo, plan, grad_cost, [rank])
         if len(improved):
             _project_round(state, improved, plan, grad_cost, [0])
