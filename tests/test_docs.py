@@ -98,9 +98,11 @@ def test_relations_tutorial_runs(tmp_path, monkeypatch):
     assert int(ns["searched"].sum()) == 20 and int(ns["breaks"].sum()) == 20
     assert effect["unconstrained_invalid"] == effect["unconstrained_found"] == 20
     # the constrained radii are the attack's, whose float arithmetic rounds differently on
-    # other processors (1.125 / 1.438 / 15 on the machine the page quotes, 1.137 / 1.422 /
-    # 16 on an AMD EPYC with the same packages); the unconstrained ones are exact
-    assert 1.10 <= effect["median_growth"] <= 1.16 and 14 <= effect["grew"] <= 17
+    # other processors and whose probes follow the last digits of a line-search point (1.085
+    # / 1.441 / 14 on the machine the page quotes, 1.111 / 1.452 / 16 there before the line
+    # search aimed past the rounding, 1.125 / 1.438 / 15 and 1.137 / 1.422 / 16 on other
+    # processors with earlier versions); the unconstrained ones are exact
+    assert 1.07 <= effect["median_growth"] <= 1.16 and 13 <= effect["grew"] <= 17
     assert 1.38 <= effect["mean_growth"] <= 1.48
     np.testing.assert_allclose(ns["free"].robust_accuracy([0.02, 0.05, 0.1]),
                                [0.6, 0.4667, 0.1667], atol=1e-3)
