@@ -209,16 +209,21 @@ def test_the_projection_reaches_a_nearer_class_than_the_counterexamples():
     assert float(state.best_r[0]) == pytest.approx(0.1, rel=2 * AIM)
 
 
-@pytest.mark.parametrize("budget", [None, 70])
-def test_projection_stays_within_each_inputs_ceiling(budget):
-    """Ten classes, L1: the planned projection reaches 3, what is left goes to the others,
-    one class a round, and no input spends more than its ceiling (the budget, else the
-    plan's passes)."""
+def _ten_class_mlp():
     torch.manual_seed(0)
     net = nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 10)).eval()
     X = np.random.default_rng(1).uniform(0, 1, (8, 6))
     with torch.no_grad():
         y = net(torch.as_tensor(X, dtype=torch.float32)).argmax(1).numpy()
+    return X, y, net
+
+
+@pytest.mark.parametrize("budget", [None, 70])
+def test_projection_stays_within_each_inputs_ceiling(budget):
+    """Ten classes, L1: the planned projection reaches 3, what is left goes to the others,
+    one class a round, and no input spends more than its ceiling (the budget, else the
+    plan's passes)."""
+    X, y, net = _ten_class_mlp()
     state = _state(net, X, y, budget=budget, threat="l1")
     sub = torch.arange(len(X))
     plan = plan_attack(budget, 2, 10, state.config, l1=True)
@@ -265,11 +270,7 @@ def test_a_targeted_statement_is_projected_onto_its_target_alone():
     """A targeted statement's margin has one boundary: what is left is not spent projecting
     onto it again for every other class of a 10-class network (at most a try, a second try
     and a round of the same two per input)."""
-    torch.manual_seed(0)
-    net = nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 10)).eval()
-    X = np.random.default_rng(1).uniform(0, 1, (8, 6))
-    with torch.no_grad():
-        y = net(torch.as_tensor(X, dtype=torch.float32)).argmax(1).numpy()
+    X, y, net = _ten_class_mlp()
     state = _state(net, X, y, budget=None, threat="linf")
     state.statement = Statement(target=int((y[0] + 1) % 10))
     sub = torch.arange(len(X))[torch.as_tensor(y) != state.statement.target]

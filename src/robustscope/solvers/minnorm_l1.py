@@ -56,6 +56,12 @@ LINEAR_SHARE = 0.7
 DENSE_JUMP = 1.0
 
 
+def exclusive_cumsum(v: torch.Tensor) -> torch.Tensor:
+    """``out[:, k] = sum_{j < k} v[:, j]``, by shifting rather than ``cumsum - v``: an
+    unbounded coordinate's ``inf`` would give ``inf - inf`` in the rows after it."""
+    return torch.cat([torch.zeros_like(v[:, :1]), v[:, :-1].cumsum(dim=1)], dim=1)
+
+
 def linear_l1_step(margin: torch.Tensor, grad: torch.Tensor, u: torch.Tensor,
                    lo: torch.Tensor, hi: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The L1-smallest move ``s`` (n, d) with ``margin + <grad, s> <= 0`` and
@@ -73,9 +79,7 @@ def linear_l1_step(margin: torch.Tensor, grad: torch.Tensor, u: torch.Tensor,
     g_sorted, order = g.sort(dim=1, descending=True)
     room_sorted = room.gather(1, order)
     gain = g_sorted * room_sorted  # margin removed by filling each coordinate
-    # removed by the coordinates ahead of each one (shifted, not ``cumsum - gain``: an
-    # unbounded coordinate's gain is inf, and inf - inf would poison the rows after it)
-    before = torch.cat([torch.zeros_like(gain[:, :1]), gain[:, :-1].cumsum(dim=1)], dim=1)
+    before = exclusive_cumsum(gain)  # removed by the coordinates ahead of each one
     left = (need[:, None] - before).clamp_min(0.0)
     take = torch.minimum(room_sorted, left / g_sorted.clamp_min(1e-30))
     take = torch.where(g_sorted > 0, take, torch.zeros_like(take))

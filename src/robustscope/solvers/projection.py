@@ -33,7 +33,7 @@ from robustscope.core.space import FeatureSpace
 from robustscope.core.statement import Statement
 from robustscope.models.base import Classifier
 from robustscope.solvers._common import ScaledProblem
-from robustscope.solvers.minnorm_l1 import linear_l1_step
+from robustscope.solvers.minnorm_l1 import exclusive_cumsum, linear_l1_step
 from robustscope.threats.lp import LpThreat
 
 #: The step covers the predicted margin times ``1 + AIM`` (a point exactly on the linearised
@@ -43,11 +43,6 @@ from robustscope.threats.lp import LpThreat
 AIM = 1e-6
 
 
-def _exclusive_cumsum(v: torch.Tensor) -> torch.Tensor:
-    """``out[:, k] = sum_{j < k} v[:, j]``, exact where ``v`` holds ``inf``."""
-    return torch.cat([torch.zeros_like(v[:, :1]), v[:, :-1].cumsum(dim=1)], dim=1)
-
-
 def _smallest_cover(need: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """Per row the smallest ``t >= 0`` with ``sum_i w_i min(t, b_i) >= need`` (``inf`` where
     no ``t`` does), for ``w`` ``(n, d)`` ``>= 0``, ``b`` ``(n, d)`` ``>= 0`` (may be ``inf``)
@@ -55,7 +50,7 @@ def _smallest_cover(need: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> tor
     b, order = b.sort(dim=1)
     w = w.gather(1, order)
     wb = torch.where(w > 0, w * b, torch.zeros_like(w))  # inf where an unbounded side slopes
-    before = _exclusive_cumsum(wb)  # sum over the breakpoints below b_k (no inf - inf)
+    before = exclusive_cumsum(wb)  # sum over the breakpoints below b_k (no inf - inf)
     rest = w.flip(1).cumsum(dim=1).flip(1)  # sum of w_j over j >= k
     # on [b_(k-1), b_k] the function is before_k + t * rest_k: its value at t = b_k
     at_break = before + torch.where(rest > 0, b * rest, torch.zeros_like(b))
