@@ -12,8 +12,7 @@ from hypothesis import strategies as st
 from torch import nn
 
 from robustscope import FeatureSpace, radius
-from robustscope.core.numerics import rounding_margin
-from robustscope.core.statement import DECISION_CHANGE
+from robustscope.core.statement import DECISION_CHANGE, rounding_margin
 from robustscope.models import wrap_model
 from robustscope.models.base import QueryLedger
 from robustscope.search import engine
@@ -433,7 +432,7 @@ def test_ranking_reuses_the_distances_the_aiming_paid_for():
 
 def test_line_search_points_clear_the_float32_rounding_of_the_boundary():
     """A float32 model: the line search aims past the boundary by the logits' rounding
-    (core.numerics.rounding_margin), so each counterexample it keeps is one in any batch,
+    (core.statement.rounding_margin), so each counterexample it keeps is one in any batch,
     not only in the batch it was checked in."""
     torch.manual_seed(3)
     net = nn.Linear(6, 2)

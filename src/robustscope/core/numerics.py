@@ -1,30 +1,13 @@
-"""Numerics shared by every layer: probabilities to logits, losses computed stably, the
-rounding a margin must clear."""
+"""Numerics shared by every layer: probabilities to logits, losses computed stably."""
 
 from __future__ import annotations
 
 import numpy as np
-import torch
 
 from robustscope.core.errors import InputError
 
 #: Probabilities are clamped to this before a log is taken (log(0) = -inf breaks losses).
 PROBA_FLOOR = 1e-12
-#: Units of the last place, times the size of the logits, by which a point meant to lie past a
-#: model's decision boundary should pass it: closer, the model's own rounding, which for a
-#: float32 network depends on the batch the point is evaluated in, can put it on either side
-#: (a line-search point 1e-6 past a digits MLP's boundary changed the decision in the
-#: search's batch and not in a batch of six).
-ROUNDING_ULPS = 16
-
-
-def rounding_margin(logits: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """``(n,)`` float64: ``ROUNDING_ULPS`` units of ``dtype``'s last place times
-    ``1 + max |logit|`` of each row of ``logits`` ``(n, k)`` (the model computes in
-    ``dtype``): how far past zero a margin should aim to stay a counterexample in any
-    batch."""
-    size = 1 + logits.detach().abs().amax(dim=1).to(torch.float64)
-    return ROUNDING_ULPS * torch.finfo(dtype).eps * size
 
 
 def cross_entropy(logits: np.ndarray, label: np.ndarray) -> np.ndarray:

@@ -41,7 +41,7 @@ from robustscope.core.checks import (
     make_generator,
 )
 from robustscope.core.errors import InputError, RobustscopeWarning
-from robustscope.core.numerics import cross_entropy, rounding_margin
+from robustscope.core.numerics import cross_entropy
 from robustscope.core.result import (
     ATTACKED,
     CENSORED,
@@ -52,7 +52,7 @@ from robustscope.core.result import (
     RadiusResult,
 )
 from robustscope.core.space import FeatureSpace
-from robustscope.core.statement import DECISION_CHANGE, Statement
+from robustscope.core.statement import DECISION_CHANGE, Statement, rounding_margin
 from robustscope.models.base import Classifier, QueryLedger
 from robustscope.models.names import feature_names
 from robustscope.models.threads import AUTO, check_threads, fit_threads, limited_threads

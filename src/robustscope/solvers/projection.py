@@ -28,9 +28,8 @@ import math
 
 import torch
 
-from robustscope.core.numerics import rounding_margin
 from robustscope.core.space import FeatureSpace
-from robustscope.core.statement import Statement
+from robustscope.core.statement import Statement, rounding_margin
 from robustscope.models.base import Classifier
 from robustscope.solvers._common import ScaledProblem
 from robustscope.solvers.minnorm_l1 import exclusive_cumsum, linear_l1_step
@@ -38,7 +37,7 @@ from robustscope.threats.lp import LpThreat
 
 #: The step covers the predicted margin times ``1 + AIM`` (a point exactly on the linearised
 #: boundary is a counterexample only half the time), and at least by the logits' rounding
-#: (:func:`~robustscope.core.numerics.rounding_margin`: a float32 network's margin within a
+#: (:func:`~robustscope.core.statement.rounding_margin`: a float32 network's margin within a
 #: few ulps of zero can change sign with the batch it is computed in).
 AIM = 1e-6
 
