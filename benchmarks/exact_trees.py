@@ -11,8 +11,9 @@ that every input is correctly classified).
 For every model and threat (Linf / L1 / L2):
 
 - ``fast``: :func:`exact_tree_radius` as shipped (program built once per model and space,
-  each input bracketed by the independent-trees bound and greedy leaf walks, MILP only where
-  the bracket stays open, over the cuts within its counterexample);
+  each input bracketed by the independent-trees bound, beam leaf walks and the leaf search,
+  a branch and bound over leaf choices; MILP only where the bracket stays open, over the
+  cuts within its counterexample);
 - ``reference``: the same solver with ``prune=False`` (the MILP search alone, as before the
   fast path), unless ``--no-reference``.
 
@@ -172,11 +173,12 @@ def main() -> None:
                             + (f", censoring differs on {int(cens.sum())}" if cens.any()
                                else ""))
                 closed = res.meta.get("closed_without_milp", 0) if prune else 0
+                searched = res.meta.get("closed_by_leaf_search", 0) if prune else 0
                 counts = Counter(res.status.tolist())
                 medians[(name, threat, path)] = float(np.median(ms))
                 print(f"| {name} | {leaves} | {threat} | {path} | {np.median(ms):.1f} | "
                       f"{np.percentile(ms, 10):.1f} | {np.percentile(ms, 90):.1f} | "
-                      f"{ms.max():.0f} | {closed}/{len(rows)} | "
+                      f"{ms.max():.0f} | {closed}/{len(rows)} ({searched} by leaf search) | "
                       + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
                       + f" | {total - bad}/{total} | {diff} |", flush=True)
                 print(f"# {name} {threat} {path}: {wall:.1f} s", file=sys.stderr, flush=True)

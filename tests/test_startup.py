@@ -19,7 +19,7 @@ import pytest
 SRC = Path(__file__).resolve().parents[1] / "src"
 
 #: Libraries that the start-up and the ``scores`` command must not import.
-HEAVY = ("torch", "matplotlib", "ray", "sqlalchemy", "sklearn", "scipy", "pandas")
+HEAVY = ("torch", "matplotlib", "ray", "sqlalchemy", "sklearn", "scipy", "pandas", "numba")
 
 #: Runs each command line of argv[1] (JSON) in turn in this interpreter; prints, as JSON, the
 #: heavy libraries imported after each (cumulative) and the exit codes.

@@ -44,9 +44,8 @@ class LeafBoxes:
     lo: np.ndarray           # (L, d) largest cut index the leaf is right of, -1 for none
     hi: np.ndarray           # (L, d) smallest cut index the leaf is left of, n_pred for none
     n_pred: int              # the number of predicates (cuts)
-    tree_features: list[np.ndarray]  # per tree, the features some leaf of it is bounded on
-    tree_box: list[np.ndarray]  # per tree, (lo, -hi) of its leaves on those features,
-                                # (n_t, 2, |f_t|): boxes meet where lo - hi < 0
+    feat_flat: np.ndarray    # per tree, the features some leaf of it is bounded on, flat
+    feat_start: np.ndarray   # (n_trees + 1,) tree t's are feat_flat[feat_start[t]:feat_start[t+1]]
 
     @property
     def n_trees(self) -> int:
@@ -95,9 +94,9 @@ def leaf_boxes(prog: Program, n_features: int) -> LeafBoxes:
         scores=np.asarray(scores, dtype=np.float64).reshape(n_leaf, len(prog.const_scores)),
         const=prog.const_scores.copy(),
         blocked=np.asarray(blocked, dtype=bool),
-        lo=lo, hi=hi, n_pred=n_pred, tree_features=features,
-        tree_box=[np.stack([lo[a:b][:, f], -hi[a:b][:, f]], axis=1)
-                  for a, b, f in zip(starts, ends, features, strict=True)])
+        lo=lo, hi=hi, n_pred=n_pred,
+        feat_flat=np.concatenate(features + [np.zeros(0, dtype=np.int64)]).astype(np.int64),
+        feat_start=np.cumsum([0] + [len(f) for f in features]).astype(np.int64))
 
 
 def crossing_costs(costs: Costs) -> tuple[np.ndarray, np.ndarray]:
@@ -180,63 +179,23 @@ def walk(boxes: LeafBoxes, reach: np.ndarray, eps: float, gain: np.ndarray,
     Returns ``(lo, hi, scores)``: the common box (cut indices per feature, ``(d,)`` each) and
     the class scores of every point in it (``(K,)``); None when no choice survives.
     """
-    n_leaf, d = boxes.lo.shape
-    within = reach <= eps
-    counts = np.add.reduceat(within.astype(np.int64), boxes.tree_start)
-    single = within & np.repeat(counts == 1, np.diff(np.append(boxes.tree_start, n_leaf)))
-    own = boxes.const + boxes.scores[single].sum(axis=0)
-    need = need - float(gain[single].sum())  # what the trees with a choice must add
-    multi = np.flatnonzero(counts > 1)
-    best = np.maximum.reduceat(np.where(within, gain, -np.inf), boxes.tree_start)[multi]
-    worst = np.minimum.reduceat(np.where(within, gain, np.inf), boxes.tree_start)[multi]
-    order = np.argsort(worst - best, kind="stable")
-    multi, best = multi[order], best[order]
-    rest = np.append(np.cumsum(best[::-1])[::-1], 0.0)[1:]  # best the later trees can add
-    in_reach = np.flatnonzero(within)
-    reachable = np.split(in_reach, np.searchsorted(in_reach, boxes.tree_start[1:]))
-    if p != np.inf:
-        if costs is None:
-            raise ValueError("walk: p=1 or 2 needs the input's costs")
-        up, down = crossing_costs(costs)
+    from robustscope.solvers.tree_walk import beam_walk  # (loads Numba on first use)
+
+    if p != np.inf and costs is None:
+        raise ValueError("walk: p=1 or 2 needs the input's costs")
+    if p == np.inf:
+        up = down = np.zeros(boxes.n_pred)
+        power, limit = 1.0, np.inf
+    else:
+        up, down = (c[:-1] for c in crossing_costs(costs))
         power = 1.0 if p == 1 else 2.0
         limit = eps ** power * (1 + 1e-12)
-        per = np.zeros((1, d))    # per feature, the cost (L2: squared) of each partial box
-        total = np.zeros(1)       # their sum
-    # the partial boxes as (lo, -hi): intersecting is one maximum
-    box = np.empty((1, 2, d), dtype=np.int64)
-    box[:, 0], box[:, 1] = -1, -boxes.n_pred
-    value = np.zeros(1)
-    scores = own[None, :]
-    for t, later in zip(multi, rest, strict=True):
-        leaves = reachable[t]
-        f = boxes.tree_features[t]  # elsewhere the leaves leave the box as it is
-        c = np.maximum(box[:, None, :, f], boxes.tree_box[t][leaves - boxes.tree_start[t]])
-        ok = (c[:, :, 0] + c[:, :, 1] < 0).all(axis=2)
-        if p != np.inf:
-            c_per = (up[c[:, :, 0]] + down[-c[:, :, 1]]) ** power
-            c_total = (total - per[:, f].sum(axis=1))[:, None] + c_per.sum(axis=2)
-            ok &= c_total <= limit
-        v = np.where(ok, value[:, None] + gain[leaves] + later, -np.inf).ravel()
-        top = v.max()
-        if top < need or top == -np.inf:
-            return None
-        n_ok = int(ok.sum())
-        keep = (np.argpartition(-v, width - 1)[:width] if n_ok > width
-                else np.flatnonzero(ok.ravel()))
-        parent, child = np.divmod(keep, len(leaves))
-        box = box[parent]
-        box[:, :, f] = c.reshape(-1, 2, len(f))[keep]
-        if p != np.inf:
-            per = per[parent]
-            per[:, f] = c_per.reshape(-1, len(f))[keep]
-            total = c_total.ravel()[keep]
-        value = v[keep] - later
-        scores = scores[parent] + boxes.scores[leaves[child]]
-    lo, hi = box[:, 0], -box[:, 1]
-    i = int(np.argmax(value))
-    if value[i] < need:
-        return None
-    return lo[i], hi[i], scores[i]
+    found, lo, hi, scores = beam_walk(
+        boxes.tree_start, boxes.lo, boxes.hi, boxes.scores, boxes.const, boxes.feat_flat,
+        boxes.feat_start, np.ascontiguousarray(reach <= eps),
+        np.ascontiguousarray(gain, dtype=np.float64), int(width), p != np.inf, power,
+        np.ascontiguousarray(up), np.ascontiguousarray(down), float(limit), float(need))
+    return (lo, hi, scores) if found else None
 
 
 def box_point(prog: Program, x0: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
@@ -251,3 +210,31 @@ def box_point(prog: Program, x0: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> 
     above = x0[idx] >= prog.pred_cut[hi[idx]]
     x[idx[above]] = prog.pred_left[hi[idx[above]]]
     return x
+
+
+def cheapest(boxes: LeafBoxes, costs: Costs, reach: np.ndarray, eps: float, gain: np.ndarray,
+             need: float, p: float, node_limit: int) -> tuple[bool, float, np.ndarray,
+                                                              np.ndarray, int]:
+    """Exact search for the cheapest box that reaches a total ``gain`` of ``need``, below
+    the cost of a known counterexample of radius ``eps``: branch and bound over one leaf
+    per tree among the leaves within reach ``eps`` (``reach`` ``(L,)`` from
+    :func:`leaf_reach` in the same norm ``p``), pruned by the box's cost and by the
+    independent-trees bound restricted to the leaves that still meet the box (see
+    :func:`robustscope.solvers.tree_walk.cheapest_leaves`).
+
+    Returns ``(complete, radius, lo, hi, nodes)``: ``radius`` the Lp norm (scaled units) of
+    the cheapest box found, ``eps`` when none is cheaper; ``lo`` / ``hi`` its cut indices
+    ``(d,)`` (meaningful only when ``radius < eps``); ``complete`` True when the search
+    finished within ``node_limit`` nodes, so that no box cheaper than ``radius`` (to a
+    relative 1e-12) reaches ``need``; ``nodes`` the nodes visited."""
+    from robustscope.solvers.tree_walk import cheapest_leaves  # (loads Numba on first use)
+
+    up, down = (np.ascontiguousarray(c[:-1]) for c in crossing_costs(costs))
+    p_kind = 0 if p == np.inf else (1 if p == 1 else 2)
+    power = 2.0 if p_kind == 2 else 1.0
+    done, cost, lo, hi, nodes = cheapest_leaves(
+        boxes.tree_start, boxes.lo, boxes.hi, boxes.feat_flat, boxes.feat_start,
+        np.ascontiguousarray(reach <= eps), np.ascontiguousarray(gain, dtype=np.float64),
+        float(need), p_kind, up, down, float(eps) ** power, int(node_limit))
+    radius = float(cost) ** (1.0 / power) if cost < float(eps) ** power else float(eps)
+    return bool(done), radius, lo, hi, int(nodes)
