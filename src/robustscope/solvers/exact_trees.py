@@ -25,8 +25,10 @@ Build once, prune first: the input-independent program (:mod:`tree_program`) and
 leaves' boxes (:mod:`tree_bounds`) are built once per (ensemble, feature space) and cached by
 content; one HiGHS instance is kept per worker thread and option set. Each input is first
 bracketed without a program (:func:`_prune`: the independent-trees lower bound, beam leaf
-walks for a verified counterexample); most inputs close there, and the MILP search below
-runs only on the open bracket, over the cuts within its counterexample's radius.
+walks for a verified counterexample), then :func:`_exhaust` tries to close the bracket by a
+branch and bound over leaf choices below that counterexample; most inputs close there, and
+the MILP search below runs only on the open bracket, over the cuts within its
+counterexample's radius.
 ``prune=False`` runs the MILP search alone (the reference of the tests and the benchmark).
 
 Search: programs are solved with a radius cutoff; every cut whose crossing alone costs more
@@ -749,7 +751,8 @@ def exact_tree_radius(
     clean_class : ``(n,)`` the model's decision at each input when already known (saves a
         query per input).
     prune : bracket each input first without a program (:func:`_prune`: the
-        independent-trees lower bound, beam leaf walks for a counterexample) and solve
+        independent-trees lower bound, beam leaf walks for a counterexample, then the
+        branch and bound over leaf choices of :func:`_exhaust`) and solve
         programs only where the bracket stays open, over the cuts within its counterexample's
         radius. ``False`` runs the MILP search alone (the reference the tests compare with).
     threads : thread use, as for :func:`robustscope.radius`: ``"auto"`` (HiGHS runs on one
@@ -763,7 +766,8 @@ def exact_tree_radius(
     verification), ``censored``, ``misclassified`` or ``satisfied``; ``adv_prediction`` the
     model's class at the counterexample; ``meta`` the program's size, the inputs whose
     verification failed, ``program_cached`` (the program came from the cache),
-    ``closed_without_milp`` (inputs whose bracket the pruning closed) and ``refused_bounds``
+    ``closed_without_milp`` (inputs whose bracket the pruning closed), of them
+    ``closed_by_leaf_search`` (closed by :func:`_exhaust`), and ``refused_bounds``
     (inputs where a program's bound lay above a verified counterexample, so the solver was
     wrong there and that bound was not used).
     """

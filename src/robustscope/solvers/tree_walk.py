@@ -51,6 +51,42 @@ def _stable_order(keys: np.ndarray, n: int, limit: int) -> np.ndarray:
 
 
 @njit(cache=True)
+def _trees_with_choice(tree_start, n_leaf, within, gain):
+    """Per tree, its leaves within reach: ``(counts, best, only, multi)``: how many (``(T,)``),
+    the most ``gain`` among them (``(T,)``), the single one of a tree that has one (``(T,)``,
+    -1 elsewhere), and the trees with more than one, those whose gains spread most first
+    (ties in tree order)."""
+    n_tree = len(tree_start)
+    counts = np.zeros(n_tree, np.int64)
+    best = np.full(n_tree, -np.inf)
+    worst = np.full(n_tree, np.inf)
+    only = np.full(n_tree, -1, np.int64)
+    for t in range(n_tree):
+        end = tree_start[t + 1] if t + 1 < n_tree else n_leaf
+        for leaf in range(tree_start[t], end):
+            if within[leaf]:
+                counts[t] += 1
+                only[t] = leaf
+                best[t] = max(best[t], gain[leaf])
+                worst[t] = min(worst[t], gain[leaf])
+        if counts[t] != 1:
+            only[t] = -1
+    n_multi = 0
+    for t in range(n_tree):
+        if counts[t] > 1:
+            n_multi += 1
+    multi = np.empty(n_multi, np.int64)
+    spread = np.empty(n_multi)
+    n_multi = 0
+    for t in range(n_tree):
+        if counts[t] > 1:
+            multi[n_multi] = t
+            spread[n_multi] = worst[t] - best[t]
+            n_multi += 1
+    return counts, best, only, multi[_stable_order(spread, n_multi, n_multi)]
+
+
+@njit(cache=True)
 def beam_walk(tree_start, lo, hi, leaf_scores, const, feat_flat, feat_start, within, gain,
               width, finite, power, up, down, limit, need):
     """One beam walk; see :func:`robustscope.solvers.tree_bounds.walk` for its meaning.
@@ -71,40 +107,16 @@ def beam_walk(tree_start, lo, hi, leaf_scores, const, feat_flat, feat_start, wit
     n_pred = len(up)
     fail = (False, np.zeros(d, np.int64), np.zeros(d, np.int64), np.zeros(n_cls))
 
-    # trees with one leaf within reach keep it (the whole ball lies in it)
-    counts = np.zeros(n_tree, np.int64)
-    best = np.full(n_tree, -np.inf)
-    worst = np.full(n_tree, np.inf)
+    # trees with one leaf within reach keep it (the whole ball lies in it); the others are
+    # walked, those whose reachable gains spread most first
+    counts, best, only, multi = _trees_with_choice(tree_start, n_leaf, within, gain)
     own = const.copy()
     single_gain = 0.0
     for t in range(n_tree):
-        end = tree_start[t + 1] if t + 1 < n_tree else n_leaf
-        first = -1
-        for leaf in range(tree_start[t], end):
-            if within[leaf]:
-                counts[t] += 1
-                first = leaf
-                best[t] = max(best[t], gain[leaf])
-                worst[t] = min(worst[t], gain[leaf])
-        if counts[t] == 1:
-            own += leaf_scores[first]
-            single_gain += gain[first]
+        if only[t] >= 0:
+            own += leaf_scores[only[t]]
+            single_gain += gain[only[t]]
     need = need - single_gain
-
-    # the other trees, those whose reachable gains spread most first
-    n_multi = 0
-    for t in range(n_tree):
-        if counts[t] > 1:
-            n_multi += 1
-    multi = np.empty(n_multi, np.int64)
-    spread = np.empty(n_multi)
-    n_multi = 0
-    for t in range(n_tree):
-        if counts[t] > 1:
-            multi[n_multi] = t
-            spread[n_multi] = worst[t] - best[t]
-            n_multi += 1
-    multi = multi[_stable_order(spread, n_multi, n_multi)]
     rest = np.zeros(len(multi))  # the best the later trees can add
     for i in range(len(multi) - 2, -1, -1):
         rest[i] = rest[i + 1] + best[multi[i + 1]]
@@ -228,34 +240,13 @@ def cheapest_leaves(tree_start, lo, hi, feat_flat, feat_start, within, gain, nee
     tree_end = np.empty(n_tree, np.int64)
     for t in range(n_tree):
         tree_end[t] = tree_start[t + 1] if t + 1 < n_tree else n_leaf
-    counts = np.zeros(n_tree, np.int64)
-    best = np.full(n_tree, -np.inf)
-    worst = np.full(n_tree, np.inf)
+    counts, best, only, multi = _trees_with_choice(tree_start, n_leaf, within, gain)
     fixed_gain = 0.0
     for t in range(n_tree):
-        only = -1
-        for leaf in range(tree_start[t], tree_end[t]):
-            if within[leaf]:
-                counts[t] += 1
-                only = leaf
-                best[t] = max(best[t], gain[leaf])
-                worst[t] = min(worst[t], gain[leaf])
-        if counts[t] == 1:
-            fixed_gain += gain[only]
+        if only[t] >= 0:
+            fixed_gain += gain[only[t]]
     need = need - fixed_gain
-    n_multi = 0
-    for t in range(n_tree):
-        if counts[t] > 1:
-            n_multi += 1
-    multi = np.empty(n_multi, np.int64)
-    spread = np.empty(n_multi)
-    n_multi = 0
-    for t in range(n_tree):
-        if counts[t] > 1:
-            multi[n_multi] = t
-            spread[n_multi] = worst[t] - best[t]
-            n_multi += 1
-    multi = multi[_stable_order(spread, n_multi, n_multi)]
+    n_multi = len(multi)
     # per depth, the tree's leaves within reach, most gain first
     offset = np.zeros(n_multi + 1, np.int64)
     for i in range(n_multi):
