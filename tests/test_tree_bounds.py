@@ -216,18 +216,24 @@ def test_max_radius_fast_path_censors_as_reference(threat: str) -> None:
     assert (fast.status == "censored").any()
 
 
+def _wavy_xgb(seed: int, n: int, n_trees: int, n_rows: int):
+    """An XGBoost model of depth 3 on a curved 4-feature problem, its feature space, and its
+    first ``n_rows`` training rows labelled by the model."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, 4))
+    y = (np.sin(2 * X[:, 0]) + X[:, 1] * X[:, 2] - 0.5 * X[:, 3] > 0).astype(int)
+    model = xgb.XGBClassifier(n_estimators=n_trees, max_depth=3, n_jobs=1, random_state=0)
+    model.fit(X, y)
+    space = FeatureSpace.from_arrays(X.min(axis=0) - 0.5, X.max(axis=0) + 0.5)
+    rows = X[:n_rows]
+    labels = np.asarray(model.predict_proba(rows)).argmax(axis=1)
+    return model, wrap_tree_model(model), space, rows, labels
+
+
 def test_a_bound_above_a_verified_counterexample_is_refused(monkeypatch) -> None:
     """A solver that claims a minimum above a counterexample already verified is wrong there:
     its bound must not close the bracket (the input stays open, and meta names it)."""
-    rng = np.random.default_rng(4)
-    X = rng.normal(size=(300, 4))
-    y = (np.sin(2 * X[:, 0]) + X[:, 1] * X[:, 2] - 0.5 * X[:, 3] > 0).astype(int)
-    model = xgb.XGBClassifier(n_estimators=30, max_depth=3, n_jobs=1, random_state=0)
-    model.fit(X, y)
-    clf = wrap_tree_model(model)
-    space = FeatureSpace.from_arrays(X.min(axis=0) - 0.5, X.max(axis=0) + 0.5)
-    rows = X[:12]
-    labels = np.asarray(model.predict_proba(rows)).argmax(axis=1)
+    model, clf, space, rows, labels = _wavy_xgb(seed=4, n=300, n_trees=30, n_rows=12)
     monkeypatch.setattr(exact_trees, "SEARCH_NODES", 0)  # (the leaf search would close all)
     honest = exact_tree_radius(clf, rows, labels, space, "l1")
     assert honest.meta["closed_without_milp"] < len(rows)  # some programs run
@@ -422,15 +428,7 @@ def test_leaf_search_finds_the_brute_force_radius(seed: int, kind: str, threat: 
 def test_leaf_search_closes_brackets_the_walks_leave_open(threat: str) -> None:
     """On an ensemble of 40 trees the walks alone leave brackets open; the leaf search closes
     some of them without a program, with the MILP's radii."""
-    rng = np.random.default_rng(21)
-    X = rng.normal(size=(400, 4))
-    y = (np.sin(2 * X[:, 0]) + X[:, 1] * X[:, 2] - 0.5 * X[:, 3] > 0).astype(int)
-    model = xgb.XGBClassifier(n_estimators=40, max_depth=3, n_jobs=1, random_state=0)
-    model.fit(X, y)
-    clf = wrap_tree_model(model)
-    space = FeatureSpace.from_arrays(X.min(axis=0) - 0.5, X.max(axis=0) + 0.5)
-    rows = X[:10]
-    labels = np.asarray(model.predict_proba(rows)).argmax(axis=1)
+    model, clf, space, rows, labels = _wavy_xgb(seed=21, n=400, n_trees=40, n_rows=10)
     fast = exact_tree_radius(clf, rows, labels, space, threat)
     ref = exact_tree_radius(clf, rows, labels, space, threat, prune=False)
     assert fast.meta["closed_by_leaf_search"] > 0
