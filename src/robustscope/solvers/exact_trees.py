@@ -933,7 +933,9 @@ class _Bracket:
     """What :func:`_prune` settled for one input: ``cand[index]`` (Linf candidate radii of
     the input) is certified free of counterexamples (-1: nothing certified), so the radius is
     at least ``lower``; ``radius`` / ``x`` / ``cls`` a verified counterexample (``inf`` when
-    none was found); ``clean`` the parsed class scores at the input ``(K,)``."""
+    none was found); ``clean`` the parsed class scores at the input ``(K,)``; ``costs`` the
+    input's crossing costs and ``reach`` its leaves' reach ``(L,)``, both in the threat's
+    norm (the leaf search starts from them)."""
 
     index: int
     lower: float
@@ -941,6 +943,8 @@ class _Bracket:
     x: np.ndarray
     cls: int
     clean: np.ndarray
+    costs: Costs
+    reach: np.ndarray
 
     def closed(self) -> bool:
         return (np.isfinite(self.radius)
@@ -993,7 +997,8 @@ def _prune(comp: _Compiled, ens: TreeEnsemble, check: Check, space: FeatureSpace
     # radius > cand[index], and every radius is at least the next candidate
     nxt = int(np.searchsorted(all_costs, cand[index], side="right")) if index >= 0 else 0
     lower = float(all_costs[nxt]) if nxt < len(all_costs) else np.inf
-    bracket = _Bracket(index if p == math.inf else -1, lower, np.inf, x0.copy(), -1, clean)
+    bracket = _Bracket(index if p == math.inf else -1, lower, np.inf, x0.copy(), -1, clean,
+                       costs, reach)
     if index + 1 >= len(cand):
         return bracket
     rivals = [target] if target is not None else [
@@ -1086,8 +1091,6 @@ def _exhaust(comp: _Compiled, ens: TreeEnsemble, check: Check, space: FeatureSpa
     if (not np.isfinite(bracket.radius) or space.groups or holds_relations
             or (target is not None and k_cls > 2)):
         return False
-    costs = input_costs(prog, x0, space, p)
-    reach = leaf_reach(boxes, costs, p)
     rivals = [target] if target is not None else [
         int(j) for j in np.argsort(bracket.clean[yi] - bracket.clean, kind="stable")
         if j != yi]
@@ -1099,7 +1102,8 @@ def _exhaust(comp: _Compiled, ens: TreeEnsemble, check: Check, space: FeatureSpa
             return False
         margin = -prog.tie_tol if j < yi else prog.tie_tol
         done, r, lo, hi, _ = cheapest(
-            boxes, costs, reach, bracket.radius, boxes.scores[:, j] - boxes.scores[:, yi],
+            boxes, bracket.costs, bracket.reach, bracket.radius,
+            boxes.scores[:, j] - boxes.scores[:, yi],
             margin - boxes.const[j] + boxes.const[yi], p, nodes)
         complete &= done
         if r < bracket.radius:
