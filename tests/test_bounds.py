@@ -261,6 +261,45 @@ def test_forward_bounds_hold_every_sampled_node_value(p):
             assert (v >= lo - 1e-9).all() and (v <= hi + 1e-9).all(), k
 
 
+@pytest.mark.parametrize("p", [2.0, 1.0])
+def test_first_layer_takes_the_balls_dual_norm_where_forward_mode_does_not_fit(p, monkeypatch):
+    """Without forward mode, a node affine in the input is bounded over the L1 / L2 ball by
+    its rows' dual norms (and over the box by IBP): where the box does not bind that is
+    forward mode's exact bound, it encloses sampled values, and it certifies more than IBP
+    alone (the fallback before)."""
+    from robustscope.solvers.bounds import dual_norm, forward
+
+    rng = np.random.default_rng(8)
+    net = small_cnn(4).double()
+    graph = read_network(net, (1, 8, 8))
+    first = graph.nodes[graph.relus[0]].parents[0]
+    x = torch.full((2, 64), 0.5, dtype=torch.float64) + 0.01 * torch.rand(2, 64)
+    eps = torch.full((2,), {2.0: 0.3, 1.0: 0.45}[p], dtype=torch.float64)  # inside the box
+    dom = make_domain(x, -x, 1 - x, torch.ones(64), eps, p)
+    exact = preactivation_bounds(graph, dom)[first]
+    monkeypatch.setattr(forward, "MAX_FORWARD_WORK", 0)
+    monkeypatch.setattr(propagate, "MAX_CROWN_WORK", 0)
+    ball = preactivation_bounds(graph, dom)[first]
+    for e, b in zip(exact, ball, strict=True):
+        torch.testing.assert_close(b, e, rtol=1e-6, atol=1e-7)  # (L2: a bisected dual)
+    for _ in range(50):
+        g = torch.as_tensor(rng.standard_normal((2, 64)))
+        u = g / torch.linalg.vector_norm(g, ord=p, dim=1, keepdim=True) * eps[:, None]
+        v = graph.forward((x + u).reshape(2, 1, 8, 8))[first]
+        assert (v >= ball[0] - 1e-9).all() and (v <= ball[1] + 1e-9).all()
+
+    with torch.no_grad():
+        y = net(x.reshape(2, 1, 8, 8)).argmax(1)
+    tol = torch.zeros(2, dtype=torch.float64)
+    upper = torch.full((2,), 5.0, dtype=torch.float64)
+    with_norms = certified_radius(graph, dom, y, upper, tol, "crown")
+    monkeypatch.setattr(propagate, "ball_bounds",
+                        lambda net, dom, k, value: (value - math.inf, value + math.inf))
+    interval_only = certified_radius(graph, dom, y, upper, tol, "crown")
+    assert (with_norms > 1.5 * interval_only).all()
+    assert dual_norm.row_norms(graph, first, dom.scale, p).shape == (graph.nodes[first].size,)
+
+
 def test_forward_bounds_equal_crown_after_one_relu_layer():
     net = random_mlp(7, 5, (9,), 4).double()
     graph = read_network(net, (5,))

@@ -21,6 +21,7 @@ import math
 import torch
 
 from robustscope.solvers.bounds.domain import Domain
+from robustscope.solvers.bounds.dual_norm import ball_bounds
 from robustscope.solvers.bounds.forward import ForwardBounds, forward_fits
 from robustscope.solvers.bounds.graph import AFFINE, INPUT, RELU, SUM, Network
 from robustscope.solvers.bounds.relaxation import relu_relaxation
@@ -112,6 +113,7 @@ def preactivation_bounds(net: Network, dom: Domain, ibp: Bounds | None = None,
     bounds = _Clamped(splits)
     depth, carried = crown_plan(net)
     fwd = ForwardBounds(net, dom) if forward_fits(net, n) else None
+    clean = None  # every node's value at the inputs, where needed
     with torch.no_grad():
         for r in net.relus:
             k = net.nodes[r].parents[0]
@@ -126,6 +128,11 @@ def preactivation_bounds(net: Network, dom: Domain, ibp: Bounds | None = None,
             if fwd is not None:
                 f_lo, f_hi = fwd.bounds(k, bounds)
                 lo, hi = torch.maximum(lo, f_lo), torch.minimum(hi, f_hi)
+            elif depth[k] == 0:  # L1 / L2 without forward mode: the ball's dual norm
+                if clean is None:
+                    clean = net.forward(dom.x.reshape(n, *net.input_shape))
+                b_lo, b_hi = ball_bounds(net, dom, k, clean[k].reshape(n, -1))
+                lo, hi = torch.maximum(lo, b_lo), torch.minimum(hi, b_hi)
             shape = (n, *net.nodes[k].shape)
             unstable = (lo < 0) & (hi > 0)
             m = int(unstable.sum(dim=1).max()) if n else 0
