@@ -387,6 +387,30 @@ def test_domain_minimum_against_linear_programming(p):
             assert got[s] >= -0.6 * np.linalg.norm(gs) - 1e-12
 
 
+@pytest.mark.parametrize("eps", [0.05, 0.4, 1.2, 3.0])
+def test_l2_dual_reaches_the_convex_programs_minimum(eps):
+    """The L2 dual's multiplier iteration gives the minimum of the convex program over box
+    and ball (solved by SLSQP here) from below, whether the ball, the box or both bind."""
+    from scipy.optimize import minimize
+
+    rng = np.random.default_rng(11)
+    d, rows = 12, 6
+    x = torch.as_tensor(np.where(rng.uniform(size=(1, d)) < 0.5, 0.0, rng.uniform(size=(1, d))))
+    dom = make_domain(x, -x, 1 - x, torch.ones(d), torch.tensor([eps]), 2.0)
+    g = torch.as_tensor(rng.standard_normal((1, rows, d)) * rng.uniform(0.01, 3, (1, rows, 1)))
+    got = dom.minimum(g)[0].numpy() - (g[0].numpy() @ x[0].numpy())
+    lo, hi = -x[0].numpy(), 1 - x[0].numpy()
+    for s in range(rows):
+        gs = g[0, s].numpy()
+        res = minimize(lambda u, gs=gs: gs @ u, np.zeros(d), jac=lambda u, gs=gs: gs,
+                       bounds=list(zip(lo, hi, strict=True)), method="SLSQP",
+                       constraints=[{"type": "ineq", "fun": lambda u: eps ** 2 - u @ u,
+                                     "jac": lambda u: -2 * u}],
+                       options={"ftol": 1e-14, "maxiter": 500})
+        assert got[s] <= res.fun + 1e-9
+        assert got[s] >= res.fun - 1e-6 * (1 + abs(res.fun))
+
+
 def _digits_box(n_features: int) -> FeatureSpace:
     return FeatureSpace.box(n_features)
 

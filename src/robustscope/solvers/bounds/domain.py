@@ -8,8 +8,9 @@ In scaled units ``u = (x' - x) / scale`` the domain of input ``i`` is
 - L1: a fractional knapsack (move the coordinates of largest ``|g_i|`` first, each as far as
   its box allows, until the budget ``eps`` is spent); exact;
 - L2: Lagrangian duality, ``max_{lam >= 0} sum_i min_{u_i in box} (g_i u_i + lam u_i^2) -
-  lam eps^2``, each ``lam`` a valid bound (weak duality); ``lam`` is found by bisection on
-  the dual's derivative. Without the box it equals the dual-norm bound ``-eps ||g||_2``;
+  lam eps^2``, each ``lam`` a valid bound (weak duality); ``lam`` is found by a monotone
+  fixed-point iteration on the clipped coordinates (:func:`_l2_minimum`). Without the box
+  it equals the dual-norm bound ``-eps ||g||_2``;
   with it, never looser than either the box or the dual norm alone.
 """
 
@@ -20,11 +21,11 @@ from dataclasses import dataclass
 
 import torch
 
-#: Bisection steps on log(lam) for the L2 dual, over a factor e^28 (lam to within a factor
-#: e^(28 / 2^16), 0.04%). Every lam gives a valid bound and the dual is flat at its optimum,
-#: so the steps only trade tightness for time: on the digits MLP (20 inputs, CROWN) the sum of
-#: the certified L2 radii moved by 8e-9 relative from 32 steps to 16, at 0.6x the time.
-L2_DUAL_STEPS = 16
+#: Most steps towards the L2 dual's multiplier (:func:`_l2_minimum`). Every multiplier gives
+#: a valid bound and the steps rise to the best one, stopping when the clipped coordinates no
+#: longer change; on rows of 784 coordinates with MNIST-like boxes 5 steps came within 3e-8
+#: of the bisection of 16 steps this replaced (and above it elsewhere), at a third the time.
+L2_DUAL_STEPS = 8
 
 
 @dataclass
@@ -97,26 +98,32 @@ def _l1_minimum(g: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor,
 
 def _l2_minimum(g: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor,
                 eps: torch.Tensor) -> torch.Tensor:
-    """Lagrangian dual bound of ``min g . u`` over box and L2 ball (valid for every lam)."""
-    e = eps[:, None]
+    """Lagrangian dual bound of ``min g . u`` over box and L2 ball (valid for every lam).
 
-    def dual(lam: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        lam_ = lam[..., None]
-        u = torch.minimum(torch.maximum(-g / (2 * lam_), lo), hi)
-        return (g * u + lam_ * u * u).sum(-1) - lam * e * e, (u * u).sum(-1)
-
-    box = torch.minimum(g * lo, g * hi).sum(-1)  # lam = 0
+    With ``t = 1 / (2 lam)`` the dual's minimiser is ``u(t) = clip(-g t, lo, hi)`` and the
+    best ``t`` solves ``||u(t)||^2 = eps^2``. From ``t = eps / ||g||`` (no coordinate
+    clipped) each step solves that equation with the clipped set of the current ``t`` held
+    fixed: ``t <- sqrt((eps^2 - C) / A)``, ``A`` the summed ``g_i^2`` of the free
+    coordinates, ``C`` the squared clipped ones. Clipping more coordinates only shrinks
+    ``||u||``, so the steps rise monotonically to the root and stop once the clipped set no
+    longer changes (at most :data:`L2_DUAL_STEPS`)."""
+    e2 = (eps * eps)[:, None]
     norm = torch.linalg.vector_norm(g, dim=-1)
     with torch.no_grad():
-        top = (norm / (2 * e.clamp_min(1e-300))).clamp_min(1e-300)  # the box only lowers lam
-        lo_log, hi_log = torch.log(top) - 28.0, torch.log(top)
+        t = (eps[:, None] / norm.clamp_min(1e-300)).clamp_min(1e-300)
         for _ in range(L2_DUAL_STEPS):
-            mid = (lo_log + hi_log) / 2
-            _, sq = dual(torch.exp(mid))
-            grow = sq > e * e  # derivative positive: lam too small
-            lo_log = torch.where(grow, mid, lo_log)
-            hi_log = torch.where(grow, hi_log, mid)
-        lam = torch.exp((lo_log + hi_log) / 2)
-    value, _ = dual(lam)
+            v = -g * t[..., None]
+            free = (v > lo) & (v < hi)
+            u = torch.minimum(torch.maximum(v, lo), hi)
+            a = torch.where(free, g * g, 0.0).sum(-1)
+            c = torch.where(free, 0.0, u * u).sum(-1)
+            step = torch.sqrt((e2 - c).clamp_min(0) / a.clamp_min(1e-300))
+            grown = step > t * (1 + 1e-12)
+            if not bool(grown.any()):
+                break
+            t = torch.where(grown, step, t)
+    u = torch.minimum(torch.maximum(-g * t[..., None], lo), hi)
+    value = (g * u).sum(-1) + ((u * u).sum(-1) - e2) / (2 * t)
     value = torch.where(norm > 0, value, torch.zeros_like(value))
+    box = torch.minimum(g * lo, g * hi).sum(-1)  # lam = 0
     return torch.maximum(value, box)
