@@ -298,6 +298,9 @@ def test_first_layer_takes_the_balls_dual_norm_where_forward_mode_does_not_fit(p
     interval_only = certified_radius(graph, dom, y, upper, tol, "crown")
     assert (with_norms > 1.5 * interval_only).all()
     assert dual_norm.row_norms(graph, first, dom.scale, p).shape == (graph.nodes[first].size,)
+    monkeypatch.setattr(dual_norm, "MAX_ROW_WORK", 0)  # too big a node: IBP's bound stays
+    lo, hi = dual_norm.ball_bounds(graph, dom, first, ball[0].reshape(2, -1))
+    assert torch.isinf(lo).all() and torch.isinf(hi).all()
 
 
 def test_forward_bounds_equal_crown_after_one_relu_layer():

@@ -27,6 +27,15 @@ from robustscope.solvers.bounds.graph import AFFINE, SUM, Network
 #: Most values (rows x the widest node up to the bounded one) held at once while the row
 #: norms are computed.
 MAX_ROW_COEFFICIENTS = 2 ** 24
+#: Most values the row norms of one node may take in all (256 chunks): the tiny colour CNN's
+#: first convolution takes 6.7e7, a CIFAR ResNet's about 4.3e9 (about 256 passes of a batch
+#: of 256 images); a node above it keeps IBP's bound.
+MAX_ROW_WORK = 2 ** 32
+
+
+def affordable(net: Network, k: int) -> bool:
+    """Whether node ``k``'s row norms are within :data:`MAX_ROW_WORK`."""
+    return net.nodes[k].size * max(nd.size for nd in net.nodes[:k + 1]) <= MAX_ROW_WORK
 
 
 def row_norms(net: Network, k: int, scale: torch.Tensor, p: float) -> torch.Tensor:
@@ -78,7 +87,10 @@ def _value(net: Network, x: torch.Tensor, k: int) -> torch.Tensor:
 def ball_bounds(net: Network, dom: Domain, k: int, value: torch.Tensor
                 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(lower, upper)``, each ``(n, size of k)``: node ``k`` (an affine function of the
-    input) over each input's ball alone, from its clean ``value`` ``(n, size of k)``."""
+    input) over each input's ball alone, from its clean ``value`` ``(n, size of k)``;
+    unbounded where the row norms are not :func:`affordable`."""
+    if not affordable(net, k):
+        return value - math.inf, value + math.inf
     norms = row_norms(net, k, dom.scale, dom.p)
     reach = dom.eps[:, None] * norms[None, :]
     return value - reach, value + reach
