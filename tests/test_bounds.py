@@ -320,9 +320,10 @@ def test_forward_bounds_equal_crown_after_one_relu_layer():
 
 def test_certified_radius_closes_its_bracket(monkeypatch):
     """Regula falsi ends with the certified radius proven and an unproven probe within
-    BISECT_RTOL (or GAP_RTOL of the bracket left) above it, in a few probes; on most inputs
-    that is within the same tolerance of the largest strength CROWN proves (60 halvings
-    here; CROWN's bound is not monotone in the strength everywhere, so not on all)."""
+    BISECT_RTOL (or GAP_RTOL of the smaller of itself and the bracket left) above it, in a
+    few probes; on most inputs that is within the same tolerance of the largest strength
+    CROWN proves (60 halvings here; CROWN's bound is not monotone in the strength
+    everywhere, so not on all)."""
     net = random_mlp(5, 4, (12, 12), 3).double()
     graph = read_network(net, (4,))
     x = torch.as_tensor(np.random.default_rng(5).uniform(0.2, 0.8, (6, 4)))
@@ -351,7 +352,8 @@ def test_certified_radius_closes_its_bracket(monkeypatch):
     unproven = torch.cat([m for _, _, m in probes]) <= 0
     for i in range(6):
         mine = (rows == x[i]).all(dim=1)
-        width = torch.maximum(BISECT_RTOL * eps, GAP_RTOL * (upper[i] - eps))
+        width = torch.maximum(BISECT_RTOL * eps,
+                              GAP_RTOL * torch.minimum(eps, upper[i] - eps))
         above = mine & unproven & (eps > got[i]) & (eps - got[i] <= width)
         assert above.any(), i
     assert len(probes) <= 8
@@ -360,8 +362,31 @@ def test_certified_radius_closes_its_bracket(monkeypatch):
         mid = (a + b) / 2
         ok = proven(graph, dom.with_eps(mid), y, tol, "crown")
         a, b = torch.where(ok, mid, a), torch.where(ok, b, mid)
-    width = torch.maximum(BISECT_RTOL * a, GAP_RTOL * (upper - a))
+    width = torch.maximum(BISECT_RTOL * a, GAP_RTOL * torch.minimum(a, upper - a))
     assert ((got >= a - width) & (got <= a * (1 + 1e-9))).sum() >= 5
+
+
+def test_a_loose_bound_is_still_found_to_two_percent_of_itself():
+    """Far below the attack's radius (IBP, the radius 100x the bound), the bound comes
+    within GAP_RTOL of the largest strength IBP proves: the gap rule does not stop at 2% of
+    the open bracket, which would be many times the bound itself."""
+    net = random_mlp(6, 4, (16, 16), 3).double()
+    graph = read_network(net, (4,))
+    x = torch.as_tensor(np.random.default_rng(6).uniform(0.3, 0.7, (5, 4)))
+    dom = make_domain(x, torch.full((5, 4), -10.0), torch.full((5, 4), 10.0), torch.ones(4),
+                      torch.ones(5), math.inf)
+    with torch.no_grad():
+        logits = graph.logits(x)
+    y = logits.argmax(1)
+    tol = margin_tolerance(logits, torch.float64)
+    a, b = torch.zeros(5, dtype=torch.float64), torch.full((5,), 10.0, dtype=torch.float64)
+    for _ in range(60):  # IBP's bound only loosens as the box grows: bisection is exact
+        mid = (a + b) / 2
+        ok = proven(graph, dom.with_eps(mid), y, tol, "ibp")
+        a, b = torch.where(ok, mid, a), torch.where(ok, b, mid)
+    got = certified_radius(graph, dom, y, 100 * a, tol, "ibp")
+    assert (got <= a * (1 + 1e-9)).all()
+    assert (got >= a * (1 - GAP_RTOL)).all()
 
 
 @pytest.mark.parametrize("p", [1.0, 2.0])
