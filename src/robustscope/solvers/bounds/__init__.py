@@ -5,7 +5,11 @@
 - :mod:`.domain` is the set of inputs a bound covers: the feature space's box intersected
   with the threat's Lp ball, and the exact (Linf, L1) or dual (L2) minimum of a linear
   function over it;
+- :mod:`.forward` bounds every node by forward-mode linear functions (small networks);
+- :mod:`.dual_norm` bounds a node affine in the input over an L1 / L2 ball by its rows'
+  dual norms (where forward mode does not fit);
 - :mod:`.propagate` computes lower bounds of linear functions of the logits;
+- :mod:`.branch` proves a decision at one strength by branch and bound over unstable ReLUs;
 - :mod:`.certify` turns them into a certified radius per input by bisection.
 
 Everything runs in float64 on the model's device: see :mod:`.certify` for how rounding is
