@@ -281,7 +281,7 @@ def test_first_layer_takes_the_balls_dual_norm_where_forward_mode_does_not_fit(p
     monkeypatch.setattr(propagate, "MAX_CROWN_WORK", 0)
     ball = preactivation_bounds(graph, dom)[first]
     for e, b in zip(exact, ball, strict=True):
-        torch.testing.assert_close(b, e, rtol=1e-6, atol=1e-7)  # (L2: a bisected dual)
+        torch.testing.assert_close(b, e, rtol=1e-6, atol=1e-7)  # (L2: a dual, to 1e-8)
     for _ in range(50):
         g = torch.as_tensor(rng.standard_normal((2, 64)))
         u = g / torch.linalg.vector_norm(g, ord=p, dim=1, keepdim=True) * eps[:, None]
