@@ -46,6 +46,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from core_digits import digits_split, train_mlp
+from native_stdout import markdown_only
 
 from robustscope import FeatureSpace
 from robustscope.search.engine import EXACT_RTOL, SearchConfig, radius
@@ -156,6 +157,7 @@ def auto_lirpa_status() -> str:
 
 
 def main() -> None:
+    markdown_only()  # (HiGHS prints to descriptor 1 directly)
     parser = argparse.ArgumentParser()
     parser.add_argument("--n", type=int, default=20, help="inputs per MLP and threat")
     parser.add_argument("--n-conv", type=int, default=10,

@@ -18,6 +18,7 @@ import argparse
 import numpy as np
 import torch
 from core_digits import BUDGET, digits_split, train_mlp
+from native_stdout import markdown_only
 
 from robustscope import FeatureSpace
 from robustscope.search.engine import EXACT_RTOL, radius
@@ -26,6 +27,7 @@ from robustscope.threats import get_threat
 
 
 def main() -> None:
+    markdown_only()  # (HiGHS prints to descriptor 1 directly)
     parser = argparse.ArgumentParser()
     parser.add_argument("--n", type=int, default=30)
     parser.add_argument("--time-limit", type=float, default=20.0)

@@ -48,6 +48,7 @@ from collections import Counter
 import lightgbm as lgb
 import numpy as np
 import xgboost as xgb
+from native_stdout import markdown_only
 from sklearn.datasets import load_breast_cancer
 from sklearn.ensemble import RandomForestClassifier
 from sklearn.model_selection import train_test_split
@@ -99,6 +100,7 @@ def _confirmed(model, res, labels) -> tuple[int, int]:
 
 
 def main() -> None:
+    markdown_only()  # (HiGHS prints to descriptor 1 directly)
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--n", type=int, default=112, help="inputs per model and threat")
     ap.add_argument("--n-linf", type=int, default=None,

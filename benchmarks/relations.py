@@ -34,6 +34,7 @@ import warnings
 
 import numpy as np
 import torch
+from native_stdout import markdown_only
 from scipy.optimize import linprog
 from sklearn.ensemble import GradientBoostingClassifier
 from sklearn.linear_model import LogisticRegression
@@ -119,6 +120,7 @@ def fmt(v: float, digits: int = 4) -> str:
 
 
 def main() -> None:
+    markdown_only()  # (HiGHS prints to descriptor 1 directly)
     parser = argparse.ArgumentParser()
     parser.add_argument("--n", type=int, default=40, help="test inputs per model")
     parser.add_argument("--train", type=int, default=3000)
