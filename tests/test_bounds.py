@@ -503,6 +503,30 @@ def test_bracket_of_a_linear_network_closes():
     assert (out.lower_bound <= exact).all()
 
 
+@pytest.mark.parametrize("device", [
+    "cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(),
+                                                          reason="no CUDA device"))])
+@pytest.mark.parametrize("threat", ["linf", "l2", "l1"])
+def test_bounds_run_on_the_models_device_and_match_the_cpu(device, threat, monkeypatch):
+    """The certified radius of a conv / residual / max-pool network on ``device`` equals the
+    CPU's (float64 both), forward mode off so that the dual-norm first layer runs too."""
+    from robustscope.solvers.bounds import forward
+
+    monkeypatch.setattr(forward, "MAX_FORWARD_WORK", 0)
+    net = small_cnn(5).double()
+    x = torch.rand(3, 1, 8, 8, dtype=torch.float64, generator=torch.Generator().manual_seed(9))
+    with torch.no_grad():
+        y = net(x).argmax(1).numpy()
+    space = FeatureSpace.box((1, 8, 8))
+    upper = np.full(3, {"linf": 0.3, "l2": 2.0, "l1": 6.0}[threat])
+    ref = bound_radius(net, x, y, space, THREATS[threat], upper, method="crown",
+                       model_dtype=torch.float64)
+    out = bound_radius(net.to(device), x.to(device), y, space, THREATS[threat], upper,
+                       method="crown", model_dtype=torch.float64)
+    assert (ref.lower_bound > 0).all()
+    np.testing.assert_allclose(out.lower_bound, ref.lower_bound, rtol=1e-6)
+
+
 def test_certify_option_is_checked(digits, digits_mlp):
     X, y = digits[0][:3], digits[1][:3]
     with pytest.raises(InputError, match="certify"):
