@@ -14,7 +14,7 @@ from torch import nn
 
 from robustscope import FeatureSpace, InputError
 from robustscope.search.engine import radius
-from robustscope.solvers.bounds import certify, propagate
+from robustscope.solvers.bounds import certify, dual_norm, forward, propagate
 from robustscope.solvers.bounds.certify import (
     BISECT_RTOL,
     GAP_RTOL,
@@ -267,8 +267,6 @@ def test_first_layer_takes_the_balls_dual_norm_where_forward_mode_does_not_fit(p
     its rows' dual norms (and over the box by IBP): where the box does not bind that is
     forward mode's exact bound, it encloses sampled values, and it certifies more than IBP
     alone (the fallback before)."""
-    from robustscope.solvers.bounds import dual_norm, forward
-
     rng = np.random.default_rng(8)
     net = small_cnn(4).double()
     graph = read_network(net, (1, 8, 8))
@@ -510,8 +508,6 @@ def test_bracket_of_a_linear_network_closes():
 def test_bounds_run_on_the_models_device_and_match_the_cpu(device, threat, monkeypatch):
     """The certified radius of a conv / residual / max-pool network on ``device`` equals the
     CPU's (float64 both), forward mode off so that the dual-norm first layer runs too."""
-    from robustscope.solvers.bounds import forward
-
     monkeypatch.setattr(forward, "MAX_FORWARD_WORK", 0)
     net = small_cnn(5).double()
     x = torch.rand(3, 1, 8, 8, dtype=torch.float64, generator=torch.Generator().manual_seed(9))

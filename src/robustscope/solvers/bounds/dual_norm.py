@@ -22,7 +22,7 @@ import math
 import torch
 
 from robustscope.solvers.bounds.domain import Domain
-from robustscope.solvers.bounds.graph import AFFINE, SUM, Network
+from robustscope.solvers.bounds.graph import Network
 
 #: Most values (rows x the widest node up to the bounded one) held at once while the row
 #: norms are computed.
@@ -62,26 +62,12 @@ def _row_norms(net: Network, k: int, scale: torch.Tensor, p: float) -> torch.Ten
         x = torch.zeros(len(rows), *net.input_shape, dtype=net.dtype, device=net.device,
                         requires_grad=True)
         with torch.enable_grad():
-            z = _value(net, x, k).reshape(len(rows), size)
+            z = net.forward(x, upto=k)[k].reshape(len(rows), size)
             (a,) = torch.autograd.grad(z, x, grad_outputs=pick, allow_unused=True)
         g = torch.zeros(len(rows), d, dtype=net.dtype, device=net.device) if a is None \
             else a.reshape(len(rows), d) * scale
         out[rows] = torch.linalg.vector_norm(g, ord=q, dim=-1)
     return out
-
-
-def _value(net: Network, x: torch.Tensor, k: int) -> torch.Tensor:
-    """Node ``k``'s value for inputs ``x`` ``(m, *input_shape)``; every node up to ``k``
-    must be affine or a sum (no ReLU)."""
-    values: list[torch.Tensor] = [x]
-    for nd in net.nodes[1:k + 1]:
-        if nd.kind == AFFINE:
-            values.append(nd.fn(values[nd.parents[0]]))
-        elif nd.kind == SUM:
-            values.append(sum(values[p] for p in nd.parents))
-        else:  # a ReLU no path to k goes through (its value is not needed)
-            values.append(values[nd.parents[0]])
-    return values[k]
 
 
 def ball_bounds(net: Network, dom: Domain, k: int, value: torch.Tensor

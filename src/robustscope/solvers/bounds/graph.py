@@ -104,10 +104,11 @@ class Network:
     def n_relus(self) -> int:
         return sum(self.nodes[i].size for i in self.relus)
 
-    def forward(self, x: torch.Tensor) -> list[torch.Tensor]:
-        """Every node's value for inputs ``x`` ``(n, *input_shape)`` (cast to float64)."""
+    def forward(self, x: torch.Tensor, upto: int | None = None) -> list[torch.Tensor]:
+        """Every node's value for inputs ``x`` ``(n, *input_shape)`` (cast to float64), or
+        only those of nodes ``0 .. upto``."""
         values: list[torch.Tensor] = []
-        for nd in self.nodes:
+        for nd in self.nodes[:None if upto is None else upto + 1]:
             if nd.kind == INPUT:
                 values.append(x.to(device=self.device, dtype=self.dtype).reshape(
                     len(x), *nd.shape))
