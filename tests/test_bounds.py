@@ -28,9 +28,12 @@ from robustscope.solvers.bounds.forward import ForwardBounds
 from robustscope.solvers.bounds.graph import read_network
 from robustscope.solvers.bounds.propagate import (
     backward_bound,
+    backward_work,
+    crown_plan,
     margin_lower_bounds,
     preactivation_bounds,
 )
+from robustscope.solvers.bounds.relaxation import relaxation_gap
 from robustscope.threats import L1, L2, LINF
 
 THREATS = {"linf": LINF, "l2": L2, "l1": L1}
@@ -234,6 +237,47 @@ def test_batch_bounds_are_sound_and_no_looser_than_one_input_at_a_time(monkeypat
     capped = margin_lower_bounds(graph, dom, y, "crown")
     assert (capped <= worst + 1e-9).all()
     assert (capped <= batch + 1e-9).double().mean() > 0.9
+
+
+def test_a_node_over_the_work_cap_bounds_its_largest_gaps_by_crown(monkeypatch):
+    """Where bounding every unstable neuron of a node by backward CROWN would carry more than
+    ``MAX_CROWN_WORK``, the pass bounds as many as fit, per input those with the largest
+    relaxation gap, and the others keep their interval bounds: each neuron's bound is then
+    either CROWN's or the interval's, and every node still encloses sampled values."""
+    rng = np.random.default_rng(9)
+    net = small_cnn(5).double()
+    graph = read_network(net, (1, 8, 8))
+    x = torch.rand(2, 64, dtype=torch.float64)
+    eps = torch.full((2,), 0.08, dtype=torch.float64)
+    dom = make_domain(x, -x, 1 - x, torch.ones(64), eps, math.inf)
+    monkeypatch.setattr(forward, "MAX_FORWARD_WORK", 0)  # CROWN alone tightens the intervals
+    full = preactivation_bounds(graph, dom)
+    monkeypatch.setattr(propagate, "MAX_CROWN_WORK", 0)
+    interval = preactivation_bounds(graph, dom)
+    depth, carried = crown_plan(graph)
+    # the first node CROWN bounds (under Linf a node with no ReLU before it keeps IBP's)
+    k = min(j for j in full if depth[j] > 0)
+    lo, hi = (t.reshape(2, -1) for t in interval[k])
+    unstable = ((lo < 0) & (hi > 0)).sum(dim=1)
+    assert unstable.min() >= 4
+    fits = 3
+    monkeypatch.setattr(propagate, "MAX_CROWN_WORK", backward_work(fits, carried[k]))
+    partial = preactivation_bounds(graph, dom)
+    top = relaxation_gap(lo, hi).argsort(dim=1, descending=True)[:, :fits]
+    chosen = torch.zeros_like(lo, dtype=torch.bool).scatter(1, top, True)
+    for got, crown, ibp in zip(partial[k], full[k], interval[k], strict=True):
+        got, crown, ibp = (t.reshape(2, -1) for t in (got, crown, ibp))
+        torch.testing.assert_close(got[chosen], crown[chosen], rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(got[~chosen], ibp[~chosen], rtol=0, atol=0)
+    assert (partial[k][0].reshape(2, -1)[chosen] > lo[chosen] + 1e-9).any()
+    for _ in range(100):
+        g = torch.as_tensor(rng.standard_normal((2, 64)))
+        u = torch.minimum(torch.maximum(torch.sign(g) * eps[:, None], -x), 1 - x)
+        values = graph.forward((x + u).reshape(2, 1, 8, 8))
+        for j, (b_lo, b_hi) in partial.items():
+            v = values[j].reshape(2, -1)
+            assert (v >= b_lo.reshape(2, -1) - 1e-9).all()
+            assert (v <= b_hi.reshape(2, -1) + 1e-9).all()
 
 
 @pytest.mark.parametrize("p", [math.inf, 2.0, 1.0])

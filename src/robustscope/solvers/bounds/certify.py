@@ -26,7 +26,6 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-import robustscope.solvers.bounds.propagate as propagate
 from robustscope.core.errors import InputError
 from robustscope.core.space import FeatureSpace
 from robustscope.core.statuses import CENSORED
@@ -36,8 +35,8 @@ from robustscope.solvers.bounds.graph import Network, read_network
 from robustscope.solvers.bounds.propagate import (
     ALPHA_STEPS,
     METHODS,
-    backward_work,
     crown_plan,
+    crown_rows,
     interval_bounds,
     margin_lower_bounds,
 )
@@ -236,7 +235,9 @@ def estimated_passes(net: Network, method: str, dom: Domain | None = None) -> fl
 
     Intermediate rows are, per node that :func:`preactivation_bounds` bounds by CROWN, twice
     the most neurons IBP leaves unstable on one input over ``dom`` (the domain at the
-    attack's radius, the largest probed), or every neuron without ``dom``."""
+    attack's radius, the largest probed), or every neuron without ``dom``, as many of them
+    as fit under ``MAX_CROWN_WORK`` (:func:`~robustscope.solvers.bounds.propagate.
+    crown_rows`)."""
     prefix = net.prefix_macs()
     total = max(prefix[-1], 1)
     if method == "ibp":
@@ -251,9 +252,8 @@ def estimated_passes(net: Network, method: str, dom: Domain | None = None) -> fl
                        .sum(dim=1).max()) for k in feeds}
     depth, carried = crown_plan(net)
     linf = dom is not None and dom.p == math.inf
-    one = sum(2 * rows[k] * prefix[k] for k in feeds
-              if not (linf and depth[k] == 0)
-              and backward_work(rows[k], carried[k]) <= propagate.MAX_CROWN_WORK) / total
+    one = sum(2 * crown_rows(rows[k], carried[k]) * prefix[k] for k in feeds
+              if not (linf and depth[k] == 0)) / total
     one += net.n_classes * (ALPHA_STEPS + 2 if method == "alpha-crown" else 1) + 1
     return one * EXPECTED_PROBES
 

@@ -24,7 +24,7 @@ from robustscope.solvers.bounds.domain import Domain
 from robustscope.solvers.bounds.dual_norm import ball_bounds
 from robustscope.solvers.bounds.forward import ForwardBounds, forward_fits
 from robustscope.solvers.bounds.graph import AFFINE, INPUT, RELU, SUM, Network
-from robustscope.solvers.bounds.relaxation import relu_relaxation
+from robustscope.solvers.bounds.relaxation import relaxation_gap, relu_relaxation
 from robustscope.solvers.registry import BOUND_METHODS
 
 METHODS = BOUND_METHODS
@@ -32,12 +32,17 @@ METHODS = BOUND_METHODS
 #: bigger specifications are split into chunks.
 MAX_COEFFICIENTS = 2 ** 24
 #: Most coefficients one input's backward pass may carry (:func:`backward_work`) to bound
-#: a node's unstable neurons by CROWN; a node above it keeps interval bounds. Bounding
-#: every unstable neuron of LeNet-5 (MNIST) costs about 2 s per pass and input on a 2-core
-#: CPU; the cap keeps the nodes near the output, where CROWN gains most per coefficient
-#: (LeNet-5, Linf, 3 inputs: median radius / bound 3.7 at 8 s per input with this cap, 3.2
-#: at 13 s with 4e7). Raise it on an accelerator, or for tighter bounds at that cost.
-MAX_CROWN_WORK = 2 * 10 ** 7
+#: a node's unstable neurons by CROWN. Where all of them would cost more, the pass bounds
+#: as many as fit, those with the largest relaxation gap (:func:`crown_rows`); the others
+#: keep their interval and forward-mode bounds. Bounding every unstable neuron of LeNet-5
+#: (MNIST) costs about 2 s per pass and input on a 2-core CPU, of the tiny colour CNN about
+#: 4 s. Measured on a 2-core CPU (median radius / bound, seconds per input, 2-3 inputs):
+#: with whole nodes only (a node over the cap kept interval bounds) and 2e7, LeNet-5 Linf
+#: 4.04 at 3.6 s, the tiny CNN Linf 11.1 at 1.5 s (L2 97 at 4.2 s); with the neurons of
+#: largest gap and 1e7, 3.82 at 3.3 s and 8.4 at 2.4 s (L2 72 at 6.4 s); every bound
+#: bounded by CROWN (no cap), 3.2 at 13 s and 2.4 at 53 s. Raise it on an accelerator, or
+#: for tighter bounds at that cost.
+MAX_CROWN_WORK = 10 ** 7
 #: Gradient steps and step size of alpha-CROWN.
 ALPHA_STEPS = 20
 ALPHA_LR = 0.1
@@ -103,8 +108,10 @@ def preactivation_bounds(net: Network, dom: Domain, ibp: Bounds | None = None,
 
     Backward CROWN is skipped where forward mode already equals it (a node with at most one
     ReLU layer before it) and otherwise bounds, per input, only the neurons still unstable
-    (each input its own, padded to the largest count of the batch), in nodes whose backward
-    work (:func:`backward_work`) is at most ``MAX_CROWN_WORK``. IBP is rerun from the
+    (each input its own, padded to the largest count of the batch); where their backward
+    work (:func:`backward_work`) is above ``MAX_CROWN_WORK``, only as many as fit, those
+    with the largest relaxation gap (:func:`crown_rows`,
+    :func:`~robustscope.solvers.bounds.relaxation.relaxation_gap`). IBP is rerun from the
     bounds found so far before each node."""
     n = len(dom.x)
     if n > 1 and not forward_fits(net, n) and forward_fits(net, 1):
@@ -135,14 +142,15 @@ def preactivation_bounds(net: Network, dom: Domain, ibp: Bounds | None = None,
                 lo, hi = torch.maximum(lo, b_lo), torch.minimum(hi, b_hi)
             shape = (n, *net.nodes[k].shape)
             unstable = (lo < 0) & (hi > 0)
-            m = int(unstable.sum(dim=1).max()) if n else 0
-            if m == 0 or (fwd is not None and depth[k] <= 1) or \
-                    backward_work(m, carried[k]) > MAX_CROWN_WORK:
+            m = crown_rows(int(unstable.sum(dim=1).max()) if n else 0, carried[k])
+            if m == 0 or (fwd is not None and depth[k] <= 1):
                 bounds[k] = (lo.reshape(shape), hi.reshape(shape))
                 continue
-            # each input's unstable neurons first (distinct indices; the padding of inputs
-            # with fewer is stable neurons, whose bounds may only tighten)
-            order = torch.argsort((~unstable).to(torch.int8), dim=1, stable=True)[:, :m]
+            # each input's unstable neurons, largest relaxation gap first (distinct indices;
+            # the padding of inputs with fewer is stable neurons, whose bounds may only
+            # tighten)
+            gap = torch.where(unstable, relaxation_gap(lo, hi), -1.0)
+            order = torch.argsort(gap, dim=1, descending=True, stable=True)[:, :m]
             size = net.nodes[k].size
             chunk = max(1, MAX_COEFFICIENTS // max(1, n * 2 * _widest(net, k)))
             for start in range(0, m, chunk):
@@ -189,6 +197,13 @@ def _in_chunks(net: Network, dom: Domain, ibp: Bounds | None,
         parts.append(preactivation_bounds(net, dom.subset(rows), sub, cut))
     return {k: (torch.cat([p[k][0] for p in parts]), torch.cat([p[k][1] for p in parts]))
             for k in parts[0]}
+
+
+def crown_rows(unstable: int, carried: int) -> int:
+    """Neurons per input that backward CROWN bounds in a node with at most ``unstable``
+    unstable neurons per input and ``carried`` summed sizes behind it: all of them where
+    their work (:func:`backward_work`) is within ``MAX_CROWN_WORK``, else as many as fit."""
+    return min(unstable, int(MAX_CROWN_WORK // max(1, backward_work(1, carried))))
 
 
 def backward_work(rows: int, carried: int) -> int:

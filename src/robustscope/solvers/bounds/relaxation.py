@@ -16,3 +16,11 @@ def relu_relaxation(zl: torch.Tensor, u: torch.Tensor):
                             torch.where(unstable & (u >= -zl), torch.ones_like(zl),
                                         torch.zeros_like(zl)))
     return up_slope, up_int, low_slope, unstable
+
+
+def relaxation_gap(zl: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """Per neuron: how far the relaxation's upper line can lie above the ReLU, ``-l u / (u -
+    l)`` (at ``z = 0``) for an unstable neuron, 0 for a stable one. Tighter bounds of the
+    neurons where it is largest loosen the bound least to give up."""
+    unstable = (zl < 0) & (u > 0)
+    return torch.where(unstable, -zl * u / (u - zl).clamp_min(1e-300), torch.zeros_like(zl))
