@@ -242,8 +242,9 @@ def test_batch_bounds_are_sound_and_no_looser_than_one_input_at_a_time(monkeypat
 def test_a_node_over_the_work_cap_bounds_its_largest_gaps_by_crown(monkeypatch):
     """Where bounding every unstable neuron of a node by backward CROWN would carry more than
     ``MAX_CROWN_WORK``, the pass bounds as many as fit, per input those with the largest
-    relaxation gap, and the others keep their interval bounds: each neuron's bound is then
-    either CROWN's or the interval's, and every node still encloses sampled values."""
+    relaxation gap (or score, where the certified radius search passes a previous probe's),
+    and the others keep their interval bounds: each neuron's bound is then either CROWN's or
+    the interval's, and every node still encloses sampled values."""
     rng = np.random.default_rng(9)
     net = small_cnn(5).double()
     graph = read_network(net, (1, 8, 8))
@@ -270,6 +271,17 @@ def test_a_node_over_the_work_cap_bounds_its_largest_gaps_by_crown(monkeypatch):
         torch.testing.assert_close(got[chosen], crown[chosen], rtol=1e-12, atol=1e-12)
         torch.testing.assert_close(got[~chosen], ibp[~chosen], rtol=0, atol=0)
     assert (partial[k][0].reshape(2, -1)[chosen] > lo[chosen] + 1e-9).any()
+    # scores (a previous probe's losses) rank the neurons instead, where given
+    scores = torch.as_tensor(rng.uniform(size=lo.shape))
+    ranked = preactivation_bounds(graph, dom, priority={k: scores})
+    unstable_scores = torch.where((lo < 0) & (hi > 0), scores, -1.0)
+    top = unstable_scores.argsort(dim=1, descending=True)[:, :fits]
+    picked = torch.zeros_like(chosen).scatter(1, top, True)
+    assert not torch.equal(picked, chosen)
+    for got, crown, ibp in zip(ranked[k], full[k], interval[k], strict=True):
+        got, crown, ibp = (t.reshape(2, -1) for t in (got, crown, ibp))
+        torch.testing.assert_close(got[picked], crown[picked], rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(got[~picked], ibp[~picked], rtol=0, atol=0)
     for _ in range(100):
         g = torch.as_tensor(rng.standard_normal((2, 64)))
         u = torch.minimum(torch.maximum(torch.sign(g) * eps[:, None], -x), 1 - x)
@@ -486,8 +498,10 @@ def _digits_box(n_features: int) -> FeatureSpace:
 
 
 @pytest.mark.parametrize("threat", ["linf", "l1"])
-def test_certified_radius_is_below_the_exact_milp_radius(threat):
-    """Many small random networks: certified <= exact (MILP, closed) for every method."""
+def test_certified_radius_is_below_the_exact_milp_radius(threat, monkeypatch):
+    """Many small random networks: certified <= exact (MILP, closed) for every method, also
+    where the work cap lets backward CROWN bound only a few neurons per node (ranked by the
+    previous probe's scores)."""
     space = _digits_box(4)
     checked = 0
     for seed, net, x, y, exact in exact_cases(THREATS[threat], range(14)):
@@ -501,6 +515,11 @@ def test_certified_radius_is_below_the_exact_milp_radius(threat):
             assert (cert <= exact * (1 + 1e-6) + 1e-9).all(), (seed, method)
             if method != "ibp":
                 assert (cert > 0).all()
+        with monkeypatch.context() as m:
+            m.setattr(forward, "MAX_FORWARD_WORK", 0)
+            m.setattr(propagate, "MAX_CROWN_WORK", 50)  # one or two neurons per node
+            cert = certified_radius(graph, dom, y, upper, tol, "crown").numpy()
+            assert (cert <= exact * (1 + 1e-6) + 1e-9).all(), (seed, "capped")
         checked += len(exact)
     assert checked >= 12
 

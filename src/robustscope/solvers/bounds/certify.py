@@ -85,11 +85,29 @@ def margin_tolerance(logits: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 
 def worst_margin(net: Network, dom: Domain, y: torch.Tensor, tolerance: torch.Tensor,
-                 method: str, steps: int = ALPHA_STEPS) -> torch.Tensor:
+                 method: str, steps: int = ALPHA_STEPS,
+                 priority: dict[int, torch.Tensor] | None = None) -> torch.Tensor:
     """``(n,)``: the smallest lower bound of a margin of class ``y`` over the domain, less
-    ``tolerance``; positive where the decision is proven."""
-    lb = margin_lower_bounds(net, dom, y, method, steps)
+    ``tolerance``; positive where the decision is proven. ``priority``, where given, is
+    read as by :func:`~robustscope.solvers.bounds.propagate.preactivation_bounds` and then
+    replaced by the scores this bound's own pass gives (:func:`_worst_losses`)."""
+    losses = None if priority is None else {}
+    lb = margin_lower_bounds(net, dom, y, method, steps, priority, losses)
+    if priority is not None:
+        priority.clear()
+        priority.update(_worst_losses(losses, lb))
     return lb.amin(dim=1) - tolerance
+
+
+def _worst_losses(losses: dict[int, torch.Tensor], lb: torch.Tensor
+                  ) -> dict[int, torch.Tensor]:
+    """Per node, ``(n, size)``: how much each neuron's relaxation lowered the bound of each
+    input's worst margin (the scores that rank which unstable neurons a node over
+    ``MAX_CROWN_WORK`` bounds first: on the tiny colour CNN at the certified radius, one
+    input's worst bounded margin -0.30 when ranked by relaxation gap, +0.67 by these)."""
+    worst = lb.argmin(dim=1)
+    rows = torch.arange(len(lb), device=lb.device)
+    return {k: v[rows, worst].reshape(len(lb), -1) for k, v in losses.items()}
 
 
 def proven(net: Network, dom: Domain, y: torch.Tensor, tolerance: torch.Tensor,
@@ -112,7 +130,9 @@ def certified_radius(net: Network, dom: Domain, y: torch.Tensor, upper: torch.Te
     lo``) a probe bisects it in log scale instead. The search stops at ``BISECT_RTOL`` of
     ``hi`` or at ``GAP_RTOL`` of the smaller of ``hi`` and the bracket left open above it.
     ``m(0)``, the clean margin, comes from IBP over the single point. ``dom``'s ``eps`` is
-    ignored (replaced per probe); ``y`` are the predicted classes."""
+    ignored (replaced per probe); ``y`` are the predicted classes. Where a node cannot bound
+    all its unstable neurons by CROWN (``MAX_CROWN_WORK``), a probe bounds first those whose
+    relaxation lowered the previous probe's worst margin most (:func:`_worst_losses`)."""
     upper = upper.to(dom.x)
     lo, hi = torch.zeros_like(upper), upper.clone()
     with torch.no_grad():  # not a probe: IBP over one point is the clean margin
@@ -120,6 +140,10 @@ def certified_radius(net: Network, dom: Domain, y: torch.Tensor, upper: torch.Te
     m_hi = torch.full_like(upper, -math.inf)
     kept = torch.zeros_like(upper, dtype=torch.long)  # +1: lo survived last time, -1: hi
     todo = torch.arange(len(upper), device=upper.device)[m_lo > 0]
+    # per node, each input's neuron scores from its last probe (the first probe ranks by
+    # relaxation gap): the neurons whose relaxation cost that probe's bound most are
+    # bounded first where a node cannot bound them all
+    scores: dict[int, torch.Tensor] = {}
     for step in range(MAX_STEPS + 1):
         if len(todo) == 0:
             break
@@ -135,8 +159,14 @@ def certified_radius(net: Network, dom: Domain, y: torch.Tensor, upper: torch.Te
             wide = (lo_t > 0) & (hi_t > WIDE_RATIO * lo_t)
             eps = torch.where(wide, torch.sqrt(lo_t * hi_t), eps)
             kept[todo] = torch.where(wide, 0, kept[todo])
+        priority = {k: v[todo] for k, v in scores.items()}
         m = worst_margin(net, dom.subset(todo).with_eps(eps), y[todo], tolerance[todo],
-                         method, steps).detach()
+                         method, steps, priority).detach()
+        for k, v in priority.items():
+            if k not in scores:
+                scores[k] = torch.zeros(len(upper), *v.shape[1:], dtype=v.dtype,
+                                        device=v.device)
+            scores[k][todo] = v.detach()
         ok = m > 0
         stays = torch.where(ok, -1, 1)  # the end that was not replaced
         halve = kept[todo] == stays

@@ -76,9 +76,13 @@ def interval_bounds(net: Network, dom: Domain, known: Bounds | None = None) -> B
 
 
 def lower_bounds(net: Network, dom: Domain, spec: torch.Tensor, method: str = "crown",
-                 steps: int = ALPHA_STEPS) -> torch.Tensor:
+                 steps: int = ALPHA_STEPS, priority: dict[int, torch.Tensor] | None = None,
+                 losses: dict[int, torch.Tensor] | None = None) -> torch.Tensor:
     """Lower bounds ``(n, s)`` of ``spec[i] . out(x')`` over each input's domain, ``spec``
-    ``(n, s, k)``. ``method`` is one of :data:`METHODS`."""
+    ``(n, s, k)``. ``method`` is one of :data:`METHODS`. ``priority`` (CROWN, alpha-CROWN)
+    orders the neurons a node bounds where not all fit (see :func:`preactivation_bounds`);
+    ``losses``, where given, is filled by the last backward pass as
+    :func:`backward_bound` fills it."""
     if method not in METHODS:
         raise ValueError(f"method must be one of {', '.join(METHODS)}, got '{method}'")
     ibp = interval_bounds(net, dom)
@@ -88,15 +92,16 @@ def lower_bounds(net: Network, dom: Domain, spec: torch.Tensor, method: str = "c
         lo, hi = lo.reshape(len(lo), -1), hi.reshape(len(hi), -1)
         mid, rad = (lo + hi) / 2, (hi - lo) / 2
         return (spec * mid[:, None, :]).sum(-1) - (spec.abs() * rad[:, None, :]).sum(-1)
-    bounds = preactivation_bounds(net, dom, ibp)
+    bounds = preactivation_bounds(net, dom, ibp, priority=priority)
     if method == "crown":
         with torch.no_grad():
-            return backward_bound(net, dom, bounds, last, spec)
-    return _optimised_bound(net, dom, bounds, last, spec, steps)
+            return backward_bound(net, dom, bounds, last, spec, losses=losses)
+    return _optimised_bound(net, dom, bounds, last, spec, steps, losses)
 
 
 def preactivation_bounds(net: Network, dom: Domain, ibp: Bounds | None = None,
-                         splits: Bounds | None = None) -> Bounds:
+                         splits: Bounds | None = None,
+                         priority: dict[int, torch.Tensor] | None = None) -> Bounds:
     """Bounds ``{node: (lower, upper)}`` of every node that feeds a ReLU (max-pooling's
     differences included): IBP's, intersected with forward-mode linear bounds
     (:mod:`~robustscope.solvers.bounds.forward`, where they fit in memory) and then with
@@ -110,11 +115,12 @@ def preactivation_bounds(net: Network, dom: Domain, ibp: Bounds | None = None,
     (each input its own, padded to the largest count of the batch); where their backward
     work (:func:`backward_work`) is above ``MAX_CROWN_WORK``, only as many as fit, those
     with the largest relaxation gap (:func:`crown_rows`,
-    :func:`~robustscope.solvers.bounds.relaxation.relaxation_gap`). IBP is rerun from the
-    bounds found so far before each node."""
+    :func:`~robustscope.solvers.bounds.relaxation.relaxation_gap`), or where ``priority``
+    maps the node to scores ``(n, *shape)``, those with the largest score first (ties by
+    gap). IBP is rerun from the bounds found so far before each node."""
     n = len(dom.x)
     if n > 1 and not forward_fits(net, n) and forward_fits(net, 1):
-        return _in_chunks(net, dom, ibp, splits)
+        return _in_chunks(net, dom, ibp, splits, priority)
     ibp = interval_bounds(net, dom) if ibp is None else ibp
     bounds = _Clamped(splits)
     depth, carried = crown_plan(net)
@@ -149,7 +155,12 @@ def preactivation_bounds(net: Network, dom: Domain, ibp: Bounds | None = None,
             # the padding of inputs with fewer is stable neurons, whose bounds may only
             # tighten)
             gap = torch.where(unstable, relaxation_gap(lo, hi), -1.0)
-            order = torch.argsort(gap, dim=1, descending=True, stable=True)[:, :m]
+            order = torch.argsort(gap, dim=1, descending=True, stable=True)
+            if priority is not None and k in priority:  # by score, ties (and zeros) by gap
+                score = torch.where(unstable, priority[k].reshape(n, -1), -1.0).gather(1, order)
+                order = order.gather(1, torch.argsort(score, dim=1, descending=True,
+                                                      stable=True))
+            order = order[:, :m]
             size = net.nodes[k].size
             chunk = max(1, MAX_COEFFICIENTS // max(1, n * 2 * _widest(net, k)))
             for start in range(0, m, chunk):
@@ -182,7 +193,8 @@ class _Clamped(dict):
 
 
 def _in_chunks(net: Network, dom: Domain, ibp: Bounds | None,
-               splits: Bounds | None = None) -> Bounds:
+               splits: Bounds | None = None,
+               priority: dict[int, torch.Tensor] | None = None) -> Bounds:
     """:func:`preactivation_bounds` a chunk of inputs at a time (forward mode's memory)."""
     per = 1
     while forward_fits(net, 2 * per):
@@ -193,7 +205,8 @@ def _in_chunks(net: Network, dom: Domain, ibp: Bounds | None,
         sub = None if ibp is None else {k: (lo[rows], hi[rows]) for k, (lo, hi) in ibp.items()}
         cut = None if splits is None else {k: (lo[rows], hi[rows])
                                            for k, (lo, hi) in splits.items()}
-        parts.append(preactivation_bounds(net, dom.subset(rows), sub, cut))
+        prio = None if priority is None else {k: v[rows] for k, v in priority.items()}
+        parts.append(preactivation_bounds(net, dom.subset(rows), sub, cut, prio))
     return {k: (torch.cat([p[k][0] for p in parts]), torch.cat([p[k][1] for p in parts]))
             for k in parts[0]}
 
@@ -323,8 +336,10 @@ def _transpose(net: Network, nd, a: torch.Tensor) -> torch.Tensor:
 
 
 def _optimised_bound(net: Network, dom: Domain, bounds: Bounds, target: int,
-                     spec: torch.Tensor, steps: int) -> torch.Tensor:
-    """alpha-CROWN on the last backward pass: Adam on the lower slopes, best bound kept."""
+                     spec: torch.Tensor, steps: int,
+                     losses: dict[int, torch.Tensor] | None = None) -> torch.Tensor:
+    """alpha-CROWN on the last backward pass: Adam on the lower slopes, best bound kept;
+    ``losses`` (optional) filled by the pass with the last slopes."""
     n, s = spec.shape[:2]
     alphas = {}
     for r in net.relus:
@@ -332,7 +347,7 @@ def _optimised_bound(net: Network, dom: Domain, bounds: Bounds, target: int,
         _, _, low, _ = relu_relaxation(zl, u)
         alphas[r] = low[:, None].expand(n, s, *net.nodes[r].shape).clone().requires_grad_(True)
     with torch.no_grad():
-        best = backward_bound(net, dom, bounds, target, spec)
+        best = backward_bound(net, dom, bounds, target, spec, losses=losses)
     if not alphas or steps <= 0:
         return best
     opt = torch.optim.Adam(list(alphas.values()), lr=ALPHA_LR)
@@ -347,7 +362,8 @@ def _optimised_bound(net: Network, dom: Domain, bounds: Bounds, target: int,
             for a in alphas.values():
                 a.clamp_(0, 1)
     with torch.no_grad():
-        best = torch.maximum(best, backward_bound(net, dom, bounds, target, spec, alphas))
+        best = torch.maximum(best, backward_bound(net, dom, bounds, target, spec, alphas,
+                                                  losses=losses))
     return best
 
 
@@ -361,8 +377,10 @@ def margin_spec(y: torch.Tensor, k: int, dtype=torch.float64) -> torch.Tensor:
 
 
 def margin_lower_bounds(net: Network, dom: Domain, y: torch.Tensor, method: str = "crown",
-                        steps: int = ALPHA_STEPS) -> torch.Tensor:
-    """``(n, k)`` lower bounds of ``logit_y - logit_j`` (``inf`` at ``j = y``)."""
+                        steps: int = ALPHA_STEPS, priority: dict[int, torch.Tensor] | None = None,
+                        losses: dict[int, torch.Tensor] | None = None) -> torch.Tensor:
+    """``(n, k)`` lower bounds of ``logit_y - logit_j`` (``inf`` at ``j = y``);
+    ``priority`` and ``losses`` as in :func:`lower_bounds` (rows of ``margin_spec``)."""
     k = net.n_classes
-    lb = lower_bounds(net, dom, margin_spec(y, k), method, steps)
+    lb = lower_bounds(net, dom, margin_spec(y, k), method, steps, priority, losses)
     return lb.scatter(1, y[:, None], math.inf)
