@@ -33,13 +33,15 @@ METHODS = BOUND_METHODS
 MAX_COEFFICIENTS = 2 ** 24
 #: Most coefficients one input's backward pass may carry (:func:`backward_work`) to bound
 #: a node's unstable neurons by CROWN. Where all of them would cost more, the pass bounds
-#: as many as fit, those with the largest relaxation gap (:func:`crown_rows`); the others
-#: keep their interval and forward-mode bounds. Measured on a 2-core CPU (median radius /
-#: bound and seconds per input, 2-3 inputs, CROWN): with whole nodes only (a node over the
-#: cap kept interval bounds) and 2e7, LeNet-5 Linf 4.04 at 3.6 s, the tiny colour CNN Linf
-#: 11.1 at 1.5 s (L2 97 at 4.2 s); with the neurons of largest gap and 1e7, 3.82 at 3.3 s
-#: and 8.4 at 2.4 s (L2 72 at 6.4 s); the CNN with every unstable neuron bounded (no cap)
-#: 2.4 at 53 s (more in ``docs/certified.md``). Raise it on an accelerator, or for tighter
+#: as many as fit (:func:`crown_rows`), those with the largest relaxation gap or, in the
+#: certified radius search, those the previous probe scored highest (see
+#: :func:`preactivation_bounds`); the others keep their interval and forward-mode bounds.
+#: Measured on a 2-core CPU (median radius / bound and seconds per input, 2-3 inputs,
+#: CROWN): with whole nodes only (a node over the cap kept interval bounds) and 2e7,
+#: LeNet-5 Linf 4.04 at 3.6 s, the tiny colour CNN Linf 11.1 at 1.5 s (L2 97 at 4.2 s);
+#: with the neurons of largest gap and 1e7, 3.82 at 3.3 s and 8.4 at 2.4 s (L2 72 at 6.4 s);
+#: the CNN with every unstable neuron bounded (no cap) 2.4 at 53 s (more, and the probe
+#: ranking's effect, in ``docs/certified.md``). Raise it on an accelerator, or for tighter
 #: bounds at that cost.
 MAX_CROWN_WORK = 10 ** 7
 #: Gradient steps and step size of alpha-CROWN.
