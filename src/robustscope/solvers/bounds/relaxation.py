@@ -11,7 +11,7 @@ def relu_relaxation(zl: torch.Tensor, u: torch.Tensor):
     width = (u - zl).clamp_min(1e-300)
     up_slope = torch.where(active, torch.ones_like(zl),
                            torch.where(unstable, u / width, torch.zeros_like(zl)))
-    up_int = torch.where(unstable, -zl * u / width, torch.zeros_like(zl))
+    up_int = relaxation_gap(zl, u)
     low_slope = torch.where(active, torch.ones_like(zl),
                             torch.where(unstable & (u >= -zl), torch.ones_like(zl),
                                         torch.zeros_like(zl)))
