@@ -31,9 +31,11 @@ def _run_cost(config: SearchConfig, grad_cost: int) -> int:
 def test_planned_runs_fit_the_budget(budget, grad_cost, n_classes, solver, l1):
     config = SearchConfig()
     plan = plan_attack(budget, grad_cost, n_classes, config, solver, l1=l1)
-    runs = (plan.minnorm_steps > 0) + (plan.refine_steps > 0) + plan.targets
-    spent = ((plan.minnorm_steps + plan.refine_steps + plan.targets * plan.target_steps
-              + plan.ranked + plan.aimed) * grad_cost + runs + plan.line_steps + 2
+    runs = ((plan.minnorm_steps > 0) + (plan.refine_steps > 0) + (plan.wide_steps > 0)
+            + plan.targets)
+    spent = ((plan.minnorm_steps + plan.refine_steps + plan.wide_steps
+              + plan.targets * plan.target_steps + plan.ranked + plan.aimed) * grad_cost
+             + runs + plan.line_steps + 2
              + (projection_passes(grad_cost) if plan.project else 0))
     if plan.probe_steps:  # at least four probes fit beside the runs
         spent += 4 * _run_cost(config, grad_cost)
@@ -46,6 +48,9 @@ def test_planned_runs_fit_the_budget(budget, grad_cost, n_classes, solver, l1):
     # only L1 refines, and only with two runs worth their steps
     assert plan.refine_steps == 0 or (
         l1 and min(plan.minnorm_steps, plan.refine_steps) >= 2 * config.min_run_steps)
+    # a second step scale only under Linf / L2, and only with two runs worth their steps
+    assert plan.wide_steps == 0 or (
+        not l1 and min(plan.minnorm_steps, plan.wide_steps) >= config.wide_min_steps)
 
 
 def _projection_steps(plan, grad_cost: int) -> int:
@@ -53,7 +58,7 @@ def _projection_steps(plan, grad_cost: int) -> int:
 
 
 def test_l1_plans_share_the_untargeted_steps_with_a_refining_run():
-    config = SearchConfig()
+    config = SearchConfig(wide_share=0.0)  # Linf with one step scale: the untargeted run
     for budget in (200, 1000, None):
         plain = plan_attack(budget, 2, 10, config, aim=False)
         l1 = plan_attack(budget, 2, 10, config, l1=True)
@@ -65,6 +70,45 @@ def test_l1_plans_share_the_untargeted_steps_with_a_refining_run():
         assert plain_steps - 1 <= l1_steps <= plain_steps
         assert l1.targets == plain.targets and l1.target_steps == plain.target_steps
     assert plan_attack(100, 2, 10, config, l1=True).refine_steps == 0  # 15 steps each: too few
+
+
+def test_linf_plans_split_the_untargeted_steps_between_two_step_scales():
+    config = SearchConfig()
+    one = SearchConfig(wide_share=0.0)
+    for budget in (300, 1000, None):
+        split, single = plan_attack(budget, 2, 10, config), plan_attack(budget, 2, 10, one)
+        assert split.wide_steps > 0 and single.wide_steps == 0
+        # the second run's verification pass costs at most one step
+        total = split.minnorm_steps + split.wide_steps
+        assert single.minnorm_steps - 1 <= total <= single.minnorm_steps
+        assert abs(split.minnorm_steps - split.wide_steps) <= 1
+        assert split.targets == single.targets and split.target_steps == single.target_steps
+    assert plan_attack(200, 2, 10, config).wide_steps == 0  # 31 steps each: too few
+    assert plan_attack(1000, 2, 10, config, l1=True).wide_steps == 0
+
+
+def test_the_long_step_run_starts_from_the_input_aimed_like_the_first(monkeypatch):
+    X, y, net = _data()
+    seen = []
+    real = engine.MINNORM
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(engine, "MINNORM", spy)
+    res = radius(net, X, y, threat="linf", space=FeatureSpace.box(6), certify="none")
+    plan = res.meta["attack_plan"]
+    assert plan["wide_steps"] > 0
+    first, wide = seen[0], seen[1]
+    assert "step_start" not in first and wide["step_start"] == SearchConfig().wide_step
+    assert wide["steps"] == plan["wide_steps"] and wide["init"] is None
+    assert (first["towards"] is None) == (wide["towards"] is None)
+    if first["towards"] is not None:
+        assert torch.equal(first["towards"], wide["towards"])
+    parts = res.meta["passes_by_part"]
+    assert parts["minnorm, long steps"] > 0 and sum(parts.values()) == res.queries.sum()
+    assert res.queries.max() <= 300 + 1
 
 
 def test_l1_search_spends_passes_on_the_refining_run():

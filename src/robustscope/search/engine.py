@@ -669,6 +669,10 @@ def _run_attacks(state: _BatchState, solver: str, active: torch.Tensor) -> None:
     if plan.minnorm_steps:
         with state.stage("minnorm"):
             _minnorm_runs(state, sub, plan.minnorm_steps, 0, grad_cost, aim=aim)
+    if plan.wide_steps:  # Linf / L2: a second step scale, from the input, aimed alike
+        with state.stage("minnorm, long steps"):
+            _minnorm_runs(state, sub, plan.wide_steps, 0, grad_cost, aim=aim,
+                          step_start=state.config.wide_step)
     if plan.refine_steps:  # L1: a dense run in the class reached, from its counterexample
         with state.stage("refine"):
             _minnorm_runs(state, sub, plan.refine_steps, 1, grad_cost, refine=True)
@@ -766,16 +770,18 @@ def _aim_untargeted(state: _BatchState, sub: torch.Tensor, plan: AttackPlan,
 
 def _minnorm_runs(state: _BatchState, sub: torch.Tensor, steps: int, targets: int,
                   grad_cost: int, ranking: torch.Tensor | None = None,
-                  refine: bool = False, aim: torch.Tensor | None = None) -> None:
+                  refine: bool = False, aim: torch.Tensor | None = None,
+                  step_start: float | None = None) -> None:
     """Minimum-norm runs of ``steps`` gradient calls per input of ``sub``: one untargeted
     (``targets=0``), else one per class aimed at — the first of ``ranking`` (nearest boundary
     first, see :func:`_rank_targets`), else the runner-ups by clean logit — skipping the
     class the best counterexample already reached, all in one batch; with ``refine`` (and
     ``targets=1``) the run refines the class reached instead, from its best counterexample
     (:func:`_refine_best_class`). ``aim`` ``(len(state.x),)`` aims the untargeted run of each
-    input at a class (-1: untargeted; see :func:`_aim_untargeted`). Inputs whose bracket is
-    closed (certified, or within ``rtol``), or whose budget cannot pay every run, are
-    skipped."""
+    input at a class (-1: untargeted; see :func:`_aim_untargeted`). ``step_start`` (Linf /
+    L2; ``None``: the solver's) is the run's first step relative to its strength. Inputs
+    whose bracket is closed (certified, or within ``rtol``), or whose budget cannot pay
+    every run, are skipped."""
     model, ledger = state.model, state.ledger
     runs = max(1, targets)
     sub = sub[state.still_open(sub)]
@@ -791,10 +797,11 @@ def _minnorm_runs(state: _BatchState, sub: torch.Tensor, steps: int, targets: in
         towards = order.T.reshape(-1)  # target k of every input, then target k + 1, ...
     elif aim is not None:
         towards = aim[sub]
+    scale = {} if step_start is None else {"step_start": step_start}
     with model.charging(ledger, state.owners[sub.cpu().numpy()]):
         out = MINNORM(model, state.x[sub], state.y[sub], state.space, state.threat, None,
                       state.statement, state.generator, steps=steps, towards=towards,
-                      init=init)
+                      init=init, **scale)
     m = len(sub) // runs
     for k in range(runs):  # one verification per run: an input appears once per call
         rows = slice(k * m, (k + 1) * m)

@@ -7,8 +7,9 @@ finite differences). Given a per-input budget ``B`` (or, without one, the defaul
 
 1. an untargeted minimum-norm run (``minnorm_steps``): under Linf / L2 aimed at a runner-up
    class where the first-order distance to its boundary (``aimed`` classes, a gradient
-   each) is clearly the nearest; under L1 followed by a refining run (``refine_steps``) in
-   the class it reached, from its best counterexample;
+   each) is clearly the nearest, and where the budget gives both enough steps, beside a
+   second one from the input with longer steps (``wide_steps``); under L1 followed by a
+   refining run (``refine_steps``) in the class it reached, from its best counterexample;
 2. targeted minimum-norm runs at runner-up classes (``targets`` runs of ``target_steps``):
    an untargeted run follows the steepest class, which on 5–15% of inputs is not the class
    of the nearest boundary;
@@ -87,6 +88,18 @@ class SearchConfig:
     #: ``engine._refine_best_class``); only where each of the two gets ``2 * min_run_steps``
     #: (below, a run of 15 steps often finds no counterexample at all).
     l1_refine_share: float = 0.5
+    #: Linf / L2: this share of the untargeted run's steps goes to a second untargeted run
+    #: from the input, aimed alike, whose step starts ``wide_step`` times as long relative to
+    #: the strength (``minnorm``'s ``step_start``); the smaller counterexample of the two
+    #: counts. A run's outcome depends on its step scale in no orderly way, and the best of
+    #: two scales beats one run of their summed length (see ``docs/budget.md``, "Two step
+    #: scales") ...
+    wide_share: float = 0.5
+    #: ... the second run's starting step, relative to the first run's ...
+    wide_step: float = 6.0
+    #: ... and the fewest steps each of the two runs needs (at 200 passes per input, 31
+    #: steps each, the split was mixed on the peer suite; from 300 it was not).
+    wide_min_steps: int = 40
     #: Under L1, the projection (FAB's step, :mod:`~robustscope.solvers.projection`): each
     #: input moved onto the boundary linearised at its best counterexample, one gradient
     #: each for this many classes (the largest logits there other than the label: the
@@ -114,7 +127,7 @@ class SearchConfig:
 #: Models without gradients (finite differences: ``2d + 1`` queries per gradient) under
 #: ``solver="minnorm"`` or ``"pgd"`` (no aiming: it was measured on networks only).
 BLACKBOX_CONFIG = SearchConfig(default_gradients=120, targets=0, max_probes=6, aim_classes=0,
-                               project_classes=0)
+                               project_classes=0, wide_share=0.0)
 
 
 #: Differentiable models on a feature space with relations between features: the projection
@@ -124,7 +137,7 @@ BLACKBOX_CONFIG = SearchConfig(default_gradients=120, targets=0, max_probes=6, a
 #: passes per input, 1.00 with this one's 2,325). Tabular models are cheap to query. No aiming:
 #: it was measured on image networks only.
 RELATIONS_CONFIG = SearchConfig(default_gradients=1200, pgd_steps=20, pgd_restarts=3,
-                                aim_classes=0, project_classes=0)
+                                aim_classes=0, project_classes=0, wide_share=0.0)
 
 
 #: The strong setting of the benchmarks' best-known radii (with a 10x budget and a tight
@@ -149,6 +162,7 @@ class AttackPlan:
     project: int = 0     # classes of the projection (0: no projection)
     project_rounds: int = 0  # further projection rounds in the best counterexample's class
     project_left: bool = False  # passes left at the end go to projections (any threat)
+    wide_steps: int = 0  # Linf / L2: second untargeted run, longer steps (config.wide_step)
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
@@ -229,9 +243,19 @@ def plan_attack(budget: int | None, grad_cost: int, n_classes: int, config: Sear
         minnorm_steps -= aimed
     else:
         aimed = 0
+    wide = 0
+    if not l1 and config.wide_share > 0:
+        wide = int(config.wide_share * minnorm_steps)
+        first = minnorm_steps - wide
+        if others + 1 + (minnorm_steps + aimed) * grad_cost + floor > pool:
+            first -= 1  # pays for the second run's verification pass
+        if min(first, wide) >= config.wide_min_steps:
+            minnorm_steps = first
+        else:
+            wide = 0
     return AttackPlan(total, minnorm_steps, k, target_steps, line,
                       config.pgd_steps if probes else 0, config.pgd_restarts, ranked, refine,
-                      aimed, project, rounds, config.project_classes > 0)
+                      aimed, project, rounds, config.project_classes > 0, wide)
 
 
 def projection_passes(grad_cost: int) -> int:
