@@ -20,7 +20,8 @@ def relu_relaxation(zl: torch.Tensor, u: torch.Tensor):
 
 def relaxation_gap(zl: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     """Per neuron: how far the relaxation's upper line can lie above the ReLU, ``-l u / (u -
-    l)`` (at ``z = 0``) for an unstable neuron, 0 for a stable one. Tighter bounds of the
-    neurons where it is largest loosen the bound least to give up."""
+    l)`` (at ``z = 0``) for an unstable neuron, 0 for a stable one. Where a node cannot
+    bound all its unstable neurons by CROWN, those with the largest gap go first: their
+    relaxation costs the bound most."""
     unstable = (zl < 0) & (u > 0)
     return torch.where(unstable, -zl * u / (u - zl).clamp_min(1e-300), torch.zeros_like(zl))
