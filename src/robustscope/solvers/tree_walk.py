@@ -93,7 +93,7 @@ def beam_walk(tree_start, lo, hi, leaf_scores, const, feat_flat, feat_start, wit
 
     ``tree_start`` ``(T,)``; ``lo`` / ``hi`` ``(L, d)`` the leaves' boxes as cut indices
     (``-1`` / ``n_pred`` for no bound); ``leaf_scores`` ``(L, K)``; ``const`` ``(K,)``;
-    ``feat_flat`` / ``feat_start`` ``(T + 1,)``: per tree, the features its leaves bound;
+    ``feat_flat`` / ``feat_start`` ``(L + 1,)``: per leaf, the features its box bounds;
     ``within`` ``(L,)`` the leaves within reach; ``gain`` ``(L,)``; ``finite``: an L1 / L2
     walk (``power`` 1 or 2, per-cut crossing costs ``up`` / ``down`` ``(n_pred,)``, the
     summed cost at most ``limit``); ``need`` the total gain to reach.
@@ -147,7 +147,6 @@ def beam_walk(tree_start, lo, hi, leaf_scores, const, feat_flat, feat_start, wit
         t = multi[i]
         later = rest[i]
         end = tree_start[t + 1] if t + 1 < n_tree else n_leaf
-        feats = feat_flat[feat_start[t]:feat_start[t + 1]]
         n_cand = 0
         top = -np.inf
         for s in range(n_state):
@@ -156,7 +155,8 @@ def beam_walk(tree_start, lo, hi, leaf_scores, const, feat_flat, feat_start, wit
                     continue
                 ok = True
                 cost = total[s]
-                for f in feats:
+                for q in range(feat_start[leaf], feat_start[leaf + 1]):
+                    f = feat_flat[q]
                     a = max(box_lo[s, f], lo[leaf, f])
                     b = min(box_hi[s, f], hi[leaf, f])
                     if a >= b:
@@ -189,7 +189,8 @@ def beam_walk(tree_start, lo, hi, leaf_scores, const, feat_flat, feat_start, wit
             new_hi[j] = box_hi[s]
             new_per[j] = per[s]
             new_total[j] = total[s]
-            for f in feats:
+            for q in range(feat_start[leaf], feat_start[leaf + 1]):
+                f = feat_flat[q]
                 a = max(box_lo[s, f], lo[leaf, f])
                 b = min(box_hi[s, f], hi[leaf, f])
                 new_lo[j, f] = a
@@ -301,12 +302,10 @@ def cheapest_leaves(tree_start, lo, hi, feat_flat, feat_start, within, gain, nee
             bound = value[depth]
             pruned = False
             for i in range(depth, n_multi):
-                t = multi[i]
-                feats = feat_flat[feat_start[t]:feat_start[t + 1]]
                 j = offset[i] if depth == 0 else first[depth - 1, i]
                 while j < offset[i + 1] and not _cost_with(
                         up, down, box_lo[depth], box_hi[depth], per[depth], total[depth], lo,
-                        hi, leaves[j], feats, n_pred, p_kind) < beat:
+                        hi, leaves[j], feat_flat, feat_start, n_pred, p_kind) < beat:
                     j += 1
                 first[depth, i] = j
                 bound += gain[leaves[j]] if j < offset[i + 1] else -np.inf
@@ -319,21 +318,20 @@ def cheapest_leaves(tree_start, lo, hi, feat_flat, feat_start, within, gain, nee
             ptr[depth] = first[depth, depth]
         # the next child of the node at this depth
         moved = False
-        t = multi[depth]
-        feats = feat_flat[feat_start[t]:feat_start[t + 1]]
         while ptr[depth] < offset[depth + 1]:
             leaf = leaves[ptr[depth]]
             ptr[depth] += 1
             if value[depth] + gain[leaf] + rest[depth + 1] < need:
                 break  # (most gain first: no later leaf does)
             cost = _cost_with(up, down, box_lo[depth], box_hi[depth], per[depth],
-                              total[depth], lo, hi, leaf, feats, n_pred, p_kind)
+                              total[depth], lo, hi, leaf, feat_flat, feat_start, n_pred, p_kind)
             if not cost < beat:
                 continue
             box_lo[depth + 1] = box_lo[depth]
             box_hi[depth + 1] = box_hi[depth]
             per[depth + 1] = per[depth]
-            for f in feats:
+            for q in range(feat_start[leaf], feat_start[leaf + 1]):
+                f = feat_flat[q]
                 a = max(box_lo[depth, f], lo[leaf, f])
                 b = min(box_hi[depth, f], hi[leaf, f])
                 box_lo[depth + 1, f] = a
@@ -353,13 +351,16 @@ def cheapest_leaves(tree_start, lo, hi, feat_flat, feat_start, within, gain, nee
 
 
 @njit(cache=True)
-def _cost_with(up, down, box_lo, box_hi, per, total, lo, hi, leaf, feats, n_pred, p_kind):
+def _cost_with(up, down, box_lo, box_hi, per, total, lo, hi, leaf, feat_flat, feat_start,
+               n_pred, p_kind):
     """The cost of the box ``(box_lo, box_hi)`` (per-feature costs ``per``, cost
-    ``total``) cut down to ``leaf``'s box on the tree's features ``feats`` (elsewhere the
-    leaf is unbounded); ``inf`` when the two boxes do not meet. Costs only grow as a box
-    shrinks, so Linf's is the larger of ``total`` and the new per-feature costs."""
+    ``total``) cut down to ``leaf``'s box on the features that box bounds
+    (``feat_flat[feat_start[leaf]:feat_start[leaf + 1]]``; elsewhere the leaf is unbounded);
+    ``inf`` when the two boxes do not meet. Costs only grow as a box shrinks, so Linf's is
+    the larger of ``total`` and the new per-feature costs."""
     cost = total
-    for f in feats:
+    for q in range(feat_start[leaf], feat_start[leaf + 1]):
+        f = feat_flat[q]
         a = max(box_lo[f], lo[leaf, f])
         b = min(box_hi[f], hi[leaf, f])
         if a >= b:
