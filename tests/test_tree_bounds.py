@@ -7,6 +7,7 @@ ensembles (``_brute_force`` of ``test_exact_trees``); the reference is the MILP 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 
@@ -437,3 +438,59 @@ def test_leaf_search_closes_brackets_the_walks_leave_open(threat: str) -> None:
     assert (fast.lower_bound <= ref.radius * (1 + 1e-9)).all()
     adv = np.asarray(model.predict_proba(fast.x_adv.numpy())).argmax(axis=1)
     assert (adv != labels).all()
+
+
+@pytest.mark.parametrize("threat", ["linf", "l1", "l2"])
+def test_leaf_search_costs_carried_from_the_parent_change_nothing(threat: str) -> None:
+    """The leaf search carries a leaf's cost over from the parent node where the last pick
+    left the box alone on its features; with every leaf marked as sharing a feature with
+    every pick (``feat_mask`` -1) it computes every cost afresh. Both searches visit the same
+    nodes and return the same box."""
+    _, clf, space, rows, labels = _wavy_xgb(seed=21, n=400, n_trees=40, n_rows=10)
+    prog = build_program(clf.ensemble, space)
+    boxes = leaf_boxes(prog, 4)
+    fresh = dataclasses.replace(boxes, feat_mask=np.full(len(boxes.feat_mask), -1))
+    p = NORMS[threat]
+    carried = 0
+    for x0, yi in zip(rows, labels, strict=True):
+        costs = input_costs(prog, x0, space, p)
+        reach = leaf_reach(boxes, costs, p)
+        gain = boxes.scores[:, 1 - yi] - boxes.scores[:, yi]
+        need = (prog.tie_tol if yi == 0 else -prog.tie_tol) - boxes.const[1 - yi] \
+            + boxes.const[yi]
+        eps = float(np.sort(reach[np.isfinite(reach)])[-1])
+        a = cheapest(boxes, costs, reach, eps, gain, need, p, 200_000)
+        b = cheapest(fresh, costs, reach, eps, gain, need, p, 200_000)
+        assert a[0] == b[0] and a[4] == b[4]
+        assert a[1] == pytest.approx(b[1], rel=1e-12)
+        np.testing.assert_array_equal(a[2], b[2])
+        np.testing.assert_array_equal(a[3], b[3])
+        carried += a[4]
+    assert carried > 100  # (the searches went deep enough to carry costs over)
+
+
+def test_leaf_search_on_features_past_the_63rd_matches_the_milp() -> None:
+    """Leaves carry one bit per feature they bound, every bit where one is past the 63rd;
+    trees that split on features 65 and 68 give the same radii on the fast path as on the
+    MILP alone."""
+    rng = np.random.default_rng(4)
+    X = rng.normal(size=(400, 70))
+    y = (X[:, 0] + np.sin(2 * X[:, 65]) + X[:, 68] * X[:, 2] > 0).astype(int)
+    model = xgb.XGBClassifier(n_estimators=30, max_depth=3, n_jobs=1, random_state=0)
+    model.fit(X, y)
+    clf = wrap_tree_model(model)
+    space = FeatureSpace.from_arrays(X.min(axis=0) - 0.5, X.max(axis=0) + 0.5)
+    boxes = leaf_boxes(build_program(clf.ensemble, space), 70)
+    bounded = (boxes.lo >= 0) | (boxes.hi < boxes.n_pred)
+    late = bounded[:, 63:].any(axis=1)
+    assert late.any() and (~late).any()
+    assert (boxes.feat_mask[late] == -1).all()  # a feature past bit 62: every bit
+    for mask, row in zip(boxes.feat_mask[~late], bounded[~late], strict=True):
+        assert mask == sum(1 << int(f) for f in np.flatnonzero(row))
+    rows = X[:6]
+    labels = np.asarray(model.predict_proba(rows)).argmax(axis=1)
+    for threat in ("linf", "l1"):
+        fast = exact_tree_radius(clf, rows, labels, space, threat)
+        ref = exact_tree_radius(clf, rows, labels, space, threat, prune=False)
+        np.testing.assert_array_equal(fast.status, ref.status)
+        np.testing.assert_allclose(fast.radius, ref.radius, rtol=1e-6)

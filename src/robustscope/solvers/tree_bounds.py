@@ -46,6 +46,8 @@ class LeafBoxes:
     n_pred: int              # the number of predicates (cuts)
     feat_flat: np.ndarray    # per leaf, the features its box is bounded on, flat
     feat_start: np.ndarray   # (L + 1,) leaf i's are feat_flat[feat_start[i]:feat_start[i + 1]]
+    feat_mask: np.ndarray    # (L,) int64, bit f set when the leaf is bounded on feature f
+    #                          (f >= 63 sets every bit: such a leaf shares a feature with all)
 
     @property
     def n_trees(self) -> int:
@@ -96,7 +98,17 @@ def leaf_boxes(prog: Program, n_features: int) -> LeafBoxes:
         blocked=np.asarray(blocked, dtype=bool),
         lo=lo, hi=hi, n_pred=n_pred,
         feat_flat=np.nonzero(bounded)[1].astype(np.int64),
-        feat_start=np.concatenate([[0], np.cumsum(bounded.sum(axis=1))]).astype(np.int64))
+        feat_start=np.concatenate([[0], np.cumsum(bounded.sum(axis=1))]).astype(np.int64),
+        feat_mask=_feature_bits(bounded))
+
+
+def _feature_bits(bounded: np.ndarray) -> np.ndarray:
+    """Per row of ``bounded`` ``(L, d)``, an int64 with bit ``f`` set where column ``f``
+    is True, for ``f < 63``; a row True in a later column gets every bit (-1), so that it
+    meets every other row's bits."""
+    low = bounded[:, :63]
+    bits = (low.astype(np.int64) << np.arange(low.shape[1], dtype=np.int64)).sum(axis=1)
+    return np.where(bounded[:, 63:].any(axis=1), np.int64(-1), bits).astype(np.int64)
 
 
 def crossing_costs(costs: Costs) -> tuple[np.ndarray, np.ndarray]:
@@ -234,7 +246,8 @@ def cheapest(boxes: LeafBoxes, costs: Costs, reach: np.ndarray, eps: float, gain
     power = 2.0 if p_kind == 2 else 1.0
     done, cost, lo, hi, nodes = cheapest_leaves(
         boxes.tree_start, boxes.lo, boxes.hi, boxes.feat_flat, boxes.feat_start,
-        np.ascontiguousarray(reach <= eps), np.ascontiguousarray(gain, dtype=np.float64),
-        float(need), p_kind, up, down, float(eps) ** power, int(node_limit))
+        boxes.feat_mask, np.ascontiguousarray(reach <= eps),
+        np.ascontiguousarray(gain, dtype=np.float64), float(need), p_kind, up, down,
+        float(eps) ** power, int(node_limit))
     radius = float(cost) ** (1.0 / power) if cost < float(eps) ** power else float(eps)
     return bool(done), radius, lo, hi, int(nodes)

@@ -216,8 +216,8 @@ def beam_walk(tree_start, lo, hi, leaf_scores, const, feat_flat, feat_start, wit
 
 
 @njit(cache=True)
-def cheapest_leaves(tree_start, lo, hi, feat_flat, feat_start, within, gain, need, p_kind,
-                    up, down, incumbent, node_limit):
+def cheapest_leaves(tree_start, lo, hi, feat_flat, feat_start, feat_mask, within, gain, need,
+                    p_kind, up, down, incumbent, node_limit):
     """Branch and bound for the cheapest choice of one leaf per tree that reaches ``need``.
 
     A choice is one leaf within reach per tree (``within`` ``(L,)``) whose boxes meet; its
@@ -277,6 +277,10 @@ def cheapest_leaves(tree_start, lo, hi, feat_flat, feat_start, within, gain, nee
     ptr = np.full(n_multi + 1, -1, np.int64)
     # first[k, i]: at the node of depth k, tree i's first leaf (most gain first) that meets
     first = np.zeros((n_multi + 1, n_multi), np.int64)
+    # ... and its cost with that node's box; chosen[k]: the features on which the leaf picked
+    # to reach depth k cut the box down (a bit per feature, as LeafBoxes.feat_mask)
+    first_cost = np.zeros((n_multi + 1, n_multi))
+    chosen = np.zeros(n_multi + 1, np.int64)
     best_cost = incumbent
     beat = incumbent * (1 - 1e-12)
     best_lo = np.full(d, -1, np.int64)
@@ -303,11 +307,26 @@ def cheapest_leaves(tree_start, lo, hi, feat_flat, feat_start, within, gain, nee
             pruned = False
             for i in range(depth, n_multi):
                 j = offset[i] if depth == 0 else first[depth - 1, i]
-                while j < offset[i + 1] and not _cost_with(
-                        up, down, box_lo[depth], box_hi[depth], per[depth], total[depth], lo,
-                        hi, leaves[j], feat_flat, feat_start, n_pred, p_kind) < beat:
-                    j += 1
+                cost = np.inf
+                if depth > 0 and j < offset[i + 1] and feat_mask[leaves[j]] & chosen[depth] == 0:
+                    # the last pick left the box alone on this leaf's features: only the box's
+                    # cost elsewhere grew, so the leaf's cost follows from the parent's. It
+                    # only ever keeps a leaf (rounded, it could drop one at the cost to beat;
+                    # kept by mistake, a leaf only loosens the bound)
+                    if p_kind == 0:
+                        cost = max(first_cost[depth - 1, i], total[depth])
+                    else:
+                        cost = first_cost[depth - 1, i] + (total[depth] - total[depth - 1])
+                    if not cost < beat:
+                        cost = np.inf  # (computed exactly below)
+                while j < offset[i + 1] and not cost < beat:
+                    cost = _cost_with(up, down, box_lo[depth], box_hi[depth], per[depth],
+                                      total[depth], lo, hi, leaves[j], feat_flat, feat_start,
+                                      n_pred, p_kind)
+                    if not cost < beat:
+                        j += 1
                 first[depth, i] = j
+                first_cost[depth, i] = cost
                 bound += gain[leaves[j]] if j < offset[i + 1] else -np.inf
                 if bound + rest[i + 1] < need:
                     pruned = True
@@ -330,15 +349,19 @@ def cheapest_leaves(tree_start, lo, hi, feat_flat, feat_start, within, gain, nee
             box_lo[depth + 1] = box_lo[depth]
             box_hi[depth + 1] = box_hi[depth]
             per[depth + 1] = per[depth]
+            changed = 0
             for q in range(feat_start[leaf], feat_start[leaf + 1]):
                 f = feat_flat[q]
                 a = max(box_lo[depth, f], lo[leaf, f])
                 b = min(box_hi[depth, f], hi[leaf, f])
+                if a != box_lo[depth, f] or b != box_hi[depth, f]:
+                    changed |= (1 << f) if f < 63 else -1
                 box_lo[depth + 1, f] = a
                 box_hi[depth + 1, f] = b
                 v = _cost_at(up, down, a, b, n_pred)
                 per[depth + 1, f] = v * v if p_kind == 2 else v
             total[depth + 1] = cost
+            chosen[depth + 1] = changed
             value[depth + 1] = value[depth] + gain[leaf]
             ptr[depth + 1] = -1
             depth += 1
