@@ -228,7 +228,11 @@ def cheapest_leaves(tree_start, lo, hi, feat_flat, feat_start, feat_mask, within
     leaves of most gain first, and prunes a partial choice whose cost is at least
     ``incumbent * (1 - 1e-12)`` (the cost to beat) or whose value plus, per remaining tree,
     the most gain among its leaves that still meet the box within that cost, falls short of
-    ``need``.
+    ``need``. ``lo`` / ``hi`` ``(L, d)`` are the leaves' boxes as cut indices; ``feat_flat``
+    / ``feat_start`` ``(L + 1,)`` list, per leaf, the features its box bounds, and
+    ``feat_mask`` ``(L,)`` holds them as bits (:class:`~robustscope.solvers.tree_bounds.
+    LeafBoxes`): where the pick that made a node cut the box on none of a leaf's features,
+    the leaf's cost there follows from its cost at the parent node.
 
     Returns ``(complete, cost, lo, hi, nodes)``: ``complete`` True when the whole tree of
     choices was searched (within ``node_limit`` nodes), so that no choice costs less than
