@@ -312,7 +312,7 @@ def cheapest_leaves(tree_start, lo, hi, feat_flat, feat_start, feat_mask, within
             for i in range(depth, n_multi):
                 j = offset[i] if depth == 0 else first[depth - 1, i]
                 cost = np.inf
-                if depth > 0 and j < offset[i + 1] and feat_mask[leaves[j]] & chosen[depth] == 0:
+                if depth > 0 and j < offset[i + 1] and (feat_mask[leaves[j]] & chosen[depth]) == 0:
                     # the last pick left the box alone on this leaf's features: only the box's
                     # cost elsewhere grew, so the leaf's cost follows from the parent's. It
                     # only ever keeps a leaf (rounded, it could drop one at the cost to beat;
