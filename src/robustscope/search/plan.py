@@ -228,15 +228,10 @@ def plan_attack(budget: int | None, grad_cost: int, n_classes: int, config: Sear
         minnorm_steps -= steps
     else:
         project = rounds = steps = 0
-    refine = int(config.l1_refine_share * minnorm_steps) if l1 else 0
-    first = minnorm_steps - refine
     floor = MIN_PROBES * probe_cost if probes else 0
-    if others + 1 + (minnorm_steps + steps) * grad_cost + floor > pool:
-        first -= 1  # pays for the refining run's verification pass
-    if min(refine, first) >= 2 * config.min_run_steps:
-        minnorm_steps = first
-    else:
-        refine = 0
+    minnorm_steps, refine = _second_run(
+        minnorm_steps, config.l1_refine_share if l1 else 0.0, minnorm_steps + steps,
+        2 * config.min_run_steps, others + floor, pool, grad_cost)
     # aiming costs a gradient per class, taken from the untargeted run's steps
     aimed = aim_wanted
     if aimed and minnorm_steps - aimed >= config.min_run_steps:
@@ -245,17 +240,29 @@ def plan_attack(budget: int | None, grad_cost: int, n_classes: int, config: Sear
         aimed = 0
     wide = 0
     if not l1 and config.wide_share > 0:
-        wide = int(config.wide_share * minnorm_steps)
-        first = minnorm_steps - wide
-        if others + 1 + (minnorm_steps + aimed) * grad_cost + floor > pool:
-            first -= 1  # pays for the second run's verification pass
-        if min(first, wide) >= config.wide_min_steps:
-            minnorm_steps = first
-        else:
-            wide = 0
+        minnorm_steps, wide = _second_run(minnorm_steps, config.wide_share,
+                                          minnorm_steps + aimed, config.wide_min_steps,
+                                          others + floor, pool, grad_cost)
     return AttackPlan(total, minnorm_steps, k, target_steps, line,
                       config.pgd_steps if probes else 0, config.pgd_restarts, ranked, refine,
                       aimed, project, rounds, config.project_classes > 0, wide)
+
+
+def _second_run(steps: int, share: float, paid: int, minimum: int, overhead: int, pool: int,
+                grad_cost: int) -> tuple[int, int]:
+    """Split the untargeted run's ``steps`` gradient calls per input between it and a second
+    run that gets ``share`` of them (L1's refining run, Linf / L2's long-step run):
+    ``(first, second)`` steps. The second run's verification pass comes out of the first
+    run's steps where the passes already planned (``overhead`` plus ``paid`` gradient calls
+    at ``grad_cost`` passes each) leave no pass for it in ``pool``. Where either run would
+    get fewer than ``minimum`` steps there is no second run: ``(steps, 0)``."""
+    second = int(share * steps)
+    first = steps - second
+    if overhead + 1 + paid * grad_cost > pool:
+        first -= 1  # pays for the second run's verification pass
+    if min(first, second) >= minimum:
+        return first, second
+    return steps, 0
 
 
 def projection_passes(grad_cost: int) -> int:
