@@ -38,7 +38,7 @@ def main() -> None:
         score_scatter_figure,
     )
     from robustscope.scores.distribution import flip_rate, ood_check, proxy_a_distance
-    from robustscope.solvers.gradient_free import gradient_free
+    from robustscope.solvers.attacks.decision.gradient_free import gradient_free
 
     models, space, Xtr, ytr, Xte, yte = make_models(args.seed)
     sk = models["xgboost"]

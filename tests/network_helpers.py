@@ -25,7 +25,7 @@ def exact_cases(threat, seeds):
     import numpy as np
 
     from robustscope import FeatureSpace
-    from robustscope.solvers.exact_relu import exact_relu_radius, relu_layers
+    from robustscope.solvers.exact.relu.milp import exact_relu_radius, relu_layers
 
     rng = np.random.default_rng(3)
     space = FeatureSpace.box(4)

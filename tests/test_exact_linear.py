@@ -8,7 +8,7 @@ from scipy.optimize import brentq, linprog
 
 from robustscope import FeatureSpace
 from robustscope.search.engine import radius
-from robustscope.solvers.exact_linear import exact_linear_radius
+from robustscope.solvers.exact.linear.closed_form import exact_linear_radius
 from robustscope.threats import L1, L2, LINF
 
 NORM_ORD = {"linf": np.inf, "l2": 2, "l1": 1}

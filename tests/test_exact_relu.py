@@ -9,7 +9,7 @@ from conftest import train_mlp
 
 from robustscope import FeatureSpace, InputError
 from robustscope.search.engine import radius
-from robustscope.solvers.exact_relu import exact_relu_radius, relu_layers
+from robustscope.solvers.exact.relu.milp import exact_relu_radius, relu_layers
 from robustscope.threats import L1, LINF
 
 

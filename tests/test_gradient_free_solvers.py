@@ -11,9 +11,9 @@ import torch
 from robustscope.core.space import FeatureSpace
 from robustscope.models.base import QueryLedger
 from robustscope.models.blackbox import ProbaClassifier
-from robustscope.solvers.boundary import hop_skip_jump
-from robustscope.solvers.gradient_free import gradient_free
-from robustscope.solvers.random_search import cube_search
+from robustscope.solvers.attacks.decision.cube_search import cube_search
+from robustscope.solvers.attacks.decision.gradient_free import gradient_free
+from robustscope.solvers.attacks.decision.hop_skip_jump import hop_skip_jump
 
 SOLVERS = {"hsj": hop_skip_jump, "cube": cube_search, "cascade": gradient_free}
 

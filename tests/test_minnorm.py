@@ -10,8 +10,8 @@ from torch import nn
 from robustscope import FeatureSpace
 from robustscope.core.statement import Statement
 from robustscope.models import wrap_model
-from robustscope.solvers import minnorm as mn
-from robustscope.solvers.exact_linear import exact_linear_radius
+from robustscope.solvers.attacks.gradient import minnorm as mn
+from robustscope.solvers.exact.linear.closed_form import exact_linear_radius
 from robustscope.threats.lp import L2, LINF
 
 pytestmark = pytest.mark.usefixtures("one_thread")

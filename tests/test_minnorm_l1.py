@@ -13,8 +13,8 @@ from torch import nn
 from robustscope import FeatureSpace
 from robustscope.core.statement import Statement
 from robustscope.models import wrap_model
-from robustscope.solvers.exact_linear import exact_linear_radius
-from robustscope.solvers.minnorm_l1 import linear_l1_step, minnorm_l1
+from robustscope.solvers.attacks.gradient.minnorm_l1 import linear_l1_step, minnorm_l1
+from robustscope.solvers.exact.linear.closed_form import exact_linear_radius
 from robustscope.threats.lp import L1, L2
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -281,7 +281,8 @@ def test_a_curved_model_gets_dense_jumps_instead_of_greedy_ones(monkeypatch):
     radii = {}
     for name, share in (("switch", None), ("greedy only", -np.inf)):
         if share is not None:
-            monkeypatch.setattr("robustscope.solvers.minnorm_l1.LINEAR_SHARE", share)
+            monkeypatch.setattr(
+                "robustscope.solvers.attacks.gradient.minnorm_l1.LINEAR_SHARE", share)
         _, out = _solve(net, x, y, space, steps=16, refine=0.0)
         radii[name] = np.where(out.found, out.radius, np.inf).max()
     assert radii["switch"] >= exact * (1 - 1e-9)

@@ -1,5 +1,6 @@
-"""The projection onto a boundary linearised at a counterexample (solvers/projection.py) and
-the search's projection stage (engine._project, engine._project_what_is_left)."""
+"""The projection onto a boundary linearised at a counterexample
+(solvers/attacks/gradient/boundary_projection.py) and the search's projection stage
+(engine._project, engine._project_what_is_left)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,11 @@ from robustscope.search.plan import (
     SearchConfig,
     plan_attack,
 )
-from robustscope.solvers.projection import AIM, halfspace_step, project_to_boundaries
+from robustscope.solvers.attacks.gradient.boundary_projection import (
+    AIM,
+    halfspace_step,
+    project_to_boundaries,
+)
 from robustscope.threats import get_threat
 
 

@@ -11,7 +11,10 @@ from robustscope.core.space import FeatureSpace
 from robustscope.models.base import QueryLedger
 from robustscope.models.linear import LinearClassifier
 from robustscope.search.random_directions import random_directions_radius
-from robustscope.solvers.random_directions import random_directions_attack, sample_directions
+from robustscope.solvers.attacks.decision.random_directions import (
+    random_directions_attack,
+    sample_directions,
+)
 from robustscope.threats import get_threat
 
 

@@ -15,7 +15,7 @@ from robustscope import radius
 from robustscope.core.errors import FeatureSpaceError, InputError
 from robustscope.core.relations import Relations, parse_constraint
 from robustscope.core.space import FeatureSpace
-from robustscope.solvers.exact_linear import exact_linear_radius
+from robustscope.solvers.exact.linear.closed_form import exact_linear_radius
 from robustscope.threats import get_threat
 
 NAMES = ["income", "debt", "savings", "total"]

@@ -9,7 +9,7 @@ import torch
 from robustscope import FeatureSpace, InputError, Statement
 from robustscope.models import LinearClassifier, ProbaClassifier
 from robustscope.search.engine import radius
-from robustscope.solvers.exact_linear import exact_linear_radius
+from robustscope.solvers.exact.linear.closed_form import exact_linear_radius
 from robustscope.threats import get_threat
 
 NORM_ORD = {"linf": np.inf, "l2": 2, "l1": 1}

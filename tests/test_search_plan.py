@@ -17,7 +17,7 @@ from robustscope.models import wrap_model
 from robustscope.models.base import QueryLedger
 from robustscope.search import engine
 from robustscope.search.plan import SearchConfig, StageLedger, plan_attack, projection_passes
-from robustscope.solvers.targets import first_order_distances, rank_by_distance
+from robustscope.solvers.attacks.gradient.targets import first_order_distances, rank_by_distance
 
 
 def _run_cost(config: SearchConfig, grad_cost: int) -> int:

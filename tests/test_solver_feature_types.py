@@ -10,9 +10,9 @@ from hypothesis import strategies as st
 
 from robustscope.core.space import FeatureSpace
 from robustscope.models.blackbox import ProbaClassifier
-from robustscope.solvers.boundary import hop_skip_jump
-from robustscope.solvers.gradient_free import gradient_free
-from robustscope.solvers.random_search import cube_search
+from robustscope.solvers.attacks.decision.cube_search import cube_search
+from robustscope.solvers.attacks.decision.gradient_free import gradient_free
+from robustscope.solvers.attacks.decision.hop_skip_jump import hop_skip_jump
 
 
 @st.composite

@@ -21,9 +21,8 @@ from test_exact_trees import NORMS, _brute_force
 from robustscope.core.result import EXACT
 from robustscope.core.space import FeatureSpace
 from robustscope.models.trees import wrap_tree_model
-from robustscope.solvers import exact_trees
-from robustscope.solvers.exact_trees import exact_tree_radius
-from robustscope.solvers.tree_bounds import (
+from robustscope.solvers.exact.trees import solver as exact_trees
+from robustscope.solvers.exact.trees.leaf_bounds import (
     box_point,
     certified_index,
     cheapest,
@@ -31,7 +30,8 @@ from robustscope.solvers.tree_bounds import (
     leaf_reach,
     walk,
 )
-from robustscope.solvers.tree_program import build_program, input_costs
+from robustscope.solvers.exact.trees.program import build_program, input_costs
+from robustscope.solvers.exact.trees.solver import exact_tree_radius
 
 xgb = pytest.importorskip("xgboost")
 lgb = pytest.importorskip("lightgbm")

@@ -107,8 +107,8 @@ def tree_reference_runs(case, threat, X, y, mult: int = 10) -> list[tuple[str, R
     """Long runs of robustscope's two black-box solvers (cube search, HopSkipJump) with
     ``mult`` x 5,000 queries per input: the best-known radius of tree models without an
     exact solver (the auto cascade stops on its own bracket before a bigger budget helps)."""
-    from robustscope.solvers.boundary import hop_skip_jump
-    from robustscope.solvers.random_search import cube_search
+    from robustscope.solvers.attacks.decision.cube_search import cube_search
+    from robustscope.solvers.attacks.decision.hop_skip_jump import hop_skip_jump
     model = wrap_model(case.native)
     xt, yt = torch.as_tensor(X), torch.as_tensor(y)
     pool = {"X_pool": torch.as_tensor(case.meta["Xtr"]),

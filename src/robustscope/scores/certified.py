@@ -15,9 +15,11 @@ import numpy as np
 
 from robustscope.core.ecdf import share_above
 from robustscope.core.statuses import AT_ZERO
+from robustscope.solvers.tolerances import BRACKET_RTOL
 
-#: A bracket narrower than this (relative to the radius) counts as closed.
-CLOSED_RTOL = 1e-4
+#: A bracket narrower than this (relative to the radius) counts as closed: the search's
+#: own rule for status ``exact``.
+CLOSED_RTOL = BRACKET_RTOL
 
 
 def certified_accuracy(lower_bound: np.ndarray, status: np.ndarray,

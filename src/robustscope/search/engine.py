@@ -67,6 +67,12 @@ from robustscope.search.plan import (
     plan_attack,
 )
 from robustscope.search.verify import Verifier
+from robustscope.solvers.attacks.gradient.boundary_projection import project_to_boundaries
+from robustscope.solvers.attacks.gradient.targets import (
+    first_order_distances,
+    rank_by_distance,
+    runner_ups,
+)
 from robustscope.solvers.bounds.certify import (
     BOUNDARY_PUSHES,
     bound_radius,
@@ -75,10 +81,9 @@ from robustscope.solvers.bounds.certify import (
 )
 from robustscope.solvers.bounds.domain import make_domain
 from robustscope.solvers.bounds.graph import Network, read_network
-from robustscope.solvers.exact_relu import relu_layers
-from robustscope.solvers.projection import project_to_boundaries
+from robustscope.solvers.exact.relu.milp import relu_layers
 from robustscope.solvers.registry import CERTIFY_CHOICES, check_search_solver, get_solver
-from robustscope.solvers.targets import first_order_distances, rank_by_distance, runner_ups
+from robustscope.solvers.tolerances import BRACKET_RTOL as EXACT_RTOL
 from robustscope.threats import LpThreat, get_threat
 
 log = logging.getLogger(__name__)
@@ -101,8 +106,6 @@ COLD_STEP = 0.5
 LINE_AIM = 1e-6
 #: ... and bisects where the chord's zero is within this share of the bracket's ends.
 LINE_EDGE = 1e-9
-#: A certified bracket narrower than this (relative) counts as exact (MILP tolerances).
-EXACT_RTOL = 1e-4
 #: Under ``certify="auto"``, CROWN runs when its cost is at most this share of the search's:
 #: first its estimate (forward-pass equivalents, counting the neurons IBP leaves unstable at
 #: the attack's radius) against the passes the attack spent on the batch's inputs, then its
@@ -705,7 +708,7 @@ def _run_attacks(state: _BatchState, solver: str, active: torch.Tensor) -> None:
 def _rank_targets(state: _BatchState, sub: torch.Tensor, plan: AttackPlan,
                   grad_cost: int) -> torch.Tensor | None:
     """``(len(state.x), plan.ranked)`` classes per input, nearest boundary first by the
-    first-order estimate at the clean input (:func:`~robustscope.solvers.targets.
+    first-order estimate at the clean input (:func:`~robustscope.solvers.attacks.gradient.targets.
     rank_by_distance`), for the open inputs of ``sub`` that can pay for it and their targeted
     runs; ``None`` when the plan ranks nothing. Rows of other inputs are left at -1. The
     distances the aiming computed (:func:`_aim_untargeted`, the first ``plan.aimed``
@@ -743,7 +746,8 @@ def _aim_untargeted(state: _BatchState, sub: torch.Tensor, plan: AttackPlan,
     """``(len(state.x),)`` the class each input's untargeted run is aimed at, -1 where it stays
     untargeted; ``None`` when no input of ``sub`` is open and can pay for the ranking and the
     run. An input is aimed at the nearest of its ``plan.aimed`` runner-ups by the first-order
-    distance at the clean input (:func:`~robustscope.solvers.targets.first_order_distances`)
+    distance at the clean input
+    (:func:`~robustscope.solvers.attacks.gradient.targets.first_order_distances`)
     where that estimate is below ``config.aim_ratio`` times the logit runner-up's: an
     untargeted run follows the steepest class, and with no targeted run to correct it (small
     budgets) a wrong class is the whole excess. Measured in ``docs/budget.md``."""
@@ -815,8 +819,9 @@ def _refine_best_class(state: _BatchState, sub: torch.Tensor,
     target ``order`` ``(len(sub), 1)`` and start at the input). Returns the classes and the
     starts ``(len(sub), *shape)``.
 
-    A targeted L1 run takes dense steps (see :func:`~robustscope.solvers.minnorm_l1.
-    minnorm_l1`), a second step scale beside the untargeted run's; where the untargeted run
+    A targeted L1 run takes dense steps (see
+    :func:`~robustscope.solvers.attacks.gradient.minnorm_l1.minnorm_l1`), a second step scale
+    beside the untargeted run's; where the untargeted run
     stalls far above the radius (a counterexample spread over many coordinates), that scale
     brings it down in the same class (measured in ``docs/budget.md``). Used in place of the
     single targeted run of a plan of about 100 passes, it lowered the tiny CNN's p90 (2.26 ->
@@ -997,9 +1002,10 @@ def _with_counterexample(state: _BatchState, sub: torch.Tensor) -> torch.Tensor:
 
 def _project(state: _BatchState, sub: torch.Tensor, plan: AttackPlan, grad_cost: int,
              improved: torch.Tensor) -> None:
-    """FAB's projection as a refinement (:func:`~robustscope.solvers.projection.
-    project_to_boundaries`), after the line search: each input of ``sub`` with a
-    counterexample is moved onto the boundary of each of the classes of rank 1 to
+    """FAB's projection as a refinement
+    (:func:`~robustscope.solvers.attacks.gradient.boundary_projection.project_to_boundaries`),
+    after the line search: each input of ``sub`` with a counterexample is moved onto the
+    boundary of each of the classes of rank 1 to
     ``plan.project - 1`` (by logit at its best counterexample, after the counterexample's
     own class, rank 0, which :func:`_run_attacks` projected onto before the line search),
     linearised at that counterexample: first-order jumps to a nearer class. Then

@@ -40,7 +40,7 @@ from robustscope.models.base import Classifier, QueryLedger
 from robustscope.models.threads import AUTO, check_threads, limited_threads
 from robustscope.models.wrap import wrap_model
 from robustscope.search.verify import Verifier
-from robustscope.solvers.image_pgd import image_pgd
+from robustscope.solvers.attacks.gradient.image_pgd import image_pgd
 from robustscope.threats.image import ImageThreat
 from robustscope.threats.registry import (
     find_threat,
@@ -265,7 +265,8 @@ def grid_robustness(
     grid : increasing strengths; default the threat's 20-level benchmark grid.
     method : ``"bisection"`` (about log2(K) + 1 runs per input) or ``"full"`` (every level;
         also fills ``GridResult.broken``, the (n, K) matrix of verified successes).
-    steps, restarts : solver settings (see :func:`robustscope.solvers.image_pgd.image_pgd`).
+    steps, restarts : solver settings (see
+    :func:`robustscope.solvers.attacks.gradient.image_pgd.image_pgd`).
     warm_start : in bisection, start the attack at a smaller level from the input's latest
         counterexample projected onto that level (it keeps the search closer to monotone).
     threads : thread use, as for :func:`robustscope.radius`: ``"auto"`` (one thread for

@@ -100,7 +100,8 @@ class SearchConfig:
     #: ... and the fewest steps each of the two runs needs (at 200 passes per input, 31
     #: steps each, the split was mixed on the peer suite; from 300 it was not).
     wide_min_steps: int = 40
-    #: Under L1, the projection (FAB's step, :mod:`~robustscope.solvers.projection`): each
+    #: Under L1, the projection (FAB's step,
+    #: :mod:`~robustscope.solvers.attacks.gradient.boundary_projection`): each
     #: input moved onto the boundary linearised at its best counterexample, one gradient
     #: each for this many classes (the largest logits there other than the label: the
     #: counterexample's own class first, before the line search; the next ones after it,

@@ -2,7 +2,8 @@
 
 Per input, the radius at which some of ``n_directions`` random directions of that norm
 changes the decision is bracketed by doubling then bisection, with
-:func:`robustscope.solvers.random_directions.search_at_strength` as the solver at each
+:func:`robustscope.solvers.attacks.decision.random_directions.search_at_strength` as the solver at
+each
 strength; the counterexample found is then verified like every other one
 (:class:`robustscope.search.verify.Verifier`).
 """
@@ -24,7 +25,7 @@ from robustscope.core.statement import DECISION_CHANGE, Statement
 from robustscope.models.base import Classifier, QueryLedger
 from robustscope.models.threads import AUTO, check_threads, limited_threads
 from robustscope.search.verify import Verifier
-from robustscope.solvers.random_directions import MAX_ELEMENTS, search_at_strength
+from robustscope.solvers.attacks.decision.random_directions import MAX_ELEMENTS, search_at_strength
 from robustscope.threats import LpThreat, get_threat
 
 

@@ -13,7 +13,7 @@ than the counterexample's gives a first-order jump to that class's boundary.
 The minimal steps have closed forms per norm (all batched, on the input's device):
 
 * L1: coordinates filled in decreasing ``|g_i|`` up to their room
-  (:func:`~robustscope.solvers.minnorm_l1.linear_l1_step`);
+  (:func:`~robustscope.solvers.attacks.gradient.minnorm_l1.linear_l1_step`);
 * Linf: ``s_i = -sign(g_i) min(t, room_i)`` with the smallest ``t`` that covers ``need``;
 * L2: ``s_i = -sign(g_i) min(lam |g_i|, room_i)`` with the smallest such ``lam``.
 
@@ -31,8 +31,8 @@ import torch
 from robustscope.core.space import FeatureSpace
 from robustscope.core.statement import Statement, rounding_margin
 from robustscope.models.base import Classifier
-from robustscope.solvers._common import ScaledProblem
-from robustscope.solvers.minnorm_l1 import exclusive_cumsum, linear_l1_step
+from robustscope.solvers.attacks.gradient.minnorm_l1 import exclusive_cumsum, linear_l1_step
+from robustscope.solvers.attacks.gradient.scaled_problem import ScaledProblem
 from robustscope.threats.lp import LpThreat
 
 #: The step covers the predicted margin times ``1 + AIM`` (a point exactly on the linearised

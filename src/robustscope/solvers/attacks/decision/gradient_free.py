@@ -1,9 +1,12 @@
 """Gradient-free cascade: random search first, then the decision-based boundary search.
 
-Both stages share one :class:`~robustscope.solvers.oracle.ScaledOracle`, hence one per-input
+Both stages share one :class:`~robustscope.solvers.attacks.decision.scaled_oracle.ScaledOracle`,
+hence one per-input
 budget and one record of the best verified counterexample: the cube random search
-(:mod:`~robustscope.solvers.random_search`) shrinks a counterexample cheaply and stops when its
-radius bracket closes; HopSkipJump (:mod:`~robustscope.solvers.boundary`) then spends what is
+(:mod:`~robustscope.solvers.attacks.decision.cube_search`) shrinks a counterexample cheaply and
+stops when its
+radius bracket closes; HopSkipJump (:mod:`~robustscope.solvers.attacks.decision.hop_skip_jump`)
+then spends what is
 left of the budget from that counterexample, escaping the random search's local optima.
 """
 
@@ -15,10 +18,10 @@ from robustscope.core.checks import make_generator
 from robustscope.core.space import FeatureSpace
 from robustscope.core.statement import DECISION_CHANGE, Statement
 from robustscope.models.base import Classifier, QueryLedger
-from robustscope.solvers.boundary import hop_skip_jump
-from robustscope.solvers.oracle import ScaledOracle
+from robustscope.solvers.attacks.decision.cube_search import cube_search
+from robustscope.solvers.attacks.decision.hop_skip_jump import hop_skip_jump
+from robustscope.solvers.attacks.decision.scaled_oracle import ScaledOracle
 from robustscope.solvers.output import SolverOutput
-from robustscope.solvers.random_search import cube_search
 from robustscope.threats import LpThreat, get_threat
 
 

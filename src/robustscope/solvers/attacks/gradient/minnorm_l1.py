@@ -3,7 +3,8 @@ made aware of the box).
 
 L1 is its own problem: the smallest L1 counterexample touches few coordinates, and in a
 bounded input space (images in [0, 1]) most of those sit at their bound. The generic
-steepest-descent step of :mod:`robustscope.solvers.minnorm` (the signs of the top 1% of the
+steepest-descent step of :mod:`robustscope.solvers.attacks.gradient.minnorm` (the signs of the top
+1% of the
 gradient, spread evenly) and a projection onto the ball followed by a clip waste both facts.
 Here, per input:
 
@@ -33,7 +34,7 @@ import torch
 from robustscope.core.space import FeatureSpace
 from robustscope.core.statement import Statement
 from robustscope.models.base import Classifier
-from robustscope.solvers._common import ScaledProblem, cosine_schedule
+from robustscope.solvers.attacks.gradient.scaled_problem import ScaledProblem, cosine_schedule
 from robustscope.solvers.output import SolverOutput
 from robustscope.threats.lp import LpThreat, project_l1_box
 
@@ -128,7 +129,8 @@ def minnorm_l1(
     share of the steps (none below 10 steps) spent on the ray from ``x`` through the best
     counterexample, by Newton steps on the margin aimed ``ray_tol`` past the boundary;
     ``smooth_share``: share of the first steps whose direction follows the statement's
-    smooth margin (see :func:`~robustscope.solvers.minnorm.minnorm`; 0 by default under L1,
+    smooth margin (see :func:`~robustscope.solvers.attacks.gradient.minnorm.minnorm`; 0 by default
+    under L1,
     see :data:`SMOOTH_SHARE`); ``dense_steps``: a
     step's L2 length is the strength times the L2 / L1 ratio of the point the run stands on
     (its best counterexample, else its iterate) instead of the strength itself — the right
@@ -139,9 +141,9 @@ def minnorm_l1(
     """
     del eps, generator
     if threat.p != 1.0:
-        raise ValueError(f"minnorm_l1: threat must be L1, got {threat.name}")
+        raise ValueError(f"attacks.gradient.minnorm_l1: threat must be L1, got {threat.name}")
     if steps < 1:
-        raise ValueError(f"minnorm_l1: steps must be at least 1, got {steps}")
+        raise ValueError(f"attacks.gradient.minnorm_l1: steps must be at least 1, got {steps}")
     dense = towards is not None if dense_steps is None else dense_steps
     n = x.shape[0]
     problem = ScaledProblem(model, x, y, space, statement, towards)

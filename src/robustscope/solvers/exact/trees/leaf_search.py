@@ -1,4 +1,4 @@
-"""The beam search of :func:`robustscope.solvers.tree_bounds.walk`, compiled.
+"""The beam search of :func:`robustscope.solvers.exact.trees.leaf_bounds.walk`, compiled.
 
 A walk visits the trees one at a time and, per tree, tries every leaf within reach against
 every partial choice of the beam: a few dozen small boxes per tree, a hundred trees per walk,
@@ -8,7 +8,8 @@ Numba-compiled function (about 30x faster on the breast-cancer ensembles of
 ``benchmarks/exact_trees.py``). The compiled code is cached on disk (``cache=True``), so a
 process pays the compilation once per installation, not per call.
 
-Only :func:`robustscope.solvers.tree_bounds.walk` calls :func:`beam_walk`; it imports this
+Only :func:`robustscope.solvers.exact.trees.leaf_bounds.walk` calls :func:`beam_walk`; it imports
+this
 module when the first walk runs, so that loading robustscope does not load Numba.
 """
 
@@ -89,7 +90,7 @@ def _trees_with_choice(tree_start, n_leaf, within, gain):
 @njit(cache=True)
 def beam_walk(tree_start, lo, hi, leaf_scores, const, feat_flat, feat_start, within, gain,
               width, finite, power, up, down, limit, need):
-    """One beam walk; see :func:`robustscope.solvers.tree_bounds.walk` for its meaning.
+    """One beam walk; see :func:`robustscope.solvers.exact.trees.leaf_bounds.walk` for its meaning.
 
     ``tree_start`` ``(T,)``; ``lo`` / ``hi`` ``(L, d)`` the leaves' boxes as cut indices
     (``-1`` / ``n_pred`` for no bound); ``leaf_scores`` ``(L, K)``; ``const`` ``(K,)``;
@@ -230,7 +231,7 @@ def cheapest_leaves(tree_start, lo, hi, feat_flat, feat_start, feat_mask, within
     the most gain among its leaves that still meet the box within that cost, falls short of
     ``need``. ``lo`` / ``hi`` ``(L, d)`` are the leaves' boxes as cut indices; ``feat_flat``
     / ``feat_start`` ``(L + 1,)`` list, per leaf, the features its box bounds, and
-    ``feat_mask`` ``(L,)`` holds them as bits (:class:`~robustscope.solvers.tree_bounds.
+    ``feat_mask`` ``(L,)`` holds them as bits (:class:`~robustscope.solvers.exact.trees.leaf_bounds.
     LeafBoxes`): where the pick that made a node cut the box on none of a leaf's features,
     the leaf's cost there follows from its cost at the parent node.
 

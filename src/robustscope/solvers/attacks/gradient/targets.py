@@ -15,7 +15,7 @@ import torch
 from robustscope.core.space import FeatureSpace
 from robustscope.core.statement import Statement
 from robustscope.models.base import Classifier
-from robustscope.solvers._common import ScaledProblem
+from robustscope.solvers.attacks.gradient.scaled_problem import ScaledProblem
 from robustscope.threats.lp import LpThreat
 
 

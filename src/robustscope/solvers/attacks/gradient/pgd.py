@@ -7,7 +7,7 @@ import torch
 from robustscope.core.space import FeatureSpace
 from robustscope.core.statement import Statement
 from robustscope.models.base import Classifier
-from robustscope.solvers._common import ScaledProblem, cosine_schedule
+from robustscope.solvers.attacks.gradient.scaled_problem import ScaledProblem, cosine_schedule
 from robustscope.solvers.output import SolverOutput
 from robustscope.threats.lp import LpThreat
 

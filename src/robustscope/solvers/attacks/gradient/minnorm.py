@@ -15,8 +15,8 @@ import torch
 from robustscope.core.space import FeatureSpace
 from robustscope.core.statement import Statement
 from robustscope.models.base import Classifier
-from robustscope.solvers._common import ScaledProblem, cosine_schedule
-from robustscope.solvers.minnorm_l1 import minnorm_l1
+from robustscope.solvers.attacks.gradient.minnorm_l1 import minnorm_l1
+from robustscope.solvers.attacks.gradient.scaled_problem import ScaledProblem, cosine_schedule
 from robustscope.solvers.output import SolverOutput
 from robustscope.threats.lp import LpThreat
 
@@ -57,7 +57,8 @@ def minnorm(
     """Per input the smallest-norm counterexample seen (the last iterate, not counted as
     found, where none was). ``eps`` is ignored (kept for the solver
     signature); ``init`` is an optional starting counterexample ``(n, *shape)`` (warm start).
-    Under an L1 threat the run is :func:`~robustscope.solvers.minnorm_l1.minnorm_l1` (same
+    Under an L1 threat the run is
+    :func:`~robustscope.solvers.attacks.gradient.minnorm_l1.minnorm_l1` (same
     contract; the Linf / L2 step settings below do not apply). ``overshoot`` stretches the
     first-order distance to the boundary that sets the strength before a first
     counterexample is found; ``linf_power`` shapes the Linf step (see

@@ -26,8 +26,8 @@ import torch
 
 from robustscope.core.space import FeatureSpace
 from robustscope.core.statuses import ATTACKED, CENSORED, EXACT
+from robustscope.solvers.milp.relation_rows import relation_rows, solve_highs
 from robustscope.solvers.output import SolverOutput
-from robustscope.solvers.relations import relation_rows, solve_highs
 from robustscope.threats.lp import LpThreat
 
 #: Relative over-shoot of the margin (as in the closed form of ``exact_linear``).

@@ -54,10 +54,10 @@ def exact_linear_radius(
     With integer, binary or one-hot features the closed form relaxes them, so its radius is a
     certified lower bound only and the status is ``attacked``. With linear relations between
     features (``space.relations``) the radius is an LP / QP per class instead
-    (:mod:`robustscope.solvers.exact_linear_lp`).
+    (:mod:`robustscope.solvers.exact.linear.lp`).
     """
     if space.relations is not None and not space.relations.is_linear_empty:
-        from robustscope.solvers.exact_linear_lp import linear_radius_lp
+        from robustscope.solvers.exact.linear.lp import linear_radius_lp
 
         if target is not None and np.shape(weights)[0] > 2:
             raise InputError("the exact linear solver takes a target class only for binary "

@@ -1,7 +1,8 @@
 """Query-efficient random search that shrinks a counterexample (Cube / Square-attack family).
 
 For each input, starting from a verified counterexample of size ``hi`` (see
-:func:`~robustscope.solvers.starts.find_starts`), the search bisects on the radius: it tries
+:func:`~robustscope.solvers.attacks.decision.starts.find_starts`), the search bisects on the
+radius: it tries
 to find a counterexample of size ``r = (lo + hi) / 2`` with a random search *inside* the ball
 of radius ``r``, warm-started from the best counterexample clipped into that ball. On success
 ``hi`` falls to the size found; after ``stage_queries`` fruitless queries ``lo`` rises to ``r``
@@ -33,9 +34,9 @@ from robustscope.core.checks import make_generator
 from robustscope.core.space import FeatureSpace
 from robustscope.core.statement import DECISION_CHANGE, Statement
 from robustscope.models.base import Classifier, QueryLedger
-from robustscope.solvers.oracle import ScaledOracle
+from robustscope.solvers.attacks.decision.scaled_oracle import ScaledOracle
+from robustscope.solvers.attacks.decision.starts import find_starts
 from robustscope.solvers.output import SolverOutput
-from robustscope.solvers.starts import find_starts
 from robustscope.threats import LpThreat, get_threat
 
 

@@ -16,7 +16,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from robustscope.core.relations import Relations
-from robustscope.solvers.highs import new_highs
+from robustscope.solvers.milp.highs import new_highs
 
 #: HiGHS feasibility tolerances of the exact linear LPs (tighter than HiGHS's 1e-7 default,
 #: so that a solution sits within the relations' own tolerance).

@@ -87,10 +87,7 @@ from robustscope.models.trees import (
     is_tree_ensemble,
     parse_tree_model,
 )
-from robustscope.solvers.highs import new_highs
-from robustscope.solvers.output import SolverOutput
-from robustscope.solvers.relations import relation_rows
-from robustscope.solvers.tree_bounds import (
+from robustscope.solvers.exact.trees.leaf_bounds import (
     LeafBoxes,
     box_point,
     certified_index,
@@ -100,7 +97,7 @@ from robustscope.solvers.tree_bounds import (
     max_gain,
     walk,
 )
-from robustscope.solvers.tree_program import (
+from robustscope.solvers.exact.trees.program import (
     INTEGRAL_TYPES,
     LEAF,
     LEFT,
@@ -111,14 +108,16 @@ from robustscope.solvers.tree_program import (
     input_costs,
     norm,
 )
+from robustscope.solvers.milp.highs import new_highs
+from robustscope.solvers.milp.relation_rows import relation_rows
+from robustscope.solvers.output import SolverOutput
+from robustscope.solvers.tolerances import TREE_BRACKET_RTOL as EXACT_RTOL
 from robustscope.threats import LpThreat, get_threat
 
 #: ``check(x_adv) -> class``: the model's class at a counterexample ``(d,)`` of the input
 #: being solved when the statement holds there, else -1.
 Check = Callable[[np.ndarray], int]
 
-#: Relative gap under which a bracket counts as closed.
-EXACT_RTOL = 1e-7
 #: Under relations a feature's column moves at most this many scales from the input (radius
 #: units), so that its big-M rows stay finite; bounds certified under relations are capped here.
 REL_RADIUS_CAP = 1e6
@@ -325,7 +324,7 @@ def _reduce(prog: Program, costs: Costs, cutoff: float, linf: bool,
 def _relation_block(prog: Program, red: _Reduced, rel: _RelInput, costs: Costs,
                     col: np.ndarray, radius: float, mode: str | None) -> None:
     """Append to ``red`` a raw-unit column ``x_f`` per feature in a relation and the relation
-    rows over them (:func:`~robustscope.solvers.relations.relation_rows`).
+    rows over them (:func:`~robustscope.solvers.milp.relation_rows.relation_rows`).
 
     ``x_f`` is bounded by the feature's valid bounds and the ball of ``radius`` (radius units;
     fixed at the input for an immutable feature) and lies in the closure of the cell its
@@ -951,7 +950,8 @@ class _Bracket:
                 and self.radius - self.lower <= EXACT_RTOL * max(self.radius, 1e-12))
 
 
-#: Beam width of the leaf walks (:func:`~robustscope.solvers.tree_bounds.walk`; 1 would be a
+#: Beam width of the leaf walks (:func:`~robustscope.solvers.exact.trees.leaf_bounds.walk`; 1 would
+#: be a
 #: greedy walk). At the exact Linf radius, width 32 found a counterexample on 24 of 24
 #: LightGBM inputs of the benchmark, width 1 on 17.
 WALK_WIDTH = 32
@@ -1075,7 +1075,8 @@ def _exhaust(comp: _Compiled, ens: TreeEnsemble, check: Check, space: FeatureSpa
              x0: np.ndarray, yi: int, target: int | None, p: float,
              bracket: _Bracket, deadline: float) -> bool:
     """Close an open bracket without a program, by branch and bound over leaf choices
-    (:func:`~robustscope.solvers.tree_bounds.cheapest`) below its counterexample's radius,
+    (:func:`~robustscope.solvers.exact.trees.leaf_bounds.cheapest`) below its counterexample's
+    radius,
     one rival class at a time. A cheaper box found on the way becomes the counterexample
     once the model confirms it; when every class's search finishes within
     :data:`SEARCH_NODES` nodes (fewer when the input's ``deadline`` is near, see

@@ -1,6 +1,6 @@
 """Cheap brackets for tree ensembles: a sound lower bound and a tree-aware upper bound.
 
-Both work on the leaves of a :class:`~robustscope.solvers.tree_program.Program`, each seen
+Both work on the leaves of a :class:`~robustscope.solvers.exact.trees.program.Program`, each seen
 as a box: on every feature a leaf holds the values in ``[cut[lo], cut[hi])``, where ``lo`` is
 the largest cut its path must be right of and ``hi`` the smallest cut it must be left of
 (predicate indices; within a feature, indices are ordered as the cuts).
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from robustscope.solvers.tree_program import LEAF, LEFT, Costs, Program
+from robustscope.solvers.exact.trees.program import LEAF, LEFT, Costs, Program
 
 
 @dataclass
@@ -191,7 +191,7 @@ def walk(boxes: LeafBoxes, reach: np.ndarray, eps: float, gain: np.ndarray,
     Returns ``(lo, hi, scores)``: the common box (cut indices per feature, ``(d,)`` each) and
     the class scores of every point in it (``(K,)``); None when no choice survives.
     """
-    from robustscope.solvers.tree_walk import beam_walk  # (loads Numba on first use)
+    from robustscope.solvers.exact.trees.leaf_search import beam_walk  # (loads Numba on first use)
 
     if p != np.inf and costs is None:
         raise ValueError("walk: p=1 or 2 needs the input's costs")
@@ -232,14 +232,16 @@ def cheapest(boxes: LeafBoxes, costs: Costs, reach: np.ndarray, eps: float, gain
     per tree among the leaves within reach ``eps`` (``reach`` ``(L,)`` from
     :func:`leaf_reach` in the same norm ``p``), pruned by the box's cost and by the
     independent-trees bound restricted to the leaves that still meet the box (see
-    :func:`robustscope.solvers.tree_walk.cheapest_leaves`).
+    :func:`robustscope.solvers.exact.trees.leaf_search.cheapest_leaves`).
 
     Returns ``(complete, radius, lo, hi, nodes)``: ``radius`` the Lp norm (scaled units) of
     the cheapest box found, ``eps`` when none is cheaper; ``lo`` / ``hi`` its cut indices
     ``(d,)`` (meaningful only when ``radius < eps``); ``complete`` True when the search
     finished within ``node_limit`` nodes, so that no box cheaper than ``radius`` (to a
     relative 1e-12) reaches ``need``; ``nodes`` the nodes visited."""
-    from robustscope.solvers.tree_walk import cheapest_leaves  # (loads Numba on first use)
+    from robustscope.solvers.exact.trees.leaf_search import (
+        cheapest_leaves,  # (loads Numba on first use)
+    )
 
     up, down = (np.ascontiguousarray(c[:-1]) for c in crossing_costs(costs))
     p_kind = 0 if p == np.inf else (1 if p == 1 else 2)

@@ -4,7 +4,8 @@ For models that return only a label, or whose output is piecewise constant (tree
 rule sets), gradients are useless; this solver needs only the decision. Working on the scaled
 perturbation ``u = (x' - x) / scale`` of each input it:
 
-1. takes a verified counterexample (:func:`~robustscope.solvers.starts.find_starts`: a warm
+1. takes a verified counterexample
+(:func:`~robustscope.solvers.attacks.decision.starts.find_starts`: a warm
    start, the nearest pool point of another class, or random points of growing size);
 2. bisects to the decision boundary along the path towards the input (Linf: the clipping
    path ``clip(u, -t, t)``, which lowers the largest coordinates first; L2 / L1: ``t·u``);
@@ -31,9 +32,9 @@ from robustscope.core.checks import make_generator
 from robustscope.core.space import FeatureSpace
 from robustscope.core.statement import DECISION_CHANGE, Statement
 from robustscope.models.base import Classifier, QueryLedger
-from robustscope.solvers.oracle import ScaledOracle
+from robustscope.solvers.attacks.decision.scaled_oracle import ScaledOracle
+from robustscope.solvers.attacks.decision.starts import find_starts
 from robustscope.solvers.output import SolverOutput
-from robustscope.solvers.starts import find_starts
 from robustscope.threats import LpThreat, get_threat
 
 

@@ -49,8 +49,8 @@ from robustscope.solvers.bounds.propagate import (
     margin_spec,
     preactivation_bounds,
 )
+from robustscope.solvers.milp.relation_rows import relation_rows
 from robustscope.solvers.output import SolverOutput
-from robustscope.solvers.relations import relation_rows
 from robustscope.threats.lp import LpThreat
 
 #: ReLUs at most this many (:func:`relu_layers`, the plain-MLP reader).

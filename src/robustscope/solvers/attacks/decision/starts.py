@@ -14,7 +14,7 @@ import math
 import numpy as np
 import torch
 
-from robustscope.solvers.oracle import ScaledOracle
+from robustscope.solvers.attacks.decision.scaled_oracle import ScaledOracle
 
 
 def _random_directions(threat, k: int, m: int, d: int, mutable: torch.Tensor,
