@@ -497,3 +497,26 @@ def load_spec(path: str | Path) -> EvaluationSpec:
     except (OSError, UnicodeDecodeError) as exc:
         raise SpecError(f"spec file {path}: cannot read it ({exc})") from exc
     return parse_spec(text, str(path)).resolve_paths(path.parent)
+
+
+# -- the options table of the docs -----------------------------------------------------------
+def _shown(value: object) -> str:
+    return "null" if value is None else str(value).lower() if isinstance(value, bool) \
+        else str(value)
+
+
+def options_table() -> str:
+    """The Markdown table of the radius search's options (``docs/evaluations.md`` holds it;
+    ``tests/test_options.py`` checks it is this one): per option its ``radius()`` argument,
+    command-line option, spec key, defaults, what it accepts and what it does, all read
+    from the declaration."""
+    lines = ["| `radius()` | `robustscope radius` | spec key | default | accepts | what |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    for name, option in OPTIONS.items():
+        default = f"`{_shown(option.default)}`"
+        if option.run_default != option.default:
+            default += (f" (spec: `{_shown(option.run_default)}`: "
+                        f"{option.spec_default_why})")
+        lines.append(f"| `{name}` | `{option.flag}` | `{OPTION_KEYS[name]}` | {default} | "
+                     f"{option.constraint.describe()} | {option.help} |")
+    return "\n".join(lines) + "\n"

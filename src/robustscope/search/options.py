@@ -69,7 +69,7 @@ class OneOf(Constraint):
         return f"{name}: {text}" if name else text
 
     def describe(self) -> str:
-        return " | ".join(self.values)
+        return ", ".join(self.values)
 
 
 @dataclass(frozen=True)
@@ -129,7 +129,7 @@ class Boolean(Constraint):
         return bool(value)
 
     def describe(self) -> str:
-        return "true | false"
+        return "true, false"
 
 
 @dataclass(frozen=True)
@@ -144,7 +144,7 @@ class Threads(Constraint):
         return int(value)
 
     def describe(self) -> str:
-        return "auto | null | an int >= 1"
+        return "auto, null or an int >= 1"
 
     @staticmethod
     def from_text(text: str) -> object:
@@ -175,7 +175,7 @@ class LpThreatName(Constraint):
         return threat_names("lp")
 
     def describe(self) -> str:
-        return " | ".join(self.values)
+        return ", ".join(self.values)
 
 
 @dataclass(frozen=True)
@@ -190,7 +190,7 @@ class Device(Constraint):
         return value
 
     def describe(self) -> str:
-        return "cpu | cuda | cuda:N | mps"
+        return "cpu, cuda, cuda:N, mps"
 
 
 # -- the declaration ---------------------------------------------------------------------------
