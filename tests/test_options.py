@@ -249,3 +249,38 @@ execution: {{workers: 1}}
         assert (res.lower_bound == 0).all()
     else:
         assert (res.lower_bound[res.found] > 0).all()
+
+
+# -- issue 38, smaller items ---------------------------------------------------------------------
+@pytest.mark.parametrize("bad", [float("nan"), -0.1, "0.1", True, None])
+def test_one_training_strength_check_refuses_nan(bad):
+    """Accuracy files (``Attacks Used``) and ``trained_on`` share one check; both refuse NaN
+    and name the argument."""
+    from robustscope.scores.accuracy_grid import AccuracyGrid, ModelAccuracies
+    from robustscope.scores.multiattack import point_table
+
+    grid = AccuracyGrid(90.0, {"AutoLinfAttack": {0.01: 80.0}})
+    with pytest.raises(InputError, match=r"'Attacks Used' strength of 'AutoLinfAttack' must "
+                                         r"be a number >= 0"):
+        _ = ModelAccuracies("m", grid, {"Attacks Used": {"AutoLinfAttack": bad}}).trained_on
+    with pytest.raises(InputError, match=r"trained_on: training strength of 'linf' must be a "
+                                         r"number >= 0"):
+        point_table(grid, grid, attacks=["AutoLinfAttack"], trained_on={"linf": bad})
+    assert ModelAccuracies("m", grid, {"Attacks Used": {"A": 0.5}}).trained_on == {"A": 0.5}
+
+
+def test_journal_keeps_nothing_between_calls(tmp_path):
+    """The journal is read from disk each time (no module cache that outlives a run)."""
+    import json
+
+    from robustscope.runs import journal
+    from robustscope.runs.shards import Shard
+
+    assert not [n for n, v in vars(journal).items()
+                if isinstance(v, dict) and n.startswith("_") and not n.startswith("__")]
+    shard = Shard("linf", 0, 0, 0, 4, 1)
+    journal.record(tmp_path, shard, "done", failed_rows=0)
+    assert journal.read_journal(tmp_path)[shard.key]["status"] == "done"
+    assert journal.pending(tmp_path, [shard]) == [shard]  # no shard file yet
+    (tmp_path / journal.JOURNAL).write_text(json.dumps({"shard": shard.key}) + "\n{cut")
+    assert journal.read_journal(tmp_path) == {shard.key: {"shard": shard.key}}

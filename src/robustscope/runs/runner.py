@@ -98,7 +98,7 @@ def run_spec(spec: EvaluationSpec, spec_text: str | None = None, quiet: bool = F
     shards = plan_shards(len(inputs.X), [t.name for t in spec.threats], ex.shard_size,
                          spec.seed)
     store = _StoreWriter(spec, plan, out_dir, jobs)
-    todo = [s for s in shards if not journal.shard_done(out_dir, s)]
+    todo = journal.pending(out_dir, shards)
     errors: dict[str, str] = {}
     n_rows = sum(len(s) for s in todo)
     try:
