@@ -264,6 +264,7 @@ features:
     - "`worst radius` >= `mean radius`"
     - "`worst area` >= `mean area`"
     - "`worst texture` >= `mean texture`"
+  compare_unconstrained: true
 threats:
   - name: linf
     strengths: {max: 0.3, num: 6}

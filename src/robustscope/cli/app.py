@@ -11,15 +11,13 @@ from __future__ import annotations
 import importlib
 import logging
 import sys
-from enum import Enum
 from pathlib import Path
 
 import typer
 from rich.console import Console
 
 from robustscope.cli.common import OneLineErrorsGroup, computing, reporting_errors
-from robustscope.solvers.registry import CERTIFY_CHOICES, SEARCH_SOLVERS
-from robustscope.threats.registry import threat_names
+from robustscope.cli.search_options import CHOICES, search_values, with_search_options
 
 app = typer.Typer(
     name="robustscope",
@@ -36,15 +34,16 @@ err_console = Console(stderr=True)
 COMMAND_MODULES: tuple[str, ...] = ("leaderboard", "scores", "image_grid", "run", "compare")
 
 
-#: Choices of ``radius --threat``: the registry's Lp threats (the radius search's norms).
-ThreatName = Enum("ThreatName", {name: name for name in threat_names("lp")}, type=str)
 
 
 #: Extensions of ``radius --out``: the formats of :meth:`RadiusResult.save`.
 RESULT_SUFFIXES = (".csv", ".parquet", ".json")
 
-SolverName = Enum("SolverName", {name: name for name in SEARCH_SOLVERS}, type=str)
-CertifyName = Enum("CertifyName", {name: name for name in CERTIFY_CHOICES}, type=str)
+#: Choices of ``radius --threat`` (the registry's Lp threats), ``--solver`` and ``--certify``:
+#: built from the search options' declaration (robustscope.search.options).
+ThreatName = CHOICES["threat"]
+SolverName = CHOICES["solver"]
+CertifyName = CHOICES["certify"]
 
 
 def _print_version(value: bool) -> None:
@@ -71,6 +70,7 @@ def main(verbose: bool = typer.Option(False, "--verbose", "-v", help="Log debug 
 
 
 @app.command("radius")
+@with_search_options
 def radius_command(
     model: Path = typer.Option(..., help="Model file: .json/.ubj (XGBoost), .txt (LightGBM), "
                                ".skops, .pt (TorchScript), .pt2 (torch.export), "
@@ -78,29 +78,14 @@ def radius_command(
     data: Path = typer.Option(..., help="CSV or Parquet with a label column, or NPZ with "
                              "arrays X and y."),
     out: Path = typer.Option(..., help="Radius table: .csv, .parquet or .json."),
-    threat: ThreatName = typer.Option(ThreatName.linf, help="Norm of the scaled perturbation."),
     label_column: str = typer.Option("label", help="Label column of a CSV."),
     features: Path | None = typer.Option(None, help="Feature-space YAML (bounds, scales, "
                                          "types, mutability, constraints)."),
-    invalid: str = typer.Option("error", help="Inputs that break a constraint of --features: "
-                                "'error' (stop, naming them) or 'status' (status invalid)."),
-    compare_unconstrained: bool = typer.Option(
-        False, help="With constraints, also search without them and say what they change."),
-    solver: SolverName = typer.Option(SolverName.auto, help="auto uses the exact solver "
-                                      "where the model allows it."),
-    max_radius: float | None = typer.Option(None, help="Largest strength tried."),
-    budget: int | None = typer.Option(None, help="Model passes allowed per input."),
-    rtol: float = typer.Option(0.01, help="Relative bracket width at which bisection stops."),
-    seed: int = typer.Option(0, help="Random seed."),
     adversarial_out: Path | None = typer.Option(None, help="NPZ of counterexamples (X_adv)."),
     trust_pickle: bool = typer.Option(False, help="Allow pickle/joblib model files (can run "
                                       "arbitrary code)."),
-    device: str = typer.Option("cpu", help="Torch device, e.g. cpu or cuda:0."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar or summary."),
-    certify: CertifyName = typer.Option(CertifyName.auto, help="Certified lower bounds of "
-                                        "torch networks by bound propagation: auto (CROWN "
-                                        "when cheaper than the attack), none, ibp, crown or "
-                                        "alpha-crown."),
+    **search: object,
 ) -> None:
     """Radius of robustness of every input, one row per input."""
     from robustscope.core.checks import check_device
@@ -112,6 +97,8 @@ def radius_command(
     from robustscope.search.engine import radius
 
     with reporting_errors():
+        options = search_values(search)  # the search options (robustscope.search.options)
+        threat, solver, device = options["threat"], options["solver"], options["device"]
         check_device(device, "--device")
         check_outputs([("--out", out, RESULT_SUFFIXES), ("--adversarial-out", adversarial_out,
                                                          (".npz",))],
@@ -124,11 +111,8 @@ def radius_command(
             space = FeatureSpace.from_yaml(features, int(dataset.X[0].size),
                                            dataset.feature_names, dataset.X.shape[1:])
         with computing(), _progress(len(dataset.X), quiet) as advance:
-            result = radius(clf, dataset.X, dataset.y, threat=threat.value, space=space,
-                            solver=solver.value, max_radius=max_radius, budget=budget,
-                            rtol=rtol, seed=seed, device=device, progress=advance,
-                            invalid=invalid, compare_unconstrained=compare_unconstrained,
-                            certify=certify.value)
+            result = radius(clf, dataset.X, dataset.y, space=space, progress=advance,
+                            **options)
         if order_note is not None:
             result.meta["columns"] = order_note
         writes = [(out, result.save)]
@@ -136,7 +120,7 @@ def radius_command(
             writes.append((adversarial_out, result.save_adversarial))
         atomic_write_all(writes)  # both files or neither
         if not quiet:
-            print_summary(result, f"{model.name} · {threat.value} · solver {solver.value}")
+            print_summary(result, f"{model.name} · {threat} · solver {solver}")
             if order_note is not None:
                 Console().print(f"note: {order_note}", highlight=False)
             _print_relation_effect(result)

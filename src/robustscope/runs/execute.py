@@ -70,10 +70,7 @@ def _search(inputs: LoadedInputs, job: ThreatJob, seed: int, rows: np.ndarray) -
         res = grid_threat_result(inputs.model, X, y, job.threat, job.grid, seed,
                                  job.batch_size, job.device, f"threat {job.threat}")
     else:
-        res = radius(inputs.model, X, y, threat=job.threat, space=inputs.space,
-                     solver=job.solver, max_radius=job.max_radius, budget=job.budget,
-                     rtol=job.rtol, seed=seed, device=job.device, batch_size=job.batch_size,
-                     invalid=job.invalid, compare_unconstrained=job.compare_unconstrained)
+        res = radius(inputs.model, X, y, space=inputs.space, **job.radius_kwargs(seed))
     res.sample = rows.copy()
     return res
 

@@ -35,10 +35,6 @@ SHARDS = SHARDS_DIR
 #: completed one.
 TRANSIENT = ("resumed", "replaced")
 
-#: Journal entries per run folder (by shard key), read once when a run is opened.
-_entries: dict[str, dict[str, dict]] = {}
-
-
 def fingerprint(spec, n: int) -> str:
     """What must not change between a run and its resumption: the spec (except where and on
     how many workers it runs) and the number of inputs."""
@@ -89,7 +85,6 @@ def open_run(out_dir: Path, spec, n: int, resume: bool | None) -> dict:
                                  "data); resume it with its own spec, or use another "
                                  "--out-dir")
             plan["resumed"] = True
-            _load_entries(out_dir)
             return plan
         for name in (SHARDS, JOURNAL, "run.json"):
             path = out_dir / name
@@ -106,7 +101,6 @@ def open_run(out_dir: Path, spec, n: int, resume: bool | None) -> dict:
             plan["replaced"] = True
     except OSError as exc:
         raise InputError(f"cannot prepare the run folder {out_dir} ({exc})") from exc
-    _entries[str(out_dir)] = {}
     return plan
 
 
@@ -115,7 +109,10 @@ def mark_complete(out_dir: Path, plan: dict) -> None:
     save_plan(out_dir, plan)
 
 
-def _load_entries(out_dir: Path) -> None:
+def read_journal(out_dir: Path) -> dict[str, dict]:
+    """The journal's last entry per shard key (a line cut by a crash is skipped). Read
+    from the file on every call: nothing is kept between calls (or between runs in one
+    process), so what the journal says is what is on disk now."""
     entries: dict[str, dict] = {}
     path = Path(out_dir) / JOURNAL
     if path.is_file():
@@ -125,15 +122,25 @@ def _load_entries(out_dir: Path) -> None:
             except json.JSONDecodeError:  # a line cut by a crash
                 continue
             entries[doc["shard"]] = doc
-    _entries[str(out_dir)] = entries
+    return entries
 
 
-def shard_done(out_dir: Path, shard: Shard) -> bool:
-    """The shard's file exists and has no failed rows (those are retried)."""
+def pending(out_dir: Path, shards: list[Shard]) -> list[Shard]:
+    """The shards of ``shards`` that are not done (:func:`shard_done`), in order; the
+    journal is read once."""
+    entries = read_journal(out_dir)
+    return [s for s in shards if not shard_done(out_dir, s, entries)]
+
+
+def shard_done(out_dir: Path, shard: Shard, entries: dict[str, dict] | None = None) -> bool:
+    """The shard's file exists and has no failed rows (those are retried). ``entries``: the
+    journal as :func:`read_journal` gives it (read here when not given)."""
     path = shard_path(out_dir, shard)
     if not path.is_file():
         return False
-    entry = _entries.get(str(out_dir), {}).get(shard.key)
+    if entries is None:
+        entries = read_journal(out_dir)
+    entry = entries.get(shard.key)
     if entry is not None and entry.get("status") == "done":
         return entry.get("failed_rows", 0) == 0
     result, _ = read_shard(path, light=True)
@@ -148,4 +155,3 @@ def record(out_dir: Path, shard: Shard, status: str, **extra: object) -> None:
         fh.write(json.dumps(doc) + "\n")
         fh.flush()
         os.fsync(fh.fileno())
-    _entries.setdefault(str(out_dir), {})[shard.key] = doc

@@ -98,7 +98,7 @@ def run_spec(spec: EvaluationSpec, spec_text: str | None = None, quiet: bool = F
     shards = plan_shards(len(inputs.X), [t.name for t in spec.threats], ex.shard_size,
                          spec.seed)
     store = _StoreWriter(spec, plan, out_dir, jobs)
-    todo = [s for s in shards if not journal.shard_done(out_dir, s)]
+    todo = journal.pending(out_dir, shards)
     errors: dict[str, str] = {}
     n_rows = sum(len(s) for s in todo)
     try:
@@ -202,16 +202,8 @@ def _check_channels(spec: EvaluationSpec, shape: tuple[int, ...]) -> None:
 def _threat_jobs(spec: EvaluationSpec) -> dict[str, ThreatJob]:
     jobs = {}
     for t in spec.threats:
-        solver = spec.solver_for(t)
-        grid = t.strength_values()
-        jobs[t.name] = ThreatJob(
-            threat=t.name, is_grid=t.is_grid, solver=solver.name, budget=solver.budget,
-            rtol=solver.rtol, batch_size=solver.batch_size,
-            max_radius=t.max_radius or (max(grid) if grid else None), grid=grid,
-            device=spec.model.device,
-            invalid=spec.features.invalid if spec.features is not None else "error",
-            compare_unconstrained=(spec.features is not None
-                                   and spec.features.compare_unconstrained))
+        jobs[t.name] = ThreatJob(threat=t.name, is_grid=t.is_grid, grid=t.strength_values(),
+                                 options=spec.search_options(t))
     return jobs
 
 

@@ -30,6 +30,7 @@ import numpy as np
 
 from robustscope.core.fileio import atomic_write
 from robustscope.core.result import STORED_COLUMNS, RadiusResult
+from robustscope.search.options import RadiusOptions
 
 #: Folder of the shard files in a run folder.
 SHARDS_DIR = "shards"
@@ -56,23 +57,44 @@ class Shard:
 
 @dataclass(frozen=True)
 class ThreatJob:
-    """How one threat is searched (the same for all of its shards): solver, per-input query
-    budget, relative tolerance of the radius, batch size, largest radius tried (threat norm
-    of the scaled perturbation), the strength grid of image threats and the torch device."""
+    """How one threat is searched (the same for all of its shards): the threat, whether it is
+    an image threat searched on its strength grid ``grid``, and the options of
+    :func:`robustscope.radius` (checked; declared in :mod:`robustscope.search.options`), which
+    every shard passes on whole, with its own seed. A grid search reads ``solver``,
+    ``batch_size`` and ``device`` from them."""
 
     threat: str
     is_grid: bool
-    solver: str
-    budget: int | None
-    rtol: float
-    batch_size: int
-    max_radius: float | None
     grid: list[float] | None
-    device: str
-    #: inputs that break a relation of the feature space: ``error`` or ``status``
-    invalid: str = "error"
-    #: with relations, also search without them (``radius(compare_unconstrained=True)``)
-    compare_unconstrained: bool = False
+    options: RadiusOptions
+
+    def radius_kwargs(self, seed: int) -> dict:
+        """Keyword arguments of :func:`robustscope.radius` for a shard with ``seed``."""
+        return self.options.kwargs(seed=seed)
+
+    @property
+    def solver(self) -> str:
+        return self.options.solver
+
+    @property
+    def budget(self) -> int | None:
+        return self.options.budget
+
+    @property
+    def rtol(self) -> float:
+        return self.options.rtol
+
+    @property
+    def batch_size(self) -> int:
+        return self.options.batch_size
+
+    @property
+    def max_radius(self) -> float | None:
+        return self.options.max_radius
+
+    @property
+    def device(self) -> str:
+        return self.options.device
 
 
 @dataclass

@@ -13,26 +13,66 @@ Minimal example::
     threats:
       - {name: linf, strengths: {max: 0.5, num: 20}}
 
-See :class:`EvaluationSpec` for every key.
+See :class:`EvaluationSpec` for every key. The options of the radius search (solver, budget,
+rtol, certify, ...) are not declared here: their fields (type, default, constraint, help) are
+built from :data:`robustscope.search.options.OPTIONS`, and :data:`OPTION_KEYS` says under
+which key of the spec each one lives.
 """
 
 from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    create_model,
+    field_validator,
+    model_validator,
+)
 
 from robustscope.core.errors import InputError
-from robustscope.solvers.registry import SEARCH_SOLVERS
+from robustscope.search.options import (
+    OPTIONS,
+    Boolean,
+    Number,
+    OneOf,
+    Option,
+    RadiusOptions,
+    Threads,
+)
 from robustscope.threats.registry import implemented_threat, threat_entry
 
 #: Models and data sets that ship with robustscope (trained on scikit-learn's breast-cancer).
 BUILTIN_MODELS = ("breast-cancer-gbm", "breast-cancer-logreg")
 BUILTIN_DATA = ("breast-cancer",)
+
+
+#: Where each option of :func:`robustscope.radius` lives in a spec, by option name (the
+#: ``solver.*`` keys may also be given per threat, ``threats[].solver.*``, which then replace
+#: the top-level ``solver`` for that threat). ``threat`` names any threat of the registry in a
+#: spec: image threats are searched on their strength grid.
+OPTION_KEYS: dict[str, str] = {
+    "threat": "threats[].name",
+    "solver": "solver.name",
+    "max_radius": "threats[].max_radius",
+    "budget": "solver.budget",
+    "rtol": "solver.rtol",
+    "seed": "seed",
+    "device": "model.device",
+    "batch_size": "solver.batch_size",
+    "threads": "solver.threads",
+    "invalid": "features.invalid",
+    "compare_unconstrained": "features.compare_unconstrained",
+    "certify": "solver.certify",
+}
 
 
 class SpecError(InputError):
@@ -43,13 +83,54 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+def _option_field(option: Option) -> tuple[Any, Any]:
+    """``(annotation, Field)`` of a spec key from the option's declaration: its type, its
+    default in a run, its bounds (pydantic's own messages: ``Input should be greater than
+    0``) and its check (the declaration's message, without the Python name: the key path
+    names it)."""
+    constraint = option.constraint
+
+    def check(value: object) -> object:
+        if isinstance(constraint, OneOf) and value not in constraint.values:
+            raise ValueError(constraint.message(value, None))
+        try:
+            return option.check(value)
+        except InputError as exc:
+            raise ValueError(str(exc)) from None
+
+    kwargs: dict[str, Any] = {"description": option.help}
+    if isinstance(constraint, Number):
+        kind: Any = int if constraint.integer else float
+        kwargs.update(constraint.bounds())
+        if not constraint.integer:
+            kwargs["allow_inf_nan"] = False
+        if constraint.allow_none:
+            kind = kind | None
+    elif isinstance(constraint, Boolean):
+        kind = bool
+    elif isinstance(constraint, OneOf):
+        kind = str
+        kwargs["json_schema_extra"] = {"enum": list(constraint.values)}
+    elif isinstance(constraint, Threads):
+        kind = Any
+    else:
+        kind = str
+    return Annotated[kind, AfterValidator(check)], Field(option.run_default, **kwargs)
+
+
+def _with_options(cls: type[BaseModel], **keys: str) -> type[BaseModel]:
+    """``cls`` with one field per ``key=option name``, built from the declaration."""
+    fields = {key: _option_field(OPTIONS[name]) for key, name in keys.items()}
+    return create_model(cls.__name__, __base__=cls, __module__=__name__, __doc__=cls.__doc__,
+                        **fields)
+
+
 class ModelSpec(_Strict):
     """The classifier: a model file (``path``) or a built-in demo model (``builtin``)."""
 
     path: Path | None = None
     builtin: Literal["breast-cancer-gbm", "breast-cancer-logreg"] | None = None
     trust_pickle: bool = False
-    device: str = "cpu"
     name: str | None = Field(None, description="Name in the report and the store.")
 
     @model_validator(mode="after")
@@ -62,6 +143,9 @@ class ModelSpec(_Strict):
     @property
     def display_name(self) -> str:
         return self.name or (self.builtin or Path(str(self.path)).stem)
+
+
+ModelSpec = _with_options(ModelSpec, device="device")
 
 
 class SplitSpec(_Strict):
@@ -105,10 +189,6 @@ class FeaturesSpec(_Strict):
     features: list[dict[str, Any]] | None = None
     #: relations between features (``"debt <= 0.6 * income"``); with ``file``, put them in it
     constraints: list[str] | None = None
-    #: inputs that break a relation: ``error`` (stop, naming them) or ``status`` (``invalid``)
-    invalid: Literal["error", "status"] = "error"
-    #: with relations, also search without them and report what they change
-    compare_unconstrained: bool = True
 
     @model_validator(mode="after")
     def _file_or_inline(self) -> FeaturesSpec:
@@ -131,6 +211,13 @@ class FeaturesSpec(_Strict):
         return out
 
 
+#: ``invalid`` (inputs that break a relation: ``error`` or ``status``) and
+#: ``compare_unconstrained`` (also search without the relations: a second whole search of
+#: every input) come from the search options' declaration.
+FeaturesSpec = _with_options(FeaturesSpec, invalid="invalid",
+                             compare_unconstrained="compare_unconstrained")
+
+
 class GridSpec(_Strict):
     """``num`` evenly spaced strengths ``max/num, 2 max/num, ..., max``."""
 
@@ -142,21 +229,14 @@ class GridSpec(_Strict):
 
 
 class SolverSpec(_Strict):
-    """How the neighbourhood is searched, and at what cost."""
+    """How the neighbourhood is searched, and at what cost: ``name`` (the search's
+    ``solver``), ``budget``, ``rtol``, ``batch_size``, ``threads`` and ``certify``, every one
+    declared in :data:`robustscope.search.options.OPTIONS`."""
 
-    name: str = "auto"
-    budget: int | None = Field(None, gt=0, description="Model passes allowed per input.")
-    rtol: float = Field(0.01, gt=0, lt=1)
-    batch_size: int = Field(128, gt=0)
 
-    @field_validator("name")
-    @classmethod
-    def _known(cls, value: str) -> str:
-        """One of the radius search's solvers (declared in robustscope.solvers.registry)."""
-        if value not in SEARCH_SOLVERS:
-            raise ValueError(f"'{value}' is not a solver of the radius search; choose one of "
-                             f"{', '.join(SEARCH_SOLVERS)}")
-        return value
+SolverSpec = _with_options(SolverSpec, **{key.split(".")[1]: name
+                                          for name, key in OPTION_KEYS.items()
+                                          if key.startswith("solver.")})
 
 
 class ThreatSpec(_Strict):
@@ -164,7 +244,6 @@ class ThreatSpec(_Strict):
 
     name: str
     strengths: list[float] | GridSpec | None = None
-    max_radius: float | None = Field(None, gt=0)
     solver: SolverSpec | None = None
 
     @field_validator("name")
@@ -205,6 +284,9 @@ class ThreatSpec(_Strict):
             raise ValueError(f"largest strength {max(values):g} exceeds max_radius "
                              f"{self.max_radius:g}; accuracy there would be unknown")
         return self
+
+
+ThreatSpec = _with_options(ThreatSpec, max_radius="max_radius")
 
 
 class CRSpec(_Strict):
@@ -260,7 +342,6 @@ class EvaluationSpec(_Strict):
     """A whole evaluation (the top level of the YAML file)."""
 
     name: str | None = None
-    seed: int = 0
     model: ModelSpec
     data: DataSpec
     features: FeaturesSpec | None = None
@@ -301,6 +382,29 @@ class EvaluationSpec(_Strict):
         if spec.scores.cr is not None and spec.scores.cr.reference != "published":
             spec.scores.cr.reference = str(fix(Path(spec.scores.cr.reference)))
         return spec
+
+    def search_options(self, threat: ThreatSpec) -> RadiusOptions:
+        """The options of :func:`robustscope.radius` for ``threat``'s shards (checked; the
+        seed is the run's, each shard searches with its own seed derived from it)."""
+        solver = self.solver_for(threat)
+        grid = threat.strength_values()
+        values = {"seed": self.seed, "device": self.model.device,
+                  "max_radius": threat.max_radius or (max(grid) if grid else None)}
+        if not threat.is_grid:  # an image threat is searched on its grid, not by radius()
+            values["threat"] = threat.name
+        for name, key in OPTION_KEYS.items():
+            section, _, field = key.partition(".")
+            if section == "solver":
+                values[name] = getattr(solver, field)
+            elif section == "features":
+                values[name] = getattr(self.features, field) if self.features is not None \
+                    else OPTIONS[name].run_default
+        return RadiusOptions(**values)
+
+
+#: ``seed`` seeds every random choice of the run (each shard's search gets its own seed,
+#: derived from it and the shard).
+EvaluationSpec = _with_options(EvaluationSpec, seed="seed")
 
 
 # -- loading with line numbers ---------------------------------------------------------------
@@ -393,3 +497,26 @@ def load_spec(path: str | Path) -> EvaluationSpec:
     except (OSError, UnicodeDecodeError) as exc:
         raise SpecError(f"spec file {path}: cannot read it ({exc})") from exc
     return parse_spec(text, str(path)).resolve_paths(path.parent)
+
+
+# -- the options table of the docs -----------------------------------------------------------
+def _shown(value: object) -> str:
+    return "null" if value is None else str(value).lower() if isinstance(value, bool) \
+        else str(value)
+
+
+def options_table() -> str:
+    """The Markdown table of the radius search's options (``docs/evaluations.md`` holds it;
+    ``tests/test_options.py`` checks it is this one): per option its ``radius()`` argument,
+    command-line option, spec key, defaults, what it accepts and what it does, all read
+    from the declaration."""
+    lines = ["| `radius()` | `robustscope radius` | spec key | default | accepts | what |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    for name, option in OPTIONS.items():
+        default = f"`{_shown(option.default)}`"
+        if option.run_default != option.default:
+            default += (f" (spec: `{_shown(option.run_default)}`: "
+                        f"{option.spec_default_why})")
+        lines.append(f"| `{name}` | `{option.flag}` | `{OPTION_KEYS[name]}` | {default} | "
+                     f"{option.constraint.describe()} | {option.help} |")
+    return "\n".join(lines) + "\n"

@@ -114,13 +114,19 @@ class ModelAccuracies:
         if not isinstance(used, Mapping):
             raise InputError(f"model '{self.name}': details 'Attacks Used' must map attacks "
                              f"to training strengths, got {type(used).__name__}")
-        out = {}
-        for attack, eps in used.items():
-            if isinstance(eps, bool) or not isinstance(eps, (int, float)) or eps < 0:
-                raise InputError(f"model '{self.name}': 'Attacks Used' strength of "
-                                 f"'{attack}' must be a number >= 0, got {eps!r}")
-            out[str(attack)] = float(eps)
-        return out
+        return {str(attack): check_training_strength(
+                    eps, f"model '{self.name}': 'Attacks Used' strength of '{attack}'")
+                for attack, eps in used.items()}
+
+
+def check_training_strength(eps: object, name: str) -> float:
+    """``eps``, the strength a model was adversarially trained at, as a float >= 0 (``inf``:
+    trained at every strength); anything else, NaN included, is an :class:`InputError`
+    naming ``name``. The one check of a training strength, for accuracy files and
+    :func:`robustscope.scores.multiattack.point_table`'s ``trained_on``."""
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps >= 0:
+        raise InputError(f"{name} must be a number >= 0 (not NaN), got {eps!r}")
+    return float(eps)
 
 
 def parse_accuracy_document(doc: object, default_name: str,

@@ -51,7 +51,11 @@ import numpy as np
 
 from robustscope.core.errors import InputError
 from robustscope.core.result import RadiusResult
-from robustscope.scores.accuracy_grid import AccuracyGrid, read_accuracy_file
+from robustscope.scores.accuracy_grid import (
+    AccuracyGrid,
+    check_training_strength,
+    read_accuracy_file,
+)
 from robustscope.threats.grids import CLEAN, canonical_eps, eps_key
 from robustscope.threats.registry import RANKED_ATTACKS, benchmark_name, default_grid
 
@@ -177,13 +181,9 @@ def _training_strengths(trained_on: Mapping[str, float] | None) -> dict[str, flo
     if not isinstance(trained_on, Mapping):
         raise InputError(f"trained_on: expected a mapping attack -> training strength, got "
                          f"{type(trained_on).__name__}")
-    out = {}
-    for attack, eps in trained_on.items():
-        if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps >= 0:
-            raise InputError(f"trained_on: training strength of '{attack}' must be a number "
-                             f">= 0, got {eps!r}")
-        out[benchmark_name(attack)] = float(eps)
-    return out
+    return {benchmark_name(attack): check_training_strength(
+                eps, f"trained_on: training strength of '{attack}'")
+            for attack, eps in trained_on.items()}
 
 
 def point_table(grid: AccuracyGrid, reference: AccuracyGrid | str | Path | None = None,

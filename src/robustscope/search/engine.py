@@ -36,8 +36,6 @@ from robustscope.core.checks import (
     check_array,
     check_columns,
     check_labels,
-    check_positive,
-    check_seed,
     make_generator,
 )
 from robustscope.core.errors import InputError, RobustscopeWarning
@@ -55,9 +53,10 @@ from robustscope.core.space import FeatureSpace
 from robustscope.core.statement import DECISION_CHANGE, Statement, rounding_margin
 from robustscope.models.base import Classifier, QueryLedger
 from robustscope.models.names import feature_names
-from robustscope.models.threads import AUTO, check_threads, fit_threads, limited_threads
+from robustscope.models.threads import AUTO, fit_threads, limited_threads
 from robustscope.models.torch_model import TorchClassifier
 from robustscope.models.wrap import wrap_model
+from robustscope.search.options import OPTIONS, check_options
 from robustscope.search.plan import (
     BLACKBOX_CONFIG,
     RELATIONS_CONFIG,
@@ -82,7 +81,7 @@ from robustscope.solvers.bounds.certify import (
 from robustscope.solvers.bounds.domain import make_domain
 from robustscope.solvers.bounds.graph import Network, read_network
 from robustscope.solvers.exact.relu.milp import relu_layers
-from robustscope.solvers.registry import CERTIFY_CHOICES, check_search_solver, get_solver
+from robustscope.solvers.registry import get_solver
 from robustscope.solvers.tolerances import BRACKET_RTOL as EXACT_RTOL
 from robustscope.threats import LpThreat, get_threat
 
@@ -192,6 +191,12 @@ def radius(
 ) -> RadiusResult:
     """Radius of robustness of each input.
 
+    Every argument but ``model``, ``X``, ``y``, ``space``, ``statement``, ``config`` and
+    ``progress`` is declared, with its default, constraint and help, in
+    :data:`robustscope.search.options.OPTIONS`, which checks it here (a refused value is an
+    :class:`InputError` naming the argument) and from which the command line and the
+    evaluation spec take their options.
+
     Parameters
     ----------
     model : anything :func:`robustscope.wrap_model` accepts.
@@ -235,20 +240,13 @@ def radius(
         alpha-CROWN, then branch and bound over unstable ReLUs within
         ``config.exact_time_limit`` seconds per input; ``"none"`` never.
     """
-    if invalid not in ("error", "status"):
-        raise InputError(f"invalid must be 'error' or 'status', got {invalid!r}")
-    check_search_solver(solver)
-    if certify not in CERTIFY_CHOICES:
-        raise InputError(f"certify must be one of {', '.join(CERTIFY_CHOICES)}, got "
-                         f"'{certify}'")
-    if not (0 < rtol < 1):
-        raise InputError(f"rtol must be in (0, 1), got {rtol}")
-    budget = check_positive(budget, "budget (passes per input)", integer=True, allow_none=True)
-    seed = check_seed(seed)
-    threads = check_threads(threads)
+    # every plain option is checked once, against its declaration (search/options.py)
+    args = locals()
+    checked = check_options(**{name: args[name] for name in OPTIONS})
+    budget, seed, threads, batch_size = (checked[k] for k in ("budget", "seed", "threads",
+                                                              "batch_size"))
     # a DataFrame's columns are matched to the model's feature names (reordered)
     X = check_array(check_columns(X, feature_names(model)), "X")
-    batch_size = check_positive(batch_size, "batch_size", integer=True)
     work = min(len(X), batch_size) * math.prod(X.shape[1:])
     with limited_threads(threads, work):
         res = _radius(model, X, y, threat, space, solver, max_radius, budget, rtol, seed,
