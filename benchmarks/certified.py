@@ -49,7 +49,9 @@ from core_digits import digits_split, train_mlp
 from native_stdout import markdown_only
 
 from robustscope import FeatureSpace
-from robustscope.search.engine import EXACT_RTOL, SearchConfig, radius
+from robustscope.search.engine import radius
+from robustscope.search.exact import EXACT_RTOL
+from robustscope.search.plan import SearchConfig
 from robustscope.solvers.bounds.certify import bound_radius
 from robustscope.threats import get_threat
 

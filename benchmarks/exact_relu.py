@@ -21,7 +21,8 @@ from core_digits import BUDGET, digits_split, train_mlp
 from native_stdout import markdown_only
 
 from robustscope import FeatureSpace
-from robustscope.search.engine import EXACT_RTOL, radius
+from robustscope.search.engine import radius
+from robustscope.search.exact import EXACT_RTOL
 from robustscope.solvers.exact.relu.milp import exact_relu_radius, relu_layers
 from robustscope.threats import get_threat
 

@@ -618,9 +618,9 @@ def test_cli_certify_fills_lower_bounds(tmp_path, digits, digits_mlp):
 @pytest.mark.parametrize("share, certified", [(0.0, False), (1e9, True)])
 def test_auto_certifies_when_its_cost_is_within_the_share(
         digits, digits_mlp, monkeypatch, share, certified):
-    import robustscope.search.engine as engine
+    import robustscope.search.certification as certification
 
-    monkeypatch.setattr(engine, "AUTO_CERTIFY_SHARE", share)
+    monkeypatch.setattr(certification, "AUTO_CERTIFY_SHARE", share)
     X, y = digits[0][:4], digits[1][:4]
     res = radius(digits_mlp, X, y, threat="linf", space=FeatureSpace.box(64))
     correct = res.status != "misclassified"
@@ -635,17 +635,17 @@ def test_auto_measures_crowns_time_and_stops_where_it_costs_more_than_the_search
     bounds), and a later batch where one input would not fit skips at once."""
     import time
 
-    import robustscope.search.engine as engine
+    import robustscope.search.certification as certification
 
     calls = []
-    real = engine.bound_radius
+    real = certification.BOUND_PROPAGATION
 
     def slow(*args, **kwargs):
-        calls.append(len(args[1]))
+        calls.append(len(args[0]))  # the solver problem's inputs
         time.sleep(0.5)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(engine, "bound_radius", slow)
+    monkeypatch.setattr(certification, "BOUND_PROPAGATION", slow)
     X, y = digits[0][:8], digits[1][:8]
     res = radius(digits_mlp, X, y, threat="linf", space=FeatureSpace.box(64), batch_size=4)
     assert calls == [1]

@@ -14,7 +14,8 @@ from network_helpers import exact_cases, random_mlp
 from torch import nn
 
 from robustscope import FeatureSpace
-from robustscope.search.engine import SearchConfig, radius
+from robustscope.search.engine import radius
+from robustscope.search.plan import SearchConfig
 from robustscope.solvers.bounds import branch
 from robustscope.solvers.bounds.certify import (
     FIRST_PROBE_GAP,

@@ -1,6 +1,6 @@
 """The projection onto a boundary linearised at a counterexample
 (solvers/attacks/gradient/boundary_projection.py) and the search's projection stage
-(engine._project, engine._project_what_is_left)."""
+(search/refine.py: project, project_what_is_left)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from torch import nn
 from robustscope import FeatureSpace, radius
 from robustscope.core.statement import DECISION_CHANGE, Statement
 from robustscope.models import wrap_model
-from robustscope.search import engine
+from robustscope.search import minnorm_runs, refine
 from robustscope.search.plan import (
     BLACKBOX_CONFIG,
     RELATIONS_CONFIG,
@@ -181,7 +181,7 @@ def test_the_projection_stage_takes_a_far_counterexample_onto_the_boundary(threa
     assert state.check(sub, state.x + start[:, None] * v).all()
     before = state.best_r.clone()
     plan = plan_attack(None, 2, 2, state.config, l1=threat == "l1")
-    improved = engine._project_round(state, sub, plan, 2, [0])
+    improved = refine.project_round(state, sub, plan, 2, [0])
     assert torch.equal(improved, sub)
     dual = {"linf": 1.0, "l2": 2.0, "l1": math.inf}[threat]
     exact = m0 / torch.linalg.vector_norm(w, ord=dual, dim=1)
@@ -207,9 +207,9 @@ def test_the_projection_reaches_a_nearer_class_than_the_counterexamples():
     assert state.check(sub, far).all()
     plan = plan_attack(None, 2, 3, state.config, l1=True)
     assert plan.project == 2
-    improved = engine._project_round(state, sub, plan, 2, [0])
+    improved = refine.project_round(state, sub, plan, 2, [0])
     assert torch.equal(improved, sub) and float(state.best_r[0]) == pytest.approx(0.5, rel=1e-5)
-    engine._project(state, sub, plan, 2, improved)
+    refine.project(state, sub, plan, 2, improved)
     assert int(state.best_logits.argmax(1)) == 1
     assert float(state.best_r[0]) == pytest.approx(0.1, rel=2 * AIM)
 
@@ -233,11 +233,11 @@ def test_projection_stays_within_each_inputs_ceiling(budget):
     sub = torch.arange(len(X))
     plan = plan_attack(budget, 2, 10, state.config, l1=True)
     assert plan.project == 3
-    engine._minnorm_runs(state, sub, 10, 0, 2)
+    minnorm_runs.minnorm_runs(state, sub, 10, 0, 2)
     assert torch.isfinite(state.best_r).all()
-    engine._project(state, sub, plan, 2, engine._project_round(state, sub, plan, 2, [0]))
+    refine.project(state, sub, plan, 2, refine.project_round(state, sub, plan, 2, [0]))
     before = state.ledger.used().copy()
-    engine._project_what_is_left(state, sub, plan, 2)
+    refine.project_what_is_left(state, sub, plan, 2)
     ceiling = plan.passes if budget is None else budget
     assert state.ledger.used().max() <= ceiling
     assert (state.ledger.used() > before).any()
@@ -279,12 +279,12 @@ def test_a_targeted_statement_is_projected_onto_its_target_alone():
     state = _state(net, X, y, budget=None, threat="linf")
     state.statement = Statement(target=int((y[0] + 1) % 10))
     sub = torch.arange(len(X))[torch.as_tensor(y) != state.statement.target]
-    engine._minnorm_runs(state, sub, 30, 0, 2)
+    minnorm_runs.minnorm_runs(state, sub, 30, 0, 2)
     sub = sub[torch.isfinite(state.best_r[sub])]
     assert len(sub) >= 3
     plan = plan_attack(None, 2, 10, state.config, aim=False)
     before = state.ledger.used().copy()
-    engine._project_what_is_left(state, sub, plan, 2)
+    refine.project_what_is_left(state, sub, plan, 2)
     assert (state.ledger.used() - before).max() <= 4 * (2 + 1)
     pred = state.best_logits[sub].argmax(1)
     assert (pred == state.statement.target).all()

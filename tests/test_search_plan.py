@@ -15,9 +15,11 @@ from robustscope import FeatureSpace, radius
 from robustscope.core.statement import DECISION_CHANGE, rounding_margin
 from robustscope.models import wrap_model
 from robustscope.models.base import QueryLedger
-from robustscope.search import engine
+from robustscope.search import minnorm_runs, refine
 from robustscope.search.plan import SearchConfig, StageLedger, plan_attack, projection_passes
+from robustscope.search.state import BatchState
 from robustscope.solvers.attacks.gradient.targets import first_order_distances, rank_by_distance
+from robustscope.threats import get_threat
 
 
 def _run_cost(config: SearchConfig, grad_cost: int) -> int:
@@ -90,13 +92,13 @@ def test_linf_plans_split_the_untargeted_steps_between_two_step_scales():
 def test_the_long_step_run_starts_from_the_input_aimed_like_the_first(monkeypatch):
     X, y, net = _data()
     seen = []
-    real = engine.MINNORM
+    real = minnorm_runs.MINNORM
 
     def spy(*args, **kwargs):
         seen.append(kwargs)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(engine, "MINNORM", spy)
+    monkeypatch.setattr(minnorm_runs, "MINNORM", spy)
     res = radius(net, X, y, threat="linf", space=FeatureSpace.box(6), certify="none")
     plan = res.meta["attack_plan"]
     assert plan["wide_steps"] > 0
@@ -174,8 +176,8 @@ def _state(net: nn.Module, X: np.ndarray, y: np.ndarray, budget: int | None,
     ledger = QueryLedger(len(X), budget)
     with model.charging(ledger, np.arange(len(X))):
         logits = model.logits(x).detach().to(torch.float64)
-    return engine._BatchState(
-        model, space, engine.get_threat(threat), DECISION_CHANGE, ledger, x, yt,
+    return BatchState(
+        model, space, get_threat(threat), DECISION_CHANGE, ledger, x, yt,
         np.arange(len(X)), logits, torch.zeros(len(X), dtype=torch.bool),
         max_radius=1.0, rtol=0.01, generator=torch.Generator().manual_seed(0),
         config=SearchConfig(), stages=StageLedger())
@@ -186,13 +188,13 @@ def test_closed_brackets_are_never_charged_again():
     state = _state(net, X, y, budget=None)
     sub = torch.arange(len(X))
     plan = plan_attack(None, 2, 4, state.config)
-    engine._minnorm_runs(state, sub, 20, 0, 2)
+    minnorm_runs.minnorm_runs(state, sub, 20, 0, 2)
     # input 0: certified; input 1: its bracket already within rtol
     state.exact[0] = True
     state.attack_lo[1] = state.best_r[1] * (1 - state.rtol / 2)
     before = state.ledger.used().copy()
-    engine._minnorm_runs(state, sub, 10, 2, 2)
-    engine._bisect_with_pgd(state, sub, 2, plan)
+    minnorm_runs.minnorm_runs(state, sub, 10, 2, 2)
+    refine.bisect_with_pgd(state, sub, 2, plan)
     spent = state.ledger.used() - before
     assert spent[0] == 0 and spent[1] == 0
     assert spent[2:].sum() > 0
@@ -212,12 +214,12 @@ def test_leftover_uses_an_explicit_budget_on_every_uncertified_input():
     state = _state(net, X, y, budget=budget)
     sub = torch.arange(len(X))
     plan = plan_attack(budget, 2, 4, state.config)
-    engine._minnorm_runs(state, sub, 20, 0, 2)
+    minnorm_runs.minnorm_runs(state, sub, 20, 0, 2)
     assert torch.isfinite(state.best_r[:3]).all()
     _closed_three_ways(state)
     r_before = state.best_r.clone()
     before = state.ledger.used().copy()
-    engine._spend_leftover(state, sub, 2, plan)
+    minnorm_runs.spend_leftover(state, sub, 2, plan)
     spent = state.ledger.used() - before
     assert spent[0] == 0 and spent[1] == 0
     # a failed probe proves nothing: under a budget that input is searched further
@@ -235,10 +237,10 @@ def test_leftover_without_a_budget_stops_at_the_plan_and_at_closed_brackets():
     state = _state(net, X, y, budget=None)
     sub = torch.arange(len(X))
     plan = plan_attack(None, 2, 4, state.config)
-    engine._minnorm_runs(state, sub, 20, 0, 2)
+    minnorm_runs.minnorm_runs(state, sub, 20, 0, 2)
     _closed_three_ways(state)
     before = state.ledger.used().copy()
-    engine._spend_leftover(state, sub, 2, plan)
+    minnorm_runs.spend_leftover(state, sub, 2, plan)
     spent = state.ledger.used() - before
     assert (spent[:3] == 0).all()
     assert state.ledger.used().max() <= plan.passes
@@ -260,9 +262,9 @@ def test_targeted_runs_skip_the_class_already_reached():
     X, y, net = _data(8)
     state = _state(net, X, y, budget=None)
     sub = torch.arange(len(X))
-    engine._minnorm_runs(state, sub, 20, 0, 2)
+    minnorm_runs.minnorm_runs(state, sub, 20, 0, 2)
     reached = state.best_logits.argmax(1)
-    targets = engine._targets_beyond_best(state, sub, 2)
+    targets = minnorm_runs._targets_beyond_best(state, sub, 2)
     assert not (targets == state.y[:, None]).any()
     has = torch.isfinite(state.best_r)
     assert not (targets[has] == reached[has][:, None]).any()
@@ -277,19 +279,19 @@ def test_the_refining_run_aims_at_the_class_reached_from_its_counterexample(
     X, y, net = _data(8)
     state = _state(net, X, y, budget=None, threat="l1")
     sub = torch.arange(len(X))
-    engine._minnorm_runs(state, sub, 20, 0, 2)
+    minnorm_runs.minnorm_runs(state, sub, 20, 0, 2)
     assert torch.isfinite(state.best_r).all()
     reached = state.best_logits.argmax(1).clone()
     best_x, best_r = state.best_x.clone(), state.best_r.clone()
     seen = {}
-    real = engine.MINNORM
+    real = minnorm_runs.MINNORM
 
     def spy(*args, **kwargs):
         seen.update(kwargs)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(engine, "MINNORM", spy)
-    engine._minnorm_runs(state, sub, 10, 1, 2, refine=refine)
+    monkeypatch.setattr(minnorm_runs, "MINNORM", spy)
+    minnorm_runs.minnorm_runs(state, sub, 10, 1, 2, refine=refine)
     if refine:
         assert torch.equal(seen["towards"], reached)
         assert torch.equal(seen["init"], best_x)
@@ -306,7 +308,7 @@ def test_the_untargeted_run_is_aimed_only_where_another_boundary_is_clearly_near
     plan = plan_attack(None, 2, 4, state.config)
     assert plan.aimed == 3
     before = state.ledger.used().copy()
-    aim = engine._aim_untargeted(state, sub, plan, 2)
+    aim = minnorm_runs.aim_untargeted(state, sub, plan, 2)
     assert (state.ledger.used() - before == 2 * plan.aimed).all()  # a gradient per class
     classes, distance = first_order_distances(
         state.model, state.x, state.y, state.clean_logits, state.space, state.threat,
@@ -347,7 +349,7 @@ def test_bisection_warm_starts_from_the_last_failed_probe():
     state.near_u[:] = 0.01
     state.near_ok[:2] = True
     state.attack_lo[:2] = 0.02
-    start, _ = engine._probe_start(state, torch.arange(4), eps)
+    start, _ = refine._probe_start(state, torch.arange(4), eps)
     assert torch.equal(start[:2], state.near_u[:2])  # failed probe below eps: reused
     assert torch.equal(start[2:], torch.zeros_like(start[2:]))  # nothing known: from 0
 
@@ -362,7 +364,7 @@ def test_probes_start_cold_on_discrete_spaces():
     state.best_r[:] = 0.1
     eps = torch.full((4,), 0.05, dtype=torch.float64)
     # a shrunk or earlier iterate rounds into a local trap there: every probe starts at 0
-    start, _ = engine._probe_start(state, torch.arange(4), eps)
+    start, _ = refine._probe_start(state, torch.arange(4), eps)
     assert torch.equal(start, torch.zeros_like(state.near_u))
 
 
@@ -395,7 +397,7 @@ def test_ranking_puts_the_nearest_linear_boundary_first():
     y = logits.argmax(1)
     ledger = QueryLedger(len(X), None)
     with model.charging(ledger, np.repeat(np.arange(len(X)), k - 1)):
-        ranked = rank_by_distance(model, x, y, logits, space, engine.get_threat("l1"),
+        ranked = rank_by_distance(model, x, y, logits, space, get_threat("l1"),
                                   DECISION_CHANGE, k - 1)
     w, b = net.weight.detach().numpy(), net.bias.detach().numpy()
     for i in range(len(X)):
@@ -412,7 +414,7 @@ def test_targets_follow_the_ranking_and_skip_label_and_reached_class():
     state = _state(net, X, y, budget=None)
     sub = torch.arange(4)
     ranking = torch.tensor([[3, 1, 2]] * 4)  # labels are 0..3; ranking excludes nothing yet
-    targets = engine._targets_beyond_best(state, sub, 2, ranking)
+    targets = minnorm_runs._targets_beyond_best(state, sub, 2, ranking)
     for i in range(4):
         expected = [c for c in (3, 1, 2, 0) if c != int(state.y[i])][:2]
         assert targets[i].tolist() == expected
@@ -442,12 +444,12 @@ def test_line_search_finds_the_boundary_of_a_linear_model_on_the_ray(threat):
     sub = torch.arange(len(X))
     assert state.check(sub, state.x + start[:, None] * v).all()
     before = state.best_r.clone()
-    engine._line_search(state, sub, 8)
+    refine.line_search(state, sub, 8)
     exact = state.threat.norm(t_star[:, None] * v)
     assert torch.all(state.best_r <= before)
     # LINE_AIM (1e-6) past the boundary, never below it (every radius is verified)
     assert torch.all(state.best_r >= exact * (1 - 1e-12))
-    np.testing.assert_allclose(state.best_r.numpy(), exact.numpy(), rtol=2 * engine.LINE_AIM)
+    np.testing.assert_allclose(state.best_r.numpy(), exact.numpy(), rtol=2 * refine.LINE_AIM)
     assert state.check(sub, state.best_x).all()
 
 
@@ -463,13 +465,13 @@ def test_ranking_reuses_the_distances_the_aiming_paid_for():
     plan = plan_attack(1000, 2, 10, state.config)
     assert plan.aimed == 3 and plan.ranked == 9
     sub = torch.arange(len(X))
-    engine._aim_untargeted(state, sub, plan, 2)
+    minnorm_runs.aim_untargeted(state, sub, plan, 2)
     before = state.ledger.used().copy()
-    ranking = engine._rank_targets(state, sub, plan, 2)
+    ranking = minnorm_runs.rank_targets(state, sub, plan, 2)
     assert (state.ledger.used() - before == 2 * (plan.ranked - plan.aimed)).all()
     fresh = _state(net, X, y, budget=1000)
     clean = fresh.ledger.used().copy()
-    expected = engine._rank_targets(fresh, sub, plan, 2)  # no aiming: all 9 paid for
+    expected = minnorm_runs.rank_targets(fresh, sub, plan, 2)  # no aiming: all 9 paid for
     assert (fresh.ledger.used() - clean == 2 * plan.ranked).all()
     assert torch.equal(ranking, expected)
 
@@ -492,7 +494,7 @@ def test_line_search_points_clear_the_float32_rounding_of_the_boundary():
     w = (net.weight[y] - net.weight[1 - y]).detach().double()
     far = state.x - 0.4 * w / torch.linalg.vector_norm(w, dim=1, keepdim=True)
     assert state.check(sub, far).all()
-    engine._line_search(state, sub, 8)
+    refine.line_search(state, sub, 8)
     assert (state.best_r < 0.4 * 0.99).all()
     # past by more than a few float32 ulps of the logits' size (rounding_margin asks 16)
     floor = 8 * torch.finfo(torch.float32).eps * (1 + state.clean_logits.abs().amax(1))

@@ -13,6 +13,7 @@ from robustscope.core.space import FeatureSpace
 from robustscope.core.statement import DECISION_CHANGE
 from robustscope.models.linear import LinearClassifier
 from robustscope.solvers.output import SolverOutput
+from robustscope.solvers.problem import SolverProblem
 from robustscope.solvers.registry import KINDS, SEARCH_SOLVERS, SOLVERS, get_solver
 from robustscope.threats import get_threat
 
@@ -46,11 +47,13 @@ def test_unknown_solver_lists_the_registered_ones():
 def test_attack_solvers_share_the_calling_convention(name):
     model, w, b, x, y, space = _linear_problem()
     threat = get_threat("l2")
-    exact = get_solver("exact-linear").run(w, b, x.numpy(), y.numpy(), space, threat)
+    exact = get_solver("exact-linear").solve(SolverProblem(model, x, torch.as_tensor(y), space,
+                                                          threat))
     eps = torch.as_tensor(exact.radius * 1.5)
     extra = {"budget": 800} if SOLVERS[name].kind == "decision-based" else {}
-    out = SOLVERS[name].run(model, x, y, space, threat, eps, DECISION_CHANGE,
-                            torch.Generator().manual_seed(0), **extra)
+    problem = SolverProblem(model, x, torch.as_tensor(y), space, threat, DECISION_CHANGE, eps,
+                            generator=torch.Generator().manual_seed(0))
+    out = SOLVERS[name].solve(problem, **extra)
     assert isinstance(out, SolverOutput) and len(out) == len(x)
     assert out.x_adv.shape == x.shape
     found = torch.as_tensor(out.found)
@@ -62,7 +65,8 @@ def test_attack_solvers_share_the_calling_convention(name):
 
 def test_exact_solver_outputs_bracket_the_radius():
     model, w, b, x, y, space = _linear_problem()
-    out = get_solver("exact-linear").run(w, b, x.numpy(), y.numpy(), space, get_threat("linf"))
+    out = get_solver("exact-linear").solve(SolverProblem(model, x, torch.as_tensor(y), space,
+                                                        get_threat("linf")))
     assert isinstance(out, SolverOutput)
     assert (out.lower_bound <= out.radius).all() and out.closed.all()
 

@@ -21,8 +21,8 @@ from torch import nn
 
 from robustscope.core.errors import InputError
 from robustscope.models import wrap_model
-from robustscope.search.engine import SearchConfig, radius
-from robustscope.search.plan import REFERENCE_CONFIG
+from robustscope.search.engine import radius
+from robustscope.search.plan import REFERENCE_CONFIG, SearchConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/ (recipe, MILP)
 

@@ -29,18 +29,18 @@ import numpy as np
 import pandas as pd
 import torch
 
-from robustscope.core.checks import check_labels, check_seed, make_generator
+from robustscope.core.checks import check_seed, make_generator
 from robustscope.core.ecdf import share_above
 from robustscope.core.errors import InputError
 from robustscope.core.numerics import PROBA_FLOOR
 from robustscope.core.result import ATTACKED, CENSORED, MISCLASSIFIED, RadiusResult
-from robustscope.core.space import FeatureSpace
 from robustscope.core.statement import DECISION_CHANGE, Statement
-from robustscope.models.base import Classifier, QueryLedger
+from robustscope.models.base import Classifier
 from robustscope.models.threads import AUTO, check_threads, limited_threads
-from robustscope.models.wrap import wrap_model
+from robustscope.search.preamble import class_indices, default_space, open_ledger, wrap_inputs
+from robustscope.search.state import registered
 from robustscope.search.verify import Verifier
-from robustscope.solvers.attacks.gradient.image_pgd import image_pgd
+from robustscope.solvers.problem import Budget, SolverProblem
 from robustscope.threats.image import ImageThreat
 from robustscope.threats.registry import (
     find_threat,
@@ -51,6 +51,8 @@ from robustscope.threats.registry import (
 
 #: ``level`` of an input misclassified without any perturbation.
 CLEAN_WRONG = -1
+#: The registry's solver over an image threat's parameters, looked up at each call.
+IMAGE_PGD = registered("image-pgd")
 
 
 @dataclass
@@ -217,9 +219,10 @@ class _Attacker:
             self.calls += 1
             xs = self.x[sub]
             start_at = None if init is None else init[start:start + self.batch_size]
-            with self.clf.charging(self.verifier.ledger, sub.cpu().numpy()):
-                res = image_pgd(self.clf, xs, self.y[sub], self.threat, e, self.statement,
-                                gen, steps=self.steps, restarts=self.restarts, init=start_at)
+            problem = SolverProblem(self.clf, xs, self.y[sub], self.verifier.space, self.threat,
+                                    self.statement, e,
+                                    Budget(self.verifier.ledger, sub.cpu().numpy()), gen)
+            res = IMAGE_PGD(problem, steps=self.steps, restarts=self.restarts, init=start_at)
             found = res.meta["params"]
             classes, adv_logits, strength = self.verifier.verify(sub, res.x_adv, params=found)
             with torch.no_grad():
@@ -258,7 +261,8 @@ def grid_robustness(
     ----------
     model : a :class:`Classifier` or a ``torch.nn.Module`` returning logits (wrapped on
         ``device``).
-    X : (n, C, H, W) images in [0, 1]. y : (n,) class indices.
+    X : (n, C, H, W) images in [0, 1]. y : (n,) labels (values of the model's
+        ``classes_`` where it has them, else class indices).
     threat : a name (``linf``, ``elastic``, ``jpeg-l1``, ``ElasticAttack``, ...) or an
         :class:`ImageThreat`; ``threat_options`` go to its constructor (``features=`` for
         LPIPS).
@@ -298,13 +302,11 @@ def _grid_robustness(model, X, y, threat, grid, method, statement, steps, restar
     if not torch.is_tensor(X):
         X = torch.as_tensor(np.asarray(X))
     threat.check_input(X, "X")
-    clf = wrap_model(model, n_classes=n_classes, input_shape=tuple(X.shape[1:]), device=device,
-                     example=X[:2])
+    clf = wrap_inputs(model, X, device, n_classes=n_classes, example=X[:2])
     x = X.to(device=clf.device, dtype=clf.dtype)
-    yt = torch.as_tensor(check_labels(y, x.shape[0], clf.n_classes), device=clf.device)
+    yt = torch.as_tensor(class_indices(clf, y, x.shape[0]), device=clf.device)
     n, k_levels = x.shape[0], len(g)
-    ledger = QueryLedger(n)
-    clf.charge_probe(ledger)
+    ledger = open_ledger(clf, n)
     grid_t = torch.as_tensor(g, dtype=x.dtype, device=x.device)
 
     with torch.no_grad(), clf.charging(ledger, np.arange(n)):
@@ -317,8 +319,8 @@ def _grid_robustness(model, X, y, threat, grid, method, statement, steps, restar
     strength = torch.full((n,), float("nan"), dtype=x.dtype, device=x.device)
     strength[clean_wrong] = 0.0
     runs = torch.zeros(n, dtype=torch.long, device=x.device)
-    verifier = Verifier(clf, FeatureSpace.box(tuple(x.shape[1:])), threat, statement, ledger, x,
-                        yt, np.arange(n), clean_logits, clean_wrong)
+    verifier = Verifier(clf, default_space(x), threat, statement, ledger, x, yt, np.arange(n),
+                        clean_logits, clean_wrong)
     attack = _Attacker(clf, x, yt, threat, statement, steps, restarts, batch_size, seed,
                        verifier)
     broken = None

@@ -66,7 +66,7 @@ class OneOf(Constraint):
 
     def message(self, value: object, name: str | None) -> str:
         text = f"{value!r} is not {self.what}; choose one of {', '.join(self.values)}"
-        return f"{name}: {text}" if name else text
+        return f"{name} {text}" if name else text
 
     def describe(self) -> str:
         return ", ".join(self.values)

@@ -24,7 +24,7 @@ finite differences). Given a per-input budget ``B`` (or, without one, the defaul
    is spent (``probe_steps`` each).
 
 Under ``solver="auto"`` the engine then spends what an input has left under its ceiling on
-further minimum-norm runs at other classes (``engine._spend_leftover``; not planned here:
+further minimum-norm runs at other classes (``minnorm_runs.spend_leftover``; not planned here:
 it takes whatever the parts above did not use), and, under any Lp threat
 (``project_left``), what is then left on projections onto classes not yet projected onto.
 
@@ -85,7 +85,7 @@ class SearchConfig:
     aim_ratio: float = 0.9
     #: Under L1, the share of the untargeted run's steps given to a second, refining run: dense
     #: steps in the class the first run reached, from its best counterexample (see
-    #: ``engine._refine_best_class``); only where each of the two gets ``2 * min_run_steps``
+    #: ``minnorm_runs._refine_best_class``); only where each of the two gets ``2 * min_run_steps``
     #: (below, a run of 15 steps often finds no counterexample at all).
     l1_refine_share: float = 0.5
     #: Linf / L2: this share of the untargeted run's steps goes to a second untargeted run
@@ -270,7 +270,7 @@ def projection_passes(grad_cost: int) -> int:
     """Passes per input the plan sets aside for the projection: a gradient and a check for
     the best counterexample's own class. Its other classes, its rounds and its second tries
     are paid from what each input has left after the line search, which skips the
-    counterexamples the projection put on the boundary (see ``engine._project``)."""
+    counterexamples the projection put on the boundary (see ``refine.project``)."""
     return grad_cost + 1
 
 

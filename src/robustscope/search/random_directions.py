@@ -16,7 +16,7 @@ import time
 import numpy as np
 import torch
 
-from robustscope.core.checks import check_labels, make_generator
+from robustscope.core.checks import make_generator
 from robustscope.core.errors import InputError
 from robustscope.core.numerics import cross_entropy
 from robustscope.core.result import ATTACKED, CENSORED, MISCLASSIFIED, SATISFIED, RadiusResult
@@ -24,9 +24,15 @@ from robustscope.core.space import FeatureSpace
 from robustscope.core.statement import DECISION_CHANGE, Statement
 from robustscope.models.base import Classifier, QueryLedger
 from robustscope.models.threads import AUTO, check_threads, limited_threads
+from robustscope.search.preamble import class_indices, open_ledger, unbounded_space, wrap_inputs
+from robustscope.search.state import registered
 from robustscope.search.verify import Verifier
-from robustscope.solvers.attacks.decision.random_directions import MAX_ELEMENTS, search_at_strength
+from robustscope.solvers.attacks.decision.random_directions import MAX_ELEMENTS
+from robustscope.solvers.problem import Budget, SolverProblem
 from robustscope.threats import LpThreat, get_threat
+
+#: The registry's random-direction solver, looked up at each call.
+RANDOM_DIRECTIONS = registered("random-directions")
 
 
 def random_directions_radius(
@@ -52,8 +58,10 @@ def random_directions_radius(
 
     Parameters
     ----------
-    model : a wrapped :class:`Classifier`.
-    X : (n, *input_shape) inputs in original units; y : (n,) class indices.
+    model : anything :func:`robustscope.wrap_model` accepts (a :class:`Classifier` is used as is;
+        another model is wrapped on the CPU and its probe charged).
+    X : (n, *input_shape) inputs in original units; y : (n,) labels
+        (values of the model's ``classes_`` where it has them, else class indices).
     threat : ``"l2"``, ``"linf"`` or ``"l1"``: the norm of the random directions (scaled units).
     space : feature space (bounds, scales); default: unbounded, scale 1.
     n_directions : directions tried per step and input (paper: 5000).
@@ -89,22 +97,26 @@ def _random_directions_radius(model, X, y, threat, space, n_directions, max_radi
                               precision, rtol, max_steps, seed, statement, ledger, max_elements,
                               t0) -> RadiusResult:
     threat = get_threat(threat)
+    raw = not isinstance(model, Classifier)  # wrapped here: its probe is charged here
+    model = wrap_inputs(model, X, "cpu")
     x = model.as_tensor(X)
     n = x.shape[0]
-    yt = torch.as_tensor(check_labels(y, n, model.n_classes), device=x.device)
+    yt = torch.as_tensor(class_indices(model, y, n), device=x.device)
     if n_directions < 1:
         raise InputError(f"n_directions: {n_directions} must be >= 1")
     if not max_radius > 0:
         raise InputError(f"max_radius: {max_radius} must be > 0")
     if space is None:
-        d = int(np.prod(x.shape[1:]))
-        space = FeatureSpace.from_arrays(np.full(d, -np.inf), np.full(d, np.inf), np.ones(d),
-                                         shape=tuple(x.shape[1:]))
+        space = unbounded_space(tuple(x.shape[1:]))
     space.check_data(x.detach().cpu().numpy(), what="X")
-    own = QueryLedger(n)
-    charged = ledger if ledger is not None else own
     if ledger is not None and len(ledger.forward) != n:
         raise InputError(f"ledger: holds {len(ledger.forward)} inputs, X has {n}")
+    if ledger is None:
+        charged = open_ledger(model, n, probe=raw)
+    else:
+        charged = ledger
+        if raw:
+            model.charge_probe(ledger)
     generator = make_generator(seed, x.device)
     all_idx = np.arange(n)
 
@@ -131,10 +143,11 @@ def _random_directions_radius(model, X, y, threat, space, n_directions, max_radi
         steps += 1
         idx = torch.nonzero(running).reshape(-1)
         idx_np = idx.numpy()
-        cand, ok, poor = search_at_strength(model, x[idx], yt[idx], space, threat,
-                                    eps[idx].to(x.dtype), statement, generator, n_directions,
-                                    max_elements, charged, idx_np)
-        ok, poor = ok.cpu(), poor.cpu()
+        problem = SolverProblem(model, x[idx], yt[idx], space, threat, statement,
+                                eps[idx].to(x.dtype), Budget(charged, idx_np), generator)
+        out = RANDOM_DIRECTIONS(problem, n_directions=n_directions, max_elements=max_elements)
+        cand = out.x_adv
+        ok, poor = torch.as_tensor(out.found), torch.as_tensor(out.meta["exhausted"])
         norms = threat.norm(space.scaled_delta(cand, x[idx])).to(torch.float64).cpu()
         better = ok & (norms < best_norm[idx])
         best[idx[better]] = cand[better]

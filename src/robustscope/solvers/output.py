@@ -1,14 +1,26 @@
 """The one output type of every solver, and the calling convention they share.
 
-Every solver is a function over a batch::
+Every registered solver, attacks and exact solvers alike, is one function over a batch::
 
-    solve(model, x, y, space, threat, eps, statement, generator, **options) -> SolverOutput
+    solve(problem: SolverProblem, **options) -> SolverOutput
 
-``x`` ``(n, *shape)`` inputs in original units, ``y`` ``(n,)`` class indices, ``eps``
-``(n,)`` per-input strengths (the ball searched by fixed-strength solvers; the largest radius
-of interest for the others, or ``None``), ``statement`` what counts as a counterexample,
-``generator`` the only source of randomness. A solver proposes; it never decides: the search
-verifies every candidate with the model (:class:`robustscope.search.verify.Verifier`).
+:class:`~robustscope.solvers.problem.SolverProblem` carries the model, ``x`` ``(n, *shape)``
+inputs in original units, ``y`` ``(n,)`` class indices, the space, threat and statement,
+``eps`` ``(n,)`` per-input strengths (the ball searched by fixed-strength solvers; a verified
+upper bound of the radius for the exact solvers that search below one; ``None`` where not
+needed), the budget (ledger and owners of the rows; attacks charge their calls to it), the
+generator (the only source of randomness), the clean logits and the one verification
+callback ``verify(rows, candidates, params=None) -> (classes, logits, size)``. The registry
+entry's function is that ``solve`` (``get_solver(name).solve``); the search calls solvers
+only through it.
+
+A solver proposes; it never decides: the search verifies every candidate with the model
+(:class:`robustscope.search.verify.Verifier`, behind ``problem.verify``). The exact solvers
+verify their own candidates through ``problem.verify`` (the tree solver one row at a time,
+inside its loop) and return a certified ``lower_bound``; status ``exact`` says their
+certificate closes the bracket, and the search's one exact stage
+(:meth:`robustscope.search.state.BatchState.apply_exact`) calls an input exact only where the
+verified radius meets that bound within ``solvers.tolerances.BRACKET_RTOL``.
 """
 
 from __future__ import annotations
@@ -32,8 +44,10 @@ class SolverOutput:
     radius : ``(n,)`` the scaled norm of ``x_adv - x`` as the solver measured it; ``inf``
         where it has no candidate. The search measures again after verifying.
     lower_bound : ``(n,)`` certified lower bound of the radius (exact solvers), else 0.
-    status : ``(n,)`` the solver's claim: ``exact`` (its certificate closes the bracket at
-        the candidate), ``attacked`` (a candidate, bracket open), ``censored`` (none), or
+    status : ``(n,)`` the solver's claim: ``exact`` (its certificate closes the bracket: at
+        its candidate, or, for a solver that certifies the whole ball of a verified radius
+        ``eps`` — the network MILP, bound propagation —, wherever a verified radius meets
+        ``lower_bound``), ``attacked`` (a candidate, bracket open), ``censored`` (none), or
         ``misclassified`` (the clean input already satisfies the statement).
     adv_prediction : ``(n,)`` the class the solver saw at ``x_adv`` (-1 where unknown).
     forward_queries : ``(n,)`` model calls the solver made on its own account (charged to

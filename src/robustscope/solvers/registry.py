@@ -1,7 +1,10 @@
 """Every solver, declared once: its name, kind, calling convention, what it needs.
 
-The search (:mod:`robustscope.search.engine`), the command line, spec validation and the
-docs read this table; adding a solver is one module with one function and one entry here.
+The search (:mod:`robustscope.search`), the command line, spec validation and the docs read
+this table; the search calls every solver through it
+(``get_solver(name).solve(problem, **options)``, :class:`~robustscope.solvers.problem.
+SolverProblem`), never by importing a solver module. Adding a solver is one module with one
+``solve`` function and one entry here.
 
 Kinds:
 
@@ -27,13 +30,13 @@ KINDS = ("minimum-norm", "fixed-strength", "decision-based", "exact", "image")
 
 @dataclass(frozen=True)
 class SolverInfo:
-    """One solver: ``run`` returns a :class:`~robustscope.solvers.output.SolverOutput`.
-
-    ``run`` takes ``(model, x, y, space, threat, eps, statement, generator, **options)``
-    except the exact solvers, which take the model's parameters (linear ``(W, b)``, ReLU
-    layers) or the model itself (trees) first; ``needs`` says what the model must offer:
-    ``gradients`` (autograd), ``queries`` (any model), ``linear``, ``trees``, ``relu`` or
-    ``network`` (a torch module that :mod:`robustscope.solvers.bounds.graph` reads).
+    """One solver: ``solve(problem, **options)`` returns a
+    :class:`~robustscope.solvers.output.SolverOutput` for a
+    :class:`~robustscope.solvers.problem.SolverProblem`, attacks and exact solvers alike;
+    ``needs`` says what the model must offer: ``gradients`` (autograd), ``queries`` (any
+    model), ``linear``, ``trees``, ``relu`` or ``network`` (a torch module that
+    :mod:`robustscope.solvers.bounds.graph` reads). ``reader`` (``"module:function"``, or
+    empty) returns what the solver reads from a model, ``None`` where it cannot serve it.
     """
 
     name: str
@@ -44,55 +47,69 @@ class SolverInfo:
     needs: str
     threats: tuple[str, ...]
     summary: str
+    reader: str = ""
 
     @property
-    def run(self) -> Callable:
-        """The solver function."""
-        module, name = self.function.split(":")
-        return getattr(importlib.import_module(f"robustscope.solvers.{module}"), name)
+    def solve(self) -> Callable:
+        """The solver's ``solve(problem, **options) -> SolverOutput``."""
+        return _resolve(self.function)
+
+    #: the same function, under the name of the registry's first calling convention
+    run = solve
+
+    def read(self, model: object) -> object | None:
+        """What the solver reads from ``model`` (its ``reader``), ``None`` where it cannot
+        serve it; the model itself for a solver without a reader."""
+        return _resolve(self.reader)(model) if self.reader else model
+
+
+def _resolve(function: str) -> Callable:
+    module, name = function.split(":")
+    return getattr(importlib.import_module(f"robustscope.solvers.{module}"), name)
 
 
 _LP = ("linf", "l2", "l1")
 
 SOLVERS: dict[str, SolverInfo] = {s.name: s for s in (
     SolverInfo("minnorm", "minimum-norm",
-               "attacks.gradient.minnorm:minnorm", "gradients", _LP,
+               "attacks.gradient.minnorm:solve", "gradients", _LP,
                "FMN-style minimum-norm steps with an adaptive strength"),
     SolverInfo("pgd", "fixed-strength",
-               "attacks.gradient.pgd:pgd", "gradients", _LP,
+               "attacks.gradient.pgd:solve", "gradients", _LP,
                "projected gradient descent in the threat's ball, restarts aimed at runner-ups"),
     SolverInfo("cube-search", "decision-based",
-               "attacks.decision.cube_search:cube_search", "queries", _LP,
+               "attacks.decision.cube_search:solve", "queries", _LP,
                "random search in shrinking balls (Square-attack style)"),
     SolverInfo("hop-skip-jump", "decision-based",
-               "attacks.decision.hop_skip_jump:hop_skip_jump", "queries", _LP,
+               "attacks.decision.hop_skip_jump:solve", "queries", _LP,
                "boundary walk from decisions only (HopSkipJump)"),
     SolverInfo("gradient-free", "decision-based",
-               "attacks.decision.gradient_free:gradient_free", "queries", _LP,
+               "attacks.decision.gradient_free:solve", "queries", _LP,
                "cube search, then HopSkipJump on one budget"),
     SolverInfo("random-directions", "fixed-strength",
-               "attacks.decision.random_directions:random_directions_attack", "queries", _LP,
+               "attacks.decision.random_directions:solve", "queries", _LP,
                "random directions of norm eps (the paper's estimator)"),
     SolverInfo("exact-linear", "exact",
-               "exact.linear.closed_form:exact_linear_radius", "linear", _LP,
+               "exact.linear.solve:solve", "linear", _LP,
                "closed form with feature bounds (sorted breakpoints / knapsack)"),
     SolverInfo("exact-trees", "exact",
-               "exact.trees.solver:exact_tree_radius", "trees", _LP,
+               "exact.trees.solve:solve", "trees", _LP,
                "tree-aware bracket, then a mixed-integer program over the predicates "
                "within it (HiGHS)"),
     SolverInfo("exact-relu", "exact",
-               "exact.relu.milp:exact_relu_radius", "relu", ("linf", "l1"),
-               "mixed-integer program over the ball of an attack's radius (HiGHS)"),
+               "exact.relu.solve:solve", "relu", ("linf", "l1"),
+               "mixed-integer program over the ball of an attack's radius (HiGHS)",
+               reader="exact.relu.solve:relu_network"),
     SolverInfo("bound-propagation", "exact",
-               "bounds.certify:bound_radius", "network", _LP,
+               "bounds.solve:solve", "network", _LP,
                "certified radius by IBP / CROWN / alpha-CROWN and bisection, or branch and "
                "bound over unstable ReLUs (no candidate)"),
     SolverInfo("image-pgd", "image",
-               "attacks.gradient.image_pgd:image_pgd", "gradients", ("image",),
+               "attacks.gradient.image_pgd:solve", "gradients", ("image",),
                "PGD over an image threat's parameters (colour, spatial, JPEG, LPIPS)"),
 )}
 
-#: Strategies of :func:`robustscope.search.engine.radius` besides single solvers: ``auto``
+#: Strategies of :func:`robustscope.radius` besides single solvers: ``auto``
 #: (exact where the model allows it, else the attack cascade) and ``exact`` (``auto`` plus
 #: the network MILP).
 STRATEGIES = ("auto", "exact")

@@ -37,6 +37,7 @@ from robustscope.models.base import Classifier, QueryLedger
 from robustscope.solvers.attacks.decision.scaled_oracle import ScaledOracle
 from robustscope.solvers.attacks.decision.starts import find_starts
 from robustscope.solvers.output import SolverOutput
+from robustscope.solvers.problem import SolverProblem
 from robustscope.threats import LpThreat, get_threat
 
 
@@ -176,3 +177,12 @@ def cube_search(
             spent[td] = 0
             cur_m[td] = float("inf")
     return oracle.output()
+
+
+def solve(problem: SolverProblem, **options) -> SolverOutput:
+    """:func:`cube_search` on ``problem`` (the registry's calling convention), its model calls
+    charged to ``problem.budget``."""
+    with problem.charging():
+        return cube_search(problem.model, problem.x, problem.y, problem.space,
+                           problem.threat, problem.eps, problem.statement,
+                           problem.generator, **options)

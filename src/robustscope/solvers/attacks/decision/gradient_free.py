@@ -22,6 +22,7 @@ from robustscope.solvers.attacks.decision.cube_search import cube_search
 from robustscope.solvers.attacks.decision.hop_skip_jump import hop_skip_jump
 from robustscope.solvers.attacks.decision.scaled_oracle import ScaledOracle
 from robustscope.solvers.output import SolverOutput
+from robustscope.solvers.problem import SolverProblem
 from robustscope.threats import LpThreat, get_threat
 
 
@@ -58,3 +59,12 @@ def gradient_free(
     hop_skip_jump(model, x, y, space, threat, eps, statement, generator, **common,
                   **(boundary_opts or {}))
     return oracle.output()
+
+
+def solve(problem: SolverProblem, **options) -> SolverOutput:
+    """:func:`gradient_free` on ``problem`` (the registry's calling convention), its model calls
+    charged to ``problem.budget``."""
+    with problem.charging():
+        return gradient_free(problem.model, problem.x, problem.y, problem.space,
+                             problem.threat, problem.eps, problem.statement,
+                             problem.generator, **options)

@@ -35,6 +35,7 @@ from robustscope.models.base import Classifier, QueryLedger
 from robustscope.solvers.attacks.decision.scaled_oracle import ScaledOracle
 from robustscope.solvers.attacks.decision.starts import find_starts
 from robustscope.solvers.output import SolverOutput
+from robustscope.solvers.problem import SolverProblem
 from robustscope.threats import LpThreat, get_threat
 
 
@@ -202,3 +203,12 @@ def hop_skip_jump(
         stale = np.where(improved, 0, stale + 1)
         last = torch.where(torch.as_tensor(improved), oracle.best_r, last)
     return oracle.output()
+
+
+def solve(problem: SolverProblem, **options) -> SolverOutput:
+    """:func:`hop_skip_jump` on ``problem`` (the registry's calling convention), its model calls
+    charged to ``problem.budget``."""
+    with problem.charging():
+        return hop_skip_jump(problem.model, problem.x, problem.y, problem.space,
+                             problem.threat, problem.eps, problem.statement,
+                             problem.generator, **options)

@@ -25,6 +25,7 @@ from robustscope.core.space import FeatureSpace
 from robustscope.core.statement import DECISION_CHANGE, Statement
 from robustscope.models.base import Classifier, QueryLedger
 from robustscope.solvers.output import SolverOutput
+from robustscope.solvers.problem import SolverProblem
 from robustscope.threats import LpThreat, get_threat
 
 #: Default largest number of candidate entries (rows x features) built at once.
@@ -127,11 +128,25 @@ def random_directions_attack(model: Classifier, x: torch.Tensor, y: torch.Tensor
                              owners: np.ndarray | None = None) -> SolverOutput:
     """Candidates at strength ``eps`` (n,): per input the first of ``n_directions`` random
     directions of norm ``eps`` that satisfied the statement (``found``), or the input
-    itself. Like every solver it decides nothing: the caller verifies."""
+    itself. Like every solver it decides nothing: the caller verifies. ``meta["exhausted"]``
+    ``(n,)`` bool: inputs whose budget ran out before every direction was tried."""
     threat = get_threat(threat)
     if generator is None:
         generator = make_generator(0, x.device)
     eps = torch.as_tensor(eps, dtype=x.dtype, device=x.device).reshape(-1).expand(x.shape[0])
-    x_adv, found, _ = search_at_strength(model, x, y, space, threat, eps, statement, generator,
-                                         n_directions, max_elements, ledger, owners)
-    return SolverOutput.of_candidates(x, x_adv, found.cpu().numpy(), space, threat)
+    x_adv, found, exhausted = search_at_strength(model, x, y, space, threat, eps, statement,
+                                                 generator, n_directions, max_elements, ledger,
+                                                 owners)
+    return SolverOutput.of_candidates(x, x_adv, found.cpu().numpy(), space, threat,
+                                      meta={"exhausted": exhausted.cpu().numpy()})
+
+
+def solve(problem: SolverProblem, **options) -> SolverOutput:
+    """:func:`random_directions_attack` on ``problem`` at its strengths ``problem.eps`` (the
+    registry's calling convention), each chunk of directions charged to ``problem.budget``
+    (and drawn only for inputs whose budget affords it)."""
+    budget = problem.budget
+    return random_directions_attack(
+        problem.model, problem.x, problem.y, problem.space, problem.threat, problem.eps,
+        problem.statement, problem.generator, ledger=None if budget is None else budget.ledger,
+        owners=None if budget is None else budget.owners, **options)

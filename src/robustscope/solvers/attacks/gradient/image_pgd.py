@@ -20,6 +20,7 @@ from robustscope.core.statement import DECISION_CHANGE, Statement
 from robustscope.core.statuses import ATTACKED, CENSORED
 from robustscope.models.base import Classifier
 from robustscope.solvers.output import SolverOutput
+from robustscope.solvers.problem import SolverProblem
 from robustscope.threats.image import ImageThreat
 
 
@@ -146,3 +147,11 @@ def _scan(model, x, y, threat, eps, statement, points, best_margin, best_params,
         best_margin[better] = margin[better]
         best_params[better] = params[better]
         best_x[better] = x_adv[better]
+
+
+def solve(problem: SolverProblem, **options) -> SolverOutput:
+    """:func:`image_pgd` on ``problem`` (the registry's calling convention), its model calls
+    charged to ``problem.budget``."""
+    with problem.charging():
+        return image_pgd(problem.model, problem.x, problem.y, problem.threat, problem.eps,
+                         problem.statement, problem.generator, **options)

@@ -18,6 +18,7 @@ from robustscope.models.base import Classifier
 from robustscope.solvers.attacks.gradient.minnorm_l1 import minnorm_l1
 from robustscope.solvers.attacks.gradient.scaled_problem import ScaledProblem, cosine_schedule
 from robustscope.solvers.output import SolverOutput
+from robustscope.solvers.problem import SolverProblem
 from robustscope.threats.lp import LpThreat
 
 #: Largest relative change of the strength per step at the start of a long run (FMN's) ...
@@ -129,3 +130,11 @@ def _step_direction(threat: LpThreat, grad: torch.Tensor, linf_power: float) -> 
     mag = grad.abs() ** linf_power
     rms = mag.pow(2).mean(dim=1, keepdim=True).sqrt().clamp_min(1e-30)
     return torch.sign(grad) * mag / rms
+
+
+def solve(problem: SolverProblem, **options) -> SolverOutput:
+    """:func:`minnorm` on ``problem`` (the registry's calling convention), its model calls
+    charged to ``problem.budget``."""
+    with problem.charging():
+        return minnorm(problem.model, problem.x, problem.y, problem.space, problem.threat,
+                       problem.eps, problem.statement, problem.generator, **options)

@@ -9,6 +9,7 @@ from robustscope.core.statement import Statement
 from robustscope.models.base import Classifier
 from robustscope.solvers.attacks.gradient.scaled_problem import ScaledProblem, cosine_schedule
 from robustscope.solvers.output import SolverOutput
+from robustscope.solvers.problem import SolverProblem
 from robustscope.threats.lp import LpThreat
 
 
@@ -83,3 +84,11 @@ def _forward_only(problem: ScaledProblem, u: torch.Tensor) -> tuple[torch.Tensor
         logits = problem.model.logits(problem.candidate(u))
         margin = problem.statement.margin(logits.to(torch.float64), problem.y, problem.towards)
     return logits, margin.to(u.dtype)
+
+
+def solve(problem: SolverProblem, **options) -> SolverOutput:
+    """:func:`pgd` on ``problem`` (the registry's calling convention), its model calls
+    charged to ``problem.budget``."""
+    with problem.charging():
+        return pgd(problem.model, problem.x, problem.y, problem.space, problem.threat,
+                   problem.eps, problem.statement, problem.generator, **options)

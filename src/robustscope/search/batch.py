@@ -1,0 +1,131 @@
+"""One batch of the radius search, from its clean logits to its statuses.
+
+:class:`SearchSettings` holds what one :func:`robustscope.radius` call resolved (model,
+space, threat, statement, strategy, exact kind, ``max_radius``, ``rtol``, plan settings,
+ledger, generator, certifier), passed down as one object; :func:`search_batch` runs the
+stages on a batch (clean pass, exact stage, attack cascade, the network MILP, certification)
+and writes the batch's rows of :class:`Outputs`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from robustscope.core.numerics import cross_entropy
+from robustscope.core.result import ATTACKED, CENSORED, EXACT, INVALID, MISCLASSIFIED, SATISFIED
+from robustscope.core.space import FeatureSpace
+from robustscope.core.statement import Statement
+from robustscope.models.base import Classifier, QueryLedger
+from robustscope.search.cascade import run_attacks
+from robustscope.search.certification import Certifier, certify_bounds
+from robustscope.search.exact import certify_relu, run_exact
+from robustscope.search.plan import AttackPlan, SearchConfig, StageLedger
+from robustscope.search.state import BatchState
+from robustscope.threats import LpThreat
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    """The resolved settings of one search: what is searched (``model``, ``space``,
+    ``threat``, ``statement``), how (``solver``: the strategy; ``kind``: the exact solver
+    that serves the model, see :func:`~robustscope.search.exact.exact_kind`;
+    ``max_radius``; ``rtol``; ``config``), and what every batch shares (``ledger`` of all
+    inputs, ``generator``, ``stages``, ``certifier`` or ``None``)."""
+
+    model: Classifier
+    space: FeatureSpace
+    threat: LpThreat
+    statement: Statement
+    solver: str
+    kind: str | None
+    max_radius: float
+    rtol: float
+    config: SearchConfig
+    ledger: QueryLedger
+    generator: torch.Generator
+    stages: StageLedger
+    certifier: Certifier | None = None
+
+
+class Outputs:
+    """The per-input arrays of a search's result, filled batch by batch."""
+
+    def __init__(self, n: int, shape: tuple[int, ...], k: int) -> None:
+        self.radius = np.full(n, np.inf)
+        self.lower = np.zeros(n)
+        self.status = np.empty(n, dtype=object)
+        self.x_adv = np.zeros((n, *shape))
+        self.prediction = np.zeros(n, dtype=np.int64)
+        self.adv_prediction = np.zeros(n, dtype=np.int64)
+        self.proba = np.zeros((n, k))
+        self.proba_adv = np.zeros((n, k))
+        self.loss = np.zeros(n)
+        self.seconds = np.zeros(n)
+        self.plan: AttackPlan | None = None
+
+    def mark_invalid(self, rows: np.ndarray, X: np.ndarray) -> None:
+        """Rows whose clean input breaks a relation: no search, no radius."""
+        self.radius[rows] = np.nan
+        self.lower[rows] = np.nan
+        self.status[rows] = INVALID
+        self.x_adv[rows] = X[rows]
+        self.prediction[rows] = -1
+        self.adv_prediction[rows] = -1
+        self.proba[rows] = np.nan
+        self.proba_adv[rows] = np.nan
+        self.loss[rows] = np.nan
+
+
+def search_batch(settings: SearchSettings, X: np.ndarray, labels: np.ndarray, idx: np.ndarray,
+                 out: Outputs) -> None:
+    """Search the inputs ``X`` ``(m, *shape)`` (labels: class indices ``(m,)``; ``idx``
+    ``(m,)``: their positions in the ledger and in ``out``)."""
+    s = settings
+    model, ledger, statement, solver, kind = s.model, s.ledger, s.statement, s.solver, s.kind
+    x = torch.as_tensor(X, dtype=torch.float64, device=model.device)
+    y = torch.as_tensor(labels, device=model.device)
+    with model.charging(ledger, idx), s.stages.stage("clean", ledger):
+        logits = model.logits(x).detach().to(torch.float64)
+    proba = torch.softmax(logits, dim=1)
+    pred = logits.argmax(dim=1)
+    out.prediction[idx] = pred.cpu().numpy()
+    out.proba[idx] = proba.cpu().numpy()
+    # accurate also for confident inputs, where -log(p_y) rounds to 0 (the scores need g(loss))
+    out.loss[idx] = cross_entropy(logits.cpu().numpy(), labels)
+    misclassified = pred != y
+    # a targeted statement whose target is the label holds already: radius 0, not an error
+    satisfied = statement.holds(pred, y) & ~misclassified
+    wrong = misclassified | satisfied
+    state = BatchState(model, s.space, s.threat, statement, ledger, x, y, idx, logits, wrong,
+                       max_radius=s.max_radius, rtol=s.rtol, generator=s.generator,
+                       config=s.config, stages=s.stages)
+    active = ~wrong
+    if active.any():
+        # linear models and trees: exact by default; networks: a MILP only when asked for
+        if kind in ("linear", "trees") and solver in ("exact", "auto"):
+            with state.stage("exact"):
+                active = run_exact(state, kind, active)
+        if active.any():
+            run_attacks(state, "auto" if solver == "exact" else solver, active)
+        if kind == "relu" and solver == "exact":
+            with state.stage("exact"):
+                certify_relu(state, active)
+        if s.certifier is not None:
+            certify_bounds(state, active, s.certifier)
+    out.plan = state.plan or out.plan
+
+    r = state.forget_beyond(s.max_radius)  # beyond the largest strength tried: censored
+    found = np.isfinite(r)
+    out.radius[idx] = r
+    out.lower[idx] = np.where(wrong.cpu().numpy(), 0.0, state.lower.cpu().numpy())
+    status = np.where(found, ATTACKED, CENSORED).astype(object)
+    status[state.exact.cpu().numpy() & found] = EXACT
+    status[misclassified.cpu().numpy()] = MISCLASSIFIED
+    status[satisfied.cpu().numpy()] = SATISFIED
+    out.status[idx] = status
+    out.x_adv[idx] = state.best_x.cpu().numpy().reshape(len(idx), *X.shape[1:])
+    out.proba_adv[idx] = torch.softmax(state.best_logits, dim=1).cpu().numpy()
+    out.adv_prediction[idx] = state.best_logits.argmax(dim=1).cpu().numpy()
