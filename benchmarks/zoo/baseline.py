@@ -114,6 +114,17 @@ def markdown(summaries: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def overall(summaries: list[dict]) -> str:
+    worst = max(summaries, key=lambda s: s["p90"])
+    med = max(summaries, key=lambda s: s["median"])
+    return (f"Over {len(summaries)} rows: largest median ratio {med['median']:.3f} "
+            f"({med['network']}, {med['threat']}), largest p90 {worst['p90']:.3f} "
+            f"({worst['network']}, {worst['threat']}), "
+            f"{sum(s['censored'] for s in summaries)} censored defaults where the reference "
+            f"breaks, {sum(s['broken'] for s in summaries)} of "
+            f"{sum(s['n'] for s in summaries)} inputs broken by the reference.\n")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--n", type=int, default=10)
@@ -149,8 +160,9 @@ def main() -> None:
         "torch threads, 2 CPU cores shared with other work (seconds are not benchmarks).\n\n"
         "ratio = default radius / reference radius, over the inputs the reference breaks; "
         "reference = min(robustscope at 10x the default's median passes with seed 1, plain "
-        "PGD + bisection for Linf / L2). 'ref from PGD' = inputs where PGD beat the 10x run.\n\n"
-        + table)
+        "PGD + bisection for Linf / L2). 'ref from PGD' = inputs where PGD beat the 10x run. "
+        "Rows already in `.cache/baseline.json` (same network, recipe hash, threat and n) are "
+        "reused, not measured again.\n\n" + table + "\n" + overall(summaries))
 
 
 if __name__ == "__main__":
