@@ -77,7 +77,7 @@ SOLVERS: dict[str, SolverInfo] = {s.name: s for s in (
                "exact.linear.closed_form:exact_linear_radius", "linear", _LP,
                "closed form with feature bounds (sorted breakpoints / knapsack)"),
     SolverInfo("exact-trees", "exact",
-               "exact.trees.solver:exact_tree_radius", "trees", _LP,
+               "exact.trees.driver:exact_tree_radius", "trees", _LP,
                "tree-aware bracket, then a mixed-integer program over the predicates "
                "within it (HiGHS)"),
     SolverInfo("exact-relu", "exact",
