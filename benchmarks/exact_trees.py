@@ -55,7 +55,7 @@ from sklearn.model_selection import train_test_split
 
 from robustscope.core.space import FeatureSpace
 from robustscope.models.trees import check_parsed, wrap_tree_model
-from robustscope.solvers.exact.trees.solver import exact_tree_radius
+from robustscope.solvers.exact.trees.driver import exact_tree_radius
 
 
 def _data():

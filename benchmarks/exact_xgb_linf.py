@@ -1,7 +1,7 @@
 """Exact Linf radius of a binary XGBoost model, for benchmarking only (Kantchelian et al.
 2016 MILP, solved with HiGHS through ``scipy.optimize.milp``).
 
-The library's own exact tree solver lives elsewhere (solvers/exact/trees/solver.py, another
+The library's own exact tree solver lives elsewhere (solvers/exact/trees/driver.py, another
 engineer's work); this standalone copy only gives the gradient-free benchmark a ground truth
 while that lands. Thresholds are read from the model's JSON (float32 values, not the rounded
 text dump). The radius returned is the infimum over counterexamples (a strict split ``x < t``

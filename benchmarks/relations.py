@@ -229,7 +229,7 @@ def main() -> None:
 def check_trees(model, X: np.ndarray, y: np.ndarray, space, ex) -> str:
     """The tree MILP's radius under the relations (``ex``, from ``solver="exact"``) against
     the MILP alone (no pruning) and against the exact radius without the relations."""
-    from robustscope.solvers.exact.trees.solver import exact_tree_radius
+    from robustscope.solvers.exact.trees.driver import exact_tree_radius
 
     searched = ~np.isin(ex.status, ("misclassified", "satisfied"))
     ref = exact_tree_radius(model, X[searched], y[searched], space, "linf", time_limit=30,

@@ -28,8 +28,8 @@ from robustscope.models.trees import (
     parse_tree_model,
     wrap_tree_model,
 )
+from robustscope.solvers.exact.trees.driver import exact_tree_radius
 from robustscope.solvers.exact.trees.program import right_start
-from robustscope.solvers.exact.trees.solver import exact_tree_radius
 from robustscope.threats import get_threat
 
 xgb = pytest.importorskip("xgboost")

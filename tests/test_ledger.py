@@ -71,7 +71,7 @@ def test_exact_trees_charge_every_model_call(cancer):
 
 
 def test_exact_tree_solver_alone_counts_its_calls(cancer):
-    from robustscope.solvers.exact.trees.solver import exact_tree_radius
+    from robustscope.solvers.exact.trees.driver import exact_tree_radius
 
     Xtr, ytr, X, y = cancer
     forest = RandomForestClassifier(n_estimators=3, max_depth=3, random_state=0).fit(Xtr, ytr)

@@ -167,7 +167,7 @@ def _valid_flip_distances(model, pts: np.ndarray, x0: np.ndarray, y0: int, p: fl
 def _check_tree_radius(model, space, X, y, grid_of, threats=("linf", "l1", "l2")) -> int:
     """Exact tree radii under the relations against the brute force over valid points;
     returns how many inputs closed (status ``exact``)."""
-    from robustscope.solvers.exact.trees.solver import exact_tree_radius
+    from robustscope.solvers.exact.trees.driver import exact_tree_radius
 
     closed = 0
     for threat in threats:

@@ -25,7 +25,7 @@ from robustscope.models.threads import (
     fit_threads,
     limited_threads,
 )
-from robustscope.solvers.exact.trees.solver import exact_tree_radius
+from robustscope.solvers.exact.trees.driver import exact_tree_radius
 
 #: A caller's setting no default produces, so that a restore is visible.
 CALLER = 3

@@ -20,8 +20,14 @@ from test_exact_trees import NORMS, _brute_force
 
 from robustscope.core.result import EXACT
 from robustscope.core.space import FeatureSpace
+from robustscope.models.base import QueryLedger
 from robustscope.models.trees import wrap_tree_model
-from robustscope.solvers.exact.trees import solver as exact_trees
+from robustscope.solvers.exact.trees import milp as trees_milp
+from robustscope.solvers.exact.trees import settings as tree_settings
+from robustscope.solvers.exact.trees.bracket import decides as changes_decision
+from robustscope.solvers.exact.trees.bracket import polish, prune_input
+from robustscope.solvers.exact.trees.compiled import clear_compiled_cache, compiled_for
+from robustscope.solvers.exact.trees.driver import exact_tree_radius, model_check
 from robustscope.solvers.exact.trees.leaf_bounds import (
     box_point,
     certified_index,
@@ -31,7 +37,6 @@ from robustscope.solvers.exact.trees.leaf_bounds import (
     walk,
 )
 from robustscope.solvers.exact.trees.program import build_program, input_costs
-from robustscope.solvers.exact.trees.solver import exact_tree_radius
 
 xgb = pytest.importorskip("xgboost")
 lgb = pytest.importorskip("lightgbm")
@@ -144,7 +149,7 @@ def test_walk_scores_are_the_models_scores_at_its_point(kind: str, threat: str) 
 
 def test_program_built_once_and_rebuilt_when_the_model_changes() -> None:
     model, space, rows, labels = _problem("rf", 2, seed=7)
-    exact_trees._CACHE.clear()
+    clear_compiled_cache()
     first = exact_tree_radius(model, rows, labels, space, "linf")
     again = exact_tree_radius(wrap_tree_model(model), rows, labels, space, "linf")
     assert not first.meta["program_cached"] and again.meta["program_cached"]
@@ -235,10 +240,10 @@ def test_a_bound_above_a_verified_counterexample_is_refused(monkeypatch) -> None
     """A solver that claims a minimum above a counterexample already verified is wrong there:
     its bound must not close the bracket (the input stays open, and meta names it)."""
     model, clf, space, rows, labels = _wavy_xgb(seed=4, n=300, n_trees=30, n_rows=12)
-    monkeypatch.setattr(exact_trees, "SEARCH_NODES", 0)  # (the leaf search would close all)
+    monkeypatch.setattr(tree_settings, "SEARCH_NODES", 0)  # (the leaf search would close all)
     honest = exact_tree_radius(clf, rows, labels, space, "l1")
     assert honest.meta["closed_without_milp"] < len(rows)  # some programs run
-    real = exact_trees._run_highspy
+    real = trees_milp.run_highspy
 
     def inflated(*args, **kwargs):
         res = real(*args, **kwargs)
@@ -246,7 +251,7 @@ def test_a_bound_above_a_verified_counterexample_is_refused(monkeypatch) -> None
             res.dual_bound *= 1.5
         return res
 
-    monkeypatch.setattr(exact_trees, "_run_highspy", inflated)
+    monkeypatch.setattr(trees_milp, "run_highspy", inflated)
     lied = exact_tree_radius(clf, rows, labels, space, "l1", backend="highspy")
     assert lied.meta["refused_bounds"]
     for i in lied.meta["refused_bounds"]:
@@ -306,15 +311,14 @@ def test_minimisation_improves_a_walk_counterexample_above_the_radius(threat: st
     rows = X[::19]
     labels = np.asarray(model.predict_proba(rows)).argmax(axis=1)
     ref = exact_tree_radius(clf, rows, labels, space, threat, time_limit=30, prune=False)
-    comp, _ = exact_trees._compiled(clf.ensemble, space)
+    comp, _ = compiled_for(clf.ensemble, space)
     p = NORMS[threat]
     above = []
     for k in range(len(rows)):
-        check = functools.partial(exact_trees._model_check, clf,
-                                  exact_trees.QueryLedger(len(rows)), k, int(labels[k]), None,
-                                  space)
-        start = exact_trees._prune(comp, clf.ensemble, check, space, rows[k], int(labels[k]),
-                                   None, p, None)
+        check = functools.partial(model_check, clf, QueryLedger(len(rows)), k, int(labels[k]),
+                                  None, space)
+        start = prune_input(comp, clf.ensemble, check, space, rows[k], int(labels[k]), None, p,
+                            None)
         if np.isfinite(start.radius) and start.radius > ref.radius[k] * (1 + 1e-6):
             above.append(k)
     assert len(above) >= 2  # the walks miss the radius on some inputs: the path is exercised
@@ -342,7 +346,7 @@ def test_polish_keeps_the_decision_and_never_raises_the_norm(kind: str, threat: 
     exact = exact_tree_radius(clf, rows, labels, space, threat)
 
     def decides(x: np.ndarray, yi: int) -> bool:
-        return exact_trees._decides(ens.class_scores(x[None])[0], yi, None, prog.tie_tol)
+        return changes_decision(ens.class_scores(x[None])[0], yi, None, prog.tie_tol)
 
     def size(x: np.ndarray, x0: np.ndarray) -> float:
         return float(np.linalg.norm((x - x0) / space.scale, ord=p))
@@ -358,7 +362,7 @@ def test_polish_keeps_the_decision_and_never_raises_the_norm(kind: str, threat: 
         far = box_point(prog, x0, path[0], path[1])
         truth = _brute_force(model, ens, x0, yi, space, p)
         if decides(far, yi):
-            near = exact_trees._polish(prog, ens, space, x0, far, p, yi, None)
+            near = polish(prog, ens, space, x0, far, p, yi, None)
             assert decides(near, yi)
             assert size(near, x0) <= size(far, x0) * (1 + 1e-12)
             assert size(near, x0) >= truth - 1e-6 * max(1.0, truth)  # (float64 thresholds)
@@ -371,13 +375,12 @@ def test_polish_keeps_the_decision_and_never_raises_the_norm(kind: str, threat: 
             extra[f] = space.upper[f] if far_end else space.lower[f]
             if not decides(extra, yi):
                 continue
-            back = exact_trees._polish(prog, ens, space, x0, extra, p, yi, None)
+            back = polish(prog, ens, space, x0, extra, p, yi, None)
             assert decides(back, yi)
             np.testing.assert_allclose(size(back, x0), exact.radius[k], rtol=1e-9)
             pushed_back += 1
     assert pushed_back >= 1  # the case was exercised
-    unchanged = exact_trees._polish(prog, ens, space, rows[0], rows[0].copy(), p,
-                                    int(labels[0]), None)
+    unchanged = polish(prog, ens, space, rows[0], rows[0].copy(), p, int(labels[0]), None)
     np.testing.assert_array_equal(unchanged, rows[0])
 
 

@@ -312,7 +312,7 @@ def markdown(report: dict) -> str:
            "**Definitions.** *ratio*: radius claimed by the method / reference radius, per "
            "input (inf where nothing confirmed was found); the reference is the exact radius "
            "where an exact solver exists and closed its bracket (robustscope's exact linear "
-           "solver, `robustscope.solvers.exact.trees.solver`, "
+           "solver, `robustscope.solvers.exact.trees.driver`, "
            "`robustscope.solvers.exact.relu.milp` when "
            "present; else `benchmarks/exact_xgb_linf.py` for XGBoost), else the smallest "
            "confirmed radius of any method, including robustscope with 10x budget (for trees: "

@@ -26,12 +26,16 @@ import torch
 
 from robustscope.core.space import FeatureSpace
 from robustscope.core.statuses import ATTACKED, CENSORED, EXACT
-from robustscope.solvers.milp.relation_rows import relation_rows, solve_highs
+from robustscope.solvers.milp.highs import solve_lp
+from robustscope.solvers.milp.relation_rows import relation_rows
 from robustscope.solvers.output import SolverOutput
 from robustscope.threats.lp import LpThreat
 
 #: Relative over-shoot of the margin (as in the closed form of ``exact_linear``).
 MARGIN_OVERSHOOT = 1e-9
+#: HiGHS primal and dual feasibility tolerances of the LPs (tighter than HiGHS's 1e-7
+#: default, so that a solution sits within the relations' own tolerance).
+LP_FEASIBILITY_TOLERANCE = 1e-10
 
 
 def linear_radius_lp(weights: np.ndarray, bias: np.ndarray, x: np.ndarray, y: np.ndarray,
@@ -116,8 +120,8 @@ def _solve_class(c: np.ndarray, margin: float, x0: np.ndarray, lo: np.ndarray, h
     col_lo = np.concatenate([lo, np.zeros(extra)])
     col_hi = np.concatenate([hi, np.full(extra, np.inf)])
     quadratic = np.concatenate([np.full(d, 2.0), np.zeros(extra)]) if extra == 0 else None
-    sol = solve_highs(cost, matrix, np.concatenate(row_lo), np.concatenate(row_hi), col_lo,
-                      col_hi, quadratic=quadratic, time_limit=time_limit)
+    sol = solve_lp(cost, matrix, np.concatenate(row_lo), np.concatenate(row_hi), col_lo,
+                   col_hi, LP_FEASIBILITY_TOLERANCE, quadratic=quadratic, time_limit=time_limit)
     if sol.status != "optimal":
         return None, sol.status == "infeasible"
     return np.clip(sol.values[:d], lo, hi), True

@@ -36,7 +36,6 @@ import time
 import numpy as np
 import scipy.sparse as sp
 import torch
-from scipy.optimize import Bounds, LinearConstraint, milp
 
 from robustscope.core.errors import InputError
 from robustscope.core.space import FeatureSpace
@@ -49,6 +48,7 @@ from robustscope.solvers.bounds.propagate import (
     margin_spec,
     preactivation_bounds,
 )
+from robustscope.solvers.milp.highs import MipResult, scipy_milp
 from robustscope.solvers.milp.relation_rows import relation_rows
 from robustscope.solvers.output import SolverOutput
 from robustscope.threats.lp import LpThreat
@@ -58,6 +58,8 @@ MAX_RELUS = 2000
 #: Unstable ReLUs (binaries) at most this many per input; beyond, the input's MILP is not
 #: attempted (its bound stays the CROWN bound the search holds).
 MAX_BINARIES = 3000
+#: Relative optimality gap asked of HiGHS.
+MIP_REL_GAP = 1e-7
 
 
 def relu_layers(module: torch.nn.Module) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -329,14 +331,14 @@ class _Program:
         self.row_lo.append(np.asarray(low, float).reshape(-1))
         self.row_hi.append(np.asarray(high, float).reshape(-1))
 
-    def solve(self, time_limit: float):
+    def solve(self, time_limit: float) -> MipResult:
+        """Solve with ``scipy.optimize.milp`` (HiGHS; relative gap :data:`MIP_REL_GAP`)."""
         n_var = self.n_var
         matrix = sp.vstack([_row_block(r, n_var) for r in self.rows], format="csr")
-        return milp(np.concatenate(self.cost), integrality=np.concatenate(self.integer),
-                    bounds=Bounds(np.concatenate(self.lo), np.concatenate(self.hi)),
-                    constraints=LinearConstraint(matrix, np.concatenate(self.row_lo),
-                                                 np.concatenate(self.row_hi)),
-                    options={"time_limit": time_limit, "mip_rel_gap": 1e-7})
+        return scipy_milp(np.concatenate(self.cost), np.concatenate(self.integer),
+                          np.concatenate(self.lo), np.concatenate(self.hi), matrix,
+                          np.concatenate(self.row_lo), np.concatenate(self.row_hi),
+                          options={"time_limit": time_limit, "mip_rel_gap": MIP_REL_GAP})
 
 
 def assemble(net: Network, matrices, x, y, nodes, margin, reverse, box_lo, box_hi, scale,
@@ -459,16 +461,16 @@ def _solve_one(net, matrices, x, y, nodes, margin, reverse, box_lo, box_hi, scal
         return math.inf, None, True  # no decision change inside the box: radius > r_ub
     prog, u_terms, _ = built
     res = prog.solve(time_limit)
-    lower = getattr(res, "mip_dual_bound", None)
-    lower = 0.0 if lower is None or not np.isfinite(lower) else max(0.0, float(lower))
-    if res.status == 2:  # infeasible: no decision change inside the box
+    lower = res.dual_bound
+    lower = 0.0 if not np.isfinite(lower) else max(0.0, float(lower))
+    if res.status == "infeasible":  # no decision change inside the box
         return math.inf, None, True
-    if res.x is None:
+    if res.values is None:
         return lower, None, False
-    v = res.x
+    v = res.values
     u = sum(sign * v[slice(*sl)] for sl, sign in u_terms)
-    value = float(res.fun)
-    return min(lower, value), u, res.status == 0
+    value = float(res.objective)
+    return min(lower, value), u, res.status == "optimal"
 
 
 def _merge(coefs: dict, sl: tuple[int, int], m) -> dict:

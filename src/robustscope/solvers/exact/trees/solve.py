@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from robustscope.solvers.exact.trees.solver import exact_tree_radius
+from robustscope.solvers.exact.trees.driver import exact_tree_radius
 from robustscope.solvers.output import SolverOutput
 from robustscope.solvers.problem import SolverProblem
 
 
 def solve(problem: SolverProblem, time_limit: float = 10.0, max_radius: float | None = None,
           **options) -> SolverOutput:
-    """:func:`~robustscope.solvers.exact.trees.solver.exact_tree_radius` on the problem's
+    """:func:`~robustscope.solvers.exact.trees.driver.exact_tree_radius` on the problem's
     tree ensemble, verifying inside its loop through ``problem.verify`` (one row at a time)
     where the problem has one, and reading the clean decisions from ``problem.clean_logits``.
     ``time_limit`` seconds per input; beyond ``max_radius`` an input is censored."""
