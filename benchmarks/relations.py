@@ -41,7 +41,7 @@ from sklearn.linear_model import LogisticRegression
 
 from robustscope import radius
 from robustscope.runs.credit import CREDIT_CONSTRAINTS, credit_space, make_credit
-from robustscope.scores.relations import relation_effect
+from robustscope.scores.relation_effect import relation_effect
 
 
 def log(msg: str) -> None:

@@ -300,7 +300,7 @@ def test_run_summary_and_report_show_what_relations_change(tmp_path):
 def test_relation_effect_counts_and_growth():
     from sklearn.linear_model import LogisticRegression
 
-    from robustscope.scores.relations import relation_effect
+    from robustscope.scores.relation_effect import relation_effect
 
     X, y = credit_like(60)
     space = constrained_space(X)

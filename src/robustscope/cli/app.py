@@ -130,7 +130,7 @@ def radius_command(
 
 def _print_relation_effect(result) -> None:
     """What the constraints changed (after ``--compare-unconstrained``)."""
-    from robustscope.scores.relations import relation_effect
+    from robustscope.scores.relation_effect import relation_effect
 
     e = relation_effect(result)
     if e is None:

@@ -29,7 +29,7 @@ from robustscope.core.statuses import AT_ZERO
 from robustscope.scores.distribution import ood_check, proxy_a_distance
 from robustscope.scores.intrinsic import scores_from_result
 from robustscope.scores.multiattack import competitiveness, grid_from_radii
-from robustscope.scores.relations import relation_effect
+from robustscope.scores.relation_effect import relation_effect
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +75,7 @@ class Section:
         """Headline numbers: clean accuracy, median and worst radius over the broken,
         well-classified inputs, censored share, R_nu and its interval (when computed); with
         an unconstrained comparison (relations between features), ``relations``: see
-        :func:`robustscope.scores.relations.relation_effect`."""
+        :func:`robustscope.scores.relation_effect.relation_effect`."""
         res = self.result
         s = res.summary()
         ok = (res.status != CENSORED) & ~np.isin(res.status, AT_ZERO)

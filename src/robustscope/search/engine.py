@@ -123,7 +123,7 @@ def radius(
         per input, that radius (``meta['unconstrained_radius']``: ``inf`` where censored,
         NaN for invalid rows) and whether its counterexample breaks a relation
         (``meta['unconstrained_breaks']``, 0 / 1); read them with
-        :func:`robustscope.scores.relations.relation_effect`.
+        :func:`robustscope.scores.relation_effect.relation_effect`.
     certify : certified lower bounds of torch networks by bound propagation (see
         ``docs/certified.md``): ``"auto"`` runs CROWN under ``solver="auto"`` or
         ``"exact"`` when its cost is at most ``AUTO_CERTIFY_SHARE`` of the search's (its
