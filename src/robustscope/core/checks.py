@@ -39,14 +39,15 @@ def check_array(X: object, name: str = "X", min_rows: int = 1) -> np.ndarray:
     return X
 
 
-def check_finite(X: np.ndarray, name: str = "X") -> None:
+def check_finite(X: np.ndarray, name: str = "X", names: Sequence[str] | None = None) -> None:
     """Raise :class:`InputError` naming the first row and feature of ``X`` ``(n, ...)`` that
-    is NaN or infinite."""
+    is NaN or infinite (the feature by its name in ``names`` where given, else its index)."""
     flat = np.asarray(X).reshape(len(X), -1)
     bad = ~np.isfinite(flat)
     if bad.any():
         row, col = np.argwhere(bad)[0]
-        raise InputError(f"{name}: row {row}, feature {col} is {flat[row, col]}; "
+        feature = col if names is None else f"'{names[col]}'"
+        raise InputError(f"{name}: row {row}, feature {feature} is {flat[row, col]}; "
                          "NaN and inf are not valid inputs")
 
 

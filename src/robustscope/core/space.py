@@ -16,6 +16,7 @@ import numpy as np
 import torch
 import yaml
 
+from robustscope.core.checks import check_finite
 from robustscope.core.errors import FeatureSpaceError, InputError
 from robustscope.core.relations import Relations, project_relations
 
@@ -292,11 +293,7 @@ class FeatureSpace:
             raise InputError(f"{what}: shape {X.shape} does not match the feature space "
                              f"({self.n_features} features per input)")
         flat = X.reshape(X.shape[0], -1).astype(np.float64)
-        bad = ~np.isfinite(flat)
-        if bad.any():
-            row, col = np.argwhere(bad)[0]
-            raise InputError(f"{what}: row {row}, feature '{self.names[col]}' is {flat[row, col]}"
-                             "; NaN and inf are not valid inputs")
+        check_finite(flat, what, self.names)
         tol = BOUND_TOLERANCE * self.scale
         for test, side, bound in ((flat < self.lower - tol, "below lower", self.lower),
                                   (flat > self.upper + tol, "above upper", self.upper)):
