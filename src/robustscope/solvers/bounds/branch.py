@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from scipy.optimize import linprog, minimize
+from scipy.optimize import minimize
 
 from robustscope.solvers.bounds.domain import Domain
 from robustscope.solvers.bounds.graph import Network
@@ -51,6 +51,7 @@ from robustscope.solvers.bounds.propagate import (
     preactivation_bounds,
 )
 from robustscope.solvers.bounds.relaxation import relu_relaxation
+from robustscope.solvers.milp.highs import scipy_lp
 
 #: Subdomains bounded in one batch.
 BATCH = 128
@@ -371,7 +372,7 @@ def _smallest_crossing(cost: np.ndarray, const: float, g: np.ndarray, h: np.ndar
                           np.hstack([eye, -np.ones((d, 1))]), np.hstack([-eye, -np.ones((d, 1))])])
         bounds = np.vstack([np.column_stack([lo, hi]), [[0.0, np.inf]]])
     b_ub = np.concatenate([h, [-const], np.zeros(a_ub.shape[0] - len(h) - 1)])
-    res = linprog(c, A_ub=a_ub, b_ub=b_ub, bounds=bounds, method="highs")
+    res = scipy_lp(c, a_ub, b_ub, bounds)
     if res.status != 0:
         return None
     return res.x[:d] - res.x[d:] if p == 1.0 else res.x[:d]
@@ -394,8 +395,7 @@ def _split_duals(cost: np.ndarray, g: np.ndarray, h: np.ndarray, lo: np.ndarray,
                                                                    np.maximum(-lo, 0)])])
     else:
         c, a_ub, b_ub, bounds = cost, -g, h, np.column_stack([lo, hi])
-    res = linprog(c, A_ub=a_ub if len(a_ub) else None, b_ub=b_ub if len(b_ub) else None,
-                  bounds=bounds, method="highs")
+    res = scipy_lp(c, a_ub if len(a_ub) else None, b_ub if len(b_ub) else None, bounds)
     if res.status != 0:
         return None
     return np.maximum(-res.ineqlin.marginals[:len(h)], 0.0), float(res.fun)

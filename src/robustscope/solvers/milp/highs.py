@@ -164,6 +164,17 @@ def scipy_milp(cost: np.ndarray, integrality: np.ndarray, col_lo: np.ndarray,
     return MipResult("error", np.inf if values is None else objective, bound, values)
 
 
+def scipy_lp(cost: np.ndarray, a_ub: np.ndarray | None, b_ub: np.ndarray | None,
+             bounds: np.ndarray):
+    """``min cost . v`` subject to ``a_ub v <= b_ub`` and ``bounds`` ``(n, 2)`` through
+    ``scipy.optimize.linprog(method="highs")`` (scipy's build of HiGHS, its default
+    tolerances): the small dense LPs of branch and bound's subdomains. Returns scipy's
+    ``OptimizeResult`` (``status``, ``x``, ``fun``, ``ineqlin.marginals``)."""
+    from scipy.optimize import linprog
+
+    return linprog(cost, A_ub=a_ub, b_ub=b_ub, bounds=bounds, method="highs")
+
+
 @dataclass
 class Solution:
     """One LP / QP run: ``status`` (``optimal``, ``infeasible`` or ``error``), the objective and
