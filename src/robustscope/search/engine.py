@@ -46,7 +46,6 @@ from robustscope.core.space import FeatureSpace
 from robustscope.core.statement import DECISION_CHANGE, Statement
 from robustscope.models.base import Classifier
 from robustscope.models.names import feature_names
-from robustscope.models.threads import AUTO, limited_threads
 from robustscope.search.batch import Outputs, SearchSettings, search_batch
 from robustscope.search.certification import certifier as make_certifier
 from robustscope.search.exact import exact_kind
@@ -59,6 +58,7 @@ from robustscope.search.preamble import (
     resolve_max_radius,
     wrap_inputs,
 )
+from robustscope.search.threads import AUTO, limited_threads
 from robustscope.threats import LpThreat, get_threat
 
 
@@ -162,6 +162,7 @@ def _radius(model, X, y, threat, space, solver, max_radius, budget, rtol, seed, 
             certify="auto") -> RadiusResult:
     threat = get_threat(threat)
     statement = statement or DECISION_CHANGE
+    raw = not isinstance(model, Classifier)  # wrapped here: its probe is charged here
     model = wrap_inputs(model, X, device)
     if space is None:
         space = default_space(X)
@@ -183,7 +184,7 @@ def _radius(model, X, y, threat, space, solver, max_radius, budget, rtol, seed, 
     certifier = make_certifier(model, threat, statement, solver, certify, X.shape[1:])
     n = len(X)
     stages = StageLedger()
-    ledger = open_ledger(model, n, budget, stages)
+    ledger = open_ledger(model, n, budget, stages, probe=raw)
     settings = SearchSettings(model=model, space=space, threat=threat, statement=statement,
                               solver=solver, kind=kind, max_radius=max_radius, rtol=rtol,
                               config=config, ledger=ledger, generator=make_generator(seed),
