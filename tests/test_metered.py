@@ -106,3 +106,15 @@ def test_the_search_view_applies_the_thread_policy_and_autograd_is_charged(data)
     assert seen == [(10, clf)]  # rows x features, with the adapter (for its thread setter)
     assert ledger.forward.tolist() == [1, 1] and ledger.backward.tolist() == [1, 1]
     assert view.narrowed(np.array([0])).threads is view.threads
+
+
+def test_the_wrapping_probe_is_charged_by_the_first_search_only(data):
+    X, y = data
+    clf = _adapters(X, y)["torch"]  # wrapped with example=: called on 2 rows to learn k
+    assert clf.probed_rows == 2
+    labels = clf.predict(torch.as_tensor(X[:4])).numpy()
+    first = rs.radius(clf, X[:4], labels, budget=20, seed=0)
+    again = rs.radius(clf, X[:4], labels, budget=20, seed=0)
+    assert first.meta["passes_by_part"]["wrapping probe"] == 2
+    assert "wrapping probe" not in again.meta["passes_by_part"]
+    assert clf.probed_rows == 2  # a fact of the wrapping, never reset

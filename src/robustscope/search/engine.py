@@ -162,7 +162,6 @@ def _radius(model, X, y, threat, space, solver, max_radius, budget, rtol, seed, 
             certify="auto") -> RadiusResult:
     threat = get_threat(threat)
     statement = statement or DECISION_CHANGE
-    raw = not isinstance(model, Classifier)  # wrapped here: its probe is charged here
     model = wrap_inputs(model, X, device)
     if space is None:
         space = default_space(X)
@@ -184,7 +183,7 @@ def _radius(model, X, y, threat, space, solver, max_radius, budget, rtol, seed, 
     certifier = make_certifier(model, threat, statement, solver, certify, X.shape[1:])
     n = len(X)
     stages = StageLedger()
-    ledger = open_ledger(model, n, budget, stages, probe=raw)
+    ledger = open_ledger(model, n, budget, stages)
     settings = SearchSettings(model=model, space=space, threat=threat, statement=statement,
                               solver=solver, kind=kind, max_radius=max_radius, rtol=rtol,
                               config=config, ledger=ledger, generator=make_generator(seed),

@@ -304,12 +304,11 @@ def _grid_robustness(model, X, y, threat, grid, method, statement, steps, restar
     if not torch.is_tensor(X):
         X = torch.as_tensor(np.asarray(X))
     threat.check_input(X, "X")
-    raw = not isinstance(model, Classifier)  # wrapped here: its probe is charged here
     clf = wrap_inputs(model, X, device, n_classes=n_classes, example=X[:2])
     x = X.to(device=clf.device, dtype=clf.dtype)
     yt = torch.as_tensor(class_indices(clf, y, x.shape[0]), device=clf.device)
     n, k_levels = x.shape[0], len(g)
-    ledger = open_ledger(clf, n, probe=raw)
+    ledger = open_ledger(clf, n)
     grid_t = torch.as_tensor(g, dtype=x.dtype, device=x.device)
 
     with torch.no_grad():

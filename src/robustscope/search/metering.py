@@ -7,14 +7,21 @@ view it hands out (to its verification, its own clean and ranking calls, and as
 inputs the rows belong to, with the search's thread policy
 (:func:`~robustscope.search.threads.fit_threads`) as its thread hook. Solvers only use (and
 narrow) the views they are handed.
+
+The rows wrapping called a model on to learn its number of classes (``probed_rows``, a fact
+of the wrapping) are charged by the first search that opens a ledger on that adapter
+(:func:`charge_probe`): the search remembers which adapters it billed (weakly, so adapters
+are freed as usual), the adapter itself is never changed.
 """
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 from robustscope.models.base import Classifier, QueryLedger
-from robustscope.models.metered import MeteredModel
+from robustscope.models.metered import MeteredModel, unmetered
 from robustscope.search.threads import fit_threads
 
 
@@ -26,8 +33,16 @@ def charged(model: Classifier, ledger: QueryLedger | None,
     return MeteredModel(model, ledger, owners, threads=fit_threads)
 
 
+#: Adapters whose wrapping probe a search has charged already.
+_PROBES_CHARGED: weakref.WeakSet[Classifier] = weakref.WeakSet()
+
+
 def charge_probe(model: Classifier, ledger: QueryLedger) -> None:
     """Charge the rows wrapping ``model`` called it on (one forward pass each) to the first
-    inputs of ``ledger``: for a model the search wrapped itself."""
-    rows = min(model.probed_rows, len(ledger.forward))
+    inputs of ``ledger``, once per adapter: the first search on it pays for its wrapping."""
+    adapter = unmetered(model)
+    if not adapter.probed_rows or adapter in _PROBES_CHARGED:
+        return
+    _PROBES_CHARGED.add(adapter)
+    rows = min(adapter.probed_rows, len(ledger.forward))
     ledger.forward[:rows] += 1

@@ -74,8 +74,9 @@ def resolve_max_radius(max_radius: float | None, threat, space: FeatureSpace) ->
 def open_ledger(model: Classifier, n: int, budget: int | None = None,
                 stages: StageLedger | None = None, probe: bool = True) -> QueryLedger:
     """A ledger of ``n`` inputs (``budget`` passes each; ``None``: no limit) with the
-    wrapping probe's rows charged to its first inputs (``probe``: the search wrapped the
-    model itself; under ``stages``, as the part ``wrapping probe``)."""
+    wrapping probe's rows charged to its first inputs (``probe``; once per adapter, see
+    :func:`~robustscope.search.metering.charge_probe`; under ``stages``, as the part
+    ``wrapping probe``)."""
     ledger = QueryLedger(n, budget)
     if probe and stages is not None:
         with stages.stage("wrapping probe", ledger):
