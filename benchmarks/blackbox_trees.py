@@ -40,6 +40,7 @@ from robustscope.core.space import FeatureSpace
 from robustscope.models import wrap_model
 from robustscope.models.base import QueryLedger
 from robustscope.models.estimators import FiniteDifference
+from robustscope.models.metered import MeteredModel
 from robustscope.solvers.attacks.decision.cube_search import cube_search
 from robustscope.solvers.attacks.decision.gradient_free import gradient_free
 from robustscope.solvers.attacks.decision.hop_skip_jump import hop_skip_jump
@@ -95,8 +96,7 @@ def tutorial_recipe(model, x, y, space, fd_scaled: bool, bisect=10, iters=100,
             u = torch.maximum(torch.minimum(u, eps[:, None]), -eps[:, None])
             u = torch.minimum(torch.maximum(u, lo_box), hi_box)
         xa = space.project(space.apply_delta(x, u), x)
-        with model.charging(ledger, np.arange(n)):
-            flipped = model.predict(xa) != y
+        flipped = MeteredModel(model, ledger, np.arange(n)).predict(xa) != y
         size = space.scaled_delta(xa, x).abs().max(dim=1).values
         better = flipped & (size < best)
         best[better], best_x[better] = size[better], xa[better]

@@ -55,6 +55,7 @@ from sklearn.model_selection import train_test_split
 
 from robustscope.core.space import FeatureSpace
 from robustscope.models.trees import check_parsed, wrap_tree_model
+from robustscope.search.threads import limited_threads
 from robustscope.solvers.exact.trees.driver import exact_tree_radius
 
 
@@ -241,7 +242,8 @@ def _veritas(Xtr, ytr, Xte, base, models, n, time_limit) -> None:
     for name, make in models.items():
         model = make().fit(Xs, ytr)
         labels = np.asarray(model.predict_proba(rows)).argmax(axis=1)
-        ours = exact_tree_radius(model, rows, labels, space, "linf", time_limit=time_limit)
+        with limited_threads("auto", rows.size):  # the policy radius() applies around it
+            ours = exact_tree_radius(model, rows, labels, space, "linf", time_limit=time_limit)
         if not name.startswith(("XGBoost", "LightGBM")):
             # veritas reads a forest's averaged class-1 probability, whose decision is at
             # 0.5, while its robustness search tests the sign of the output

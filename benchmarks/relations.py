@@ -229,11 +229,13 @@ def main() -> None:
 def check_trees(model, X: np.ndarray, y: np.ndarray, space, ex) -> str:
     """The tree MILP's radius under the relations (``ex``, from ``solver="exact"``) against
     the MILP alone (no pruning) and against the exact radius without the relations."""
+    from robustscope.search.threads import limited_threads
     from robustscope.solvers.exact.trees.driver import exact_tree_radius
 
     searched = ~np.isin(ex.status, ("misclassified", "satisfied"))
-    ref = exact_tree_radius(model, X[searched], y[searched], space, "linf", time_limit=30,
-                            prune=False)
+    with limited_threads("auto", X[searched].size):  # the policy radius() applies around it
+        ref = exact_tree_radius(model, X[searched], y[searched], space, "linf", time_limit=30,
+                                prune=False)
     free = radius(model, X, y, space=space.unconstrained(), solver="exact")
     mine, theirs = ex.radius[searched], ref.radius
     both = np.isfinite(mine) & np.isfinite(theirs)

@@ -103,7 +103,7 @@ def child_large(repeats: int) -> dict:
     import torch
 
     import robustscope as rs
-    from robustscope.models.threads import limited_threads
+    from robustscope.search.threads import limited_threads
 
     rng = np.random.default_rng(0)
     X = rng.normal(size=(100_000, 64))
@@ -265,7 +265,7 @@ def main() -> None:
     import torch
     import xgboost
 
-    from robustscope.models.threads import SMALL_WORK
+    from robustscope.search.threads import SMALL_WORK
 
     lines = [f"{os.cpu_count()} cores ({platform.machine()}), torch {torch.__version__}, "
              f"xgboost {xgboost.__version__}, Python {platform.python_version()}; "

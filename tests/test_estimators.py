@@ -12,6 +12,7 @@ from robustscope.core.statement import DECISION_CHANGE
 from robustscope.models.base import QueryLedger
 from robustscope.models.blackbox import ProbaClassifier
 from robustscope.models.estimators import FiniteDifference, finite_difference, nes, spsa
+from robustscope.models.metered import MeteredModel
 from robustscope.models.torch_model import TorchClassifier
 
 
@@ -103,14 +104,16 @@ def test_queries_are_charged_and_the_budget_holds():
     estimator = spsa(samples=10)
     estimator(model, x, obj, ledger=ledger)  # 21 queries per input
     assert (ledger.forward == 21).all()
-    before = model.total_forward
+    seen = []  # rows the adapter evaluates
+    real = model._logits
+    model._logits = lambda z: seen.append(len(z)) or real(z)
+    before = len(seen)
     with pytest.raises(BudgetExhausted, match="input"):
         estimator(model, x, obj, ledger=ledger)
-    assert model.total_forward == before  # refused before querying
-    # charged through an enclosing charging block as well
+    assert len(seen) == before  # refused before querying
+    # charged through the metered view it is given as well
     outer = QueryLedger(4)
-    with model.charging(outer, np.arange(4)):
-        FiniteDifference(1e-3)(model, x, obj)
+    FiniteDifference(1e-3)(MeteredModel(model, outer, np.arange(4)), x, obj)
     assert (outer.forward == 13).all()
 
 

@@ -11,6 +11,7 @@ import torch
 from robustscope.core.space import FeatureSpace
 from robustscope.models.base import QueryLedger
 from robustscope.models.blackbox import ProbaClassifier
+from robustscope.models.metered import MeteredModel
 from robustscope.solvers.attacks.decision.cube_search import cube_search
 from robustscope.solvers.attacks.decision.gradient_free import gradient_free
 from robustscope.solvers.attacks.decision.hop_skip_jump import hop_skip_jump
@@ -64,10 +65,10 @@ def test_budget_is_respected_and_charged(solver):
     run = SOLVERS[solver](model, x, y, space, "linf", budget=10_000, ledger=ledger)
     assert (run.forward_queries <= 250).all()
     assert (ledger.forward == run.forward_queries).all()
-    # an enclosing charging block is charged as well, with the solver's own budget
+    # a metered view's ledger is charged as well, with the solver's own budget
     outer = QueryLedger(len(x))
-    with model.charging(outer, np.arange(len(x))):
-        run = SOLVERS[solver](model, x, y, space, "linf", budget=120)
+    run = SOLVERS[solver](MeteredModel(model, outer, np.arange(len(x))), x, y, space, "linf",
+                          budget=120)
     assert (run.forward_queries <= 120).all() and (outer.forward == run.forward_queries).all()
 
 

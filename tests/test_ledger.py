@@ -18,6 +18,7 @@ from sklearn.linear_model import LogisticRegression
 import robustscope as rs
 from robustscope.models.base import QueryLedger
 from robustscope.models.estimators import FiniteDifference, nes
+from robustscope.models.metered import MeteredModel
 from robustscope.search.random_directions import random_directions_radius
 
 
@@ -178,20 +179,20 @@ def test_a_call_past_the_budget_is_refused_and_charges_nothing():
     clf = rs.wrap_model(lambda a: np.full((len(a), 2), 0.5), n_classes=2)
     seen = _counted(clf)
     ledger = QueryLedger(2, budget=3)
-    with clf.charging(ledger, np.arange(2)):
-        clf.logits(torch.zeros(6, 1, dtype=torch.float64))  # 3 rows each: the whole budget
-        with pytest.raises(rs.RobustscopeError, match="budget"):
-            clf.logits(torch.zeros(2, 1, dtype=torch.float64))
+    view = MeteredModel(clf, ledger, np.arange(2))
+    view.logits(torch.zeros(6, 1, dtype=torch.float64))  # 3 rows each: the whole budget
+    with pytest.raises(rs.RobustscopeError, match="budget"):
+        view.logits(torch.zeros(2, 1, dtype=torch.float64))
     assert ledger.used().tolist() == [3, 3] and seen.rows == 6
 
 
 def test_repeated_owners_are_charged_once_per_row_and_held_to_the_budget():
     clf = rs.wrap_model(lambda a: np.full((len(a), 2), 0.5), n_classes=2)
     ledger = QueryLedger(2, budget=4)
-    with clf.charging(ledger, np.array([0, 0, 1])):
-        clf.logits(torch.zeros(3, 1, dtype=torch.float64))
-        assert ledger.forward.tolist() == [2, 1]
-        clf.logits(torch.zeros(3, 1, dtype=torch.float64))  # input 0 at its budget of 4
-        with pytest.raises(rs.RobustscopeError, match="budget"):
-            clf.logits(torch.zeros(3, 1, dtype=torch.float64))
+    view = MeteredModel(clf, ledger, np.array([0, 0, 1]))
+    view.logits(torch.zeros(3, 1, dtype=torch.float64))
+    assert ledger.forward.tolist() == [2, 1]
+    view.logits(torch.zeros(3, 1, dtype=torch.float64))  # input 0 at its budget of 4
+    with pytest.raises(rs.RobustscopeError, match="budget"):
+        view.logits(torch.zeros(3, 1, dtype=torch.float64))
     assert ledger.forward.tolist() == [4, 2]

@@ -8,6 +8,7 @@ import torch
 
 from robustscope import InputError, ModelError, wrap_model
 from robustscope.models import LinearClassifier, ProbaClassifier, QueryLedger, TorchClassifier
+from robustscope.models.metered import MeteredModel
 from robustscope.search.engine import radius
 
 
@@ -77,12 +78,13 @@ def test_queries_are_counted_per_input_and_budget_raises():
     model = ProbaClassifier(lambda x: np.full((len(x), 2), 0.5), 2)
     ledger = QueryLedger(4, budget=5)
     x = torch.zeros(2, 3, dtype=torch.float64)
-    with model.charging(ledger, np.array([1, 3])):
-        model.logits(x)
-        model.logits(torch.zeros(6, 3, dtype=torch.float64))  # 3 rows per input
+    view = MeteredModel(model, ledger, np.array([1, 3]))
+    view.logits(x)
+    view.logits(torch.zeros(6, 3, dtype=torch.float64))  # 3 rows per input
     assert ledger.forward.tolist() == [0, 4, 0, 4]
-    with pytest.raises(BudgetExhausted), model.charging(ledger, np.array([1, 3])):
-        model.logits(torch.zeros(4, 3, dtype=torch.float64))
+    with pytest.raises(BudgetExhausted):
+        MeteredModel(model, ledger, np.array([1, 3])).logits(
+            torch.zeros(4, 3, dtype=torch.float64))
 
 
 def test_finite_differences_use_the_given_per_feature_step():

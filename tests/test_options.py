@@ -34,7 +34,7 @@ def test_signature_agrees_with_the_declaration():
 
 
 def test_threads_default_is_the_thread_policy():
-    from robustscope.models.threads import AUTO
+    from robustscope.search.threads import AUTO
 
     assert OPTIONS["threads"].default == AUTO
 

@@ -15,6 +15,7 @@ from robustscope import FeatureSpace, radius
 from robustscope.core.statement import DECISION_CHANGE, rounding_margin
 from robustscope.models import wrap_model
 from robustscope.models.base import QueryLedger
+from robustscope.models.metered import MeteredModel
 from robustscope.search import minnorm_runs, refine
 from robustscope.search.plan import SearchConfig, StageLedger, plan_attack, projection_passes
 from robustscope.search.state import BatchState
@@ -174,8 +175,7 @@ def _state(net: nn.Module, X: np.ndarray, y: np.ndarray, budget: int | None,
     x = torch.as_tensor(X, dtype=torch.float64)
     yt = torch.as_tensor(y)
     ledger = QueryLedger(len(X), budget)
-    with model.charging(ledger, np.arange(len(X))):
-        logits = model.logits(x).detach().to(torch.float64)
+    logits = MeteredModel(model, ledger, np.arange(len(X))).logits(x).detach().to(torch.float64)
     return BatchState(
         model, space, get_threat(threat), DECISION_CHANGE, ledger, x, yt,
         np.arange(len(X)), logits, torch.zeros(len(X), dtype=torch.bool),
@@ -396,9 +396,8 @@ def test_ranking_puts_the_nearest_linear_boundary_first():
         logits = net(x)
     y = logits.argmax(1)
     ledger = QueryLedger(len(X), None)
-    with model.charging(ledger, np.repeat(np.arange(len(X)), k - 1)):
-        ranked = rank_by_distance(model, x, y, logits, space, get_threat("l1"),
-                                  DECISION_CHANGE, k - 1)
+    view = MeteredModel(model, ledger, np.repeat(np.arange(len(X)), k - 1))
+    ranked = rank_by_distance(view, x, y, logits, space, get_threat("l1"), DECISION_CHANGE, k - 1)
     w, b = net.weight.detach().numpy(), net.bias.detach().numpy()
     for i in range(len(X)):
         c = w - w[int(y[i])]

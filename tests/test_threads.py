@@ -1,4 +1,4 @@
-"""Thread use of the public entry points (models/threads.py): a search runs its small model
+"""Thread use of the public entry points (search/threads.py): a search runs its small model
 calls on one thread (torch, the OpenMP / BLAS pools, the model's own n_jobs / nthread), the
 caller's settings are restored when it returns or raises, and ``threads=None`` leaves them
 alone."""
@@ -19,7 +19,7 @@ from threadpoolctl import threadpool_info, threadpool_limits
 
 import robustscope as rs
 from robustscope.core.errors import InputError, ModelError
-from robustscope.models.threads import (
+from robustscope.search.threads import (
     SMALL_WORK,
     current_threads,
     fit_threads,

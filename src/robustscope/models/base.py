@@ -2,23 +2,23 @@
 
 Every adapter turns a user's classifier into a :class:`Classifier` that takes a batch of
 inputs as a torch tensor of shape ``(n, *input_shape)`` in the *original* feature units and
-returns logits of shape ``(n, n_classes)``. Calls are charged to a :class:`QueryLedger`, per
-input, forward and backward passes counted apart.
+returns logits of shape ``(n, n_classes)``. Adapters are stateless between calls: they
+compute (logits, gradients, linear parameters) and offer the mechanism to set their library's
+threads (:meth:`Classifier.thread_setter`), nothing more. What a call costs is charged by a
+metered view built for that call (:class:`~robustscope.models.metered.MeteredModel`) to a
+:class:`QueryLedger`, per input, forward and backward passes counted apart.
 """
 
 from __future__ import annotations
 
-import contextlib
-import math
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable
 
 import numpy as np
 import torch
 
-from robustscope.core.errors import BudgetExhausted, ModelError
+from robustscope.core.errors import ModelError
 from robustscope.core.numerics import PROBA_FLOOR  # noqa: F401 - re-exported
-from robustscope.models.threads import fit_threads
+from robustscope.models.threads import Setter, ThreadCount, combined, native_thread_setter
 
 
 class QueryLedger:
@@ -49,21 +49,6 @@ class QueryLedger:
         return self.budget - self.used(idx)
 
 
-@dataclass
-class _Charge:
-    ledger: QueryLedger
-    owners: np.ndarray  # input index of each row of the batch being worked on
-    #: how often each owner appears among the owners (``None``: each once, the usual case)
-    repeats: np.ndarray | None = None
-
-    @classmethod
-    def of(cls, ledger: QueryLedger, owners: np.ndarray) -> _Charge:
-        owners = np.asarray(owners, dtype=np.int64)
-        counts = np.bincount(owners) if len(owners) else owners
-        repeats = counts[owners] if len(owners) and counts.max() > 1 else None
-        return cls(ledger, owners, repeats)
-
-
 class Classifier:
     """Base class of all model adapters.
 
@@ -80,6 +65,9 @@ class Classifier:
     #: Column names the wrapped model was fitted with (``None``: it has none); inputs given
     #: as a DataFrame are matched to them by name.
     feature_names: list[str] | None = None
+    #: The thread count the adapter's calls pass to their library (a LightGBM booster's
+    #: ``num_threads``, the ONNX Runtime session to run); ``None``: the library takes none.
+    thread_count: ThreadCount | None = None
 
     def __init__(
         self,
@@ -96,24 +84,23 @@ class Classifier:
         self.device = torch.device(device)
         self.dtype = dtype
         self.name = name
-        self._charge: _Charge | None = None
-        #: Rows passed through the model since creation, all charges included.
-        self.total_forward = 0
-        self.total_backward = 0
         #: Example rows (the first inputs given to :func:`wrap_model`) the model was called on
-        #: to learn its number of classes; a search charges them to those inputs once.
+        #: to learn its number of classes, when it was wrapped: a search that wraps the model
+        #: charges them to those inputs.
         self.probed_rows = 0
         #: The library object behind the adapter (an XGBoost booster, a scikit-learn
-        #: estimator, ...) whose own thread setting a search limits; ``None`` when none.
+        #: estimator, ...) whose own thread setting :meth:`thread_setter` sets; ``None``
+        #: when none.
         self.native: object | None = None
 
-    def charge_probe(self, ledger: QueryLedger) -> None:
-        """Charge the wrapping probe's rows (one forward pass each) to the first inputs of
-        ``ledger``, once."""
-        rows = min(self.probed_rows, len(ledger.forward))
-        ledger.forward[:rows] += 1
-        self.total_forward += rows
-        self.probed_rows = 0
+    def thread_setter(self) -> Setter | None:
+        """The mechanism to set this model's own library threads (``setter(n)``;
+        ``setter(None)`` restores the setting the library has now), or ``None`` when it has
+        none. The adapter never calls it: the search's thread policy does
+        (:mod:`robustscope.search.threads`)."""
+        count = self.thread_count
+        return combined([native_thread_setter(self.native),
+                         None if count is None else count.set])
 
     # -- subclasses -------------------------------------------------------------------------
     def _logits(self, x: torch.Tensor) -> torch.Tensor:  # pragma: no cover - abstract
@@ -122,56 +109,6 @@ class Classifier:
     def linear_parameters(self) -> tuple[np.ndarray, np.ndarray]:
         """``(W, b)`` with logits = x_flat @ W.T + b; W of shape (n_classes, n_features)."""
         raise ModelError(f"{self.name} is not a linear model")
-
-    # -- accounting -------------------------------------------------------------------------
-    @contextlib.contextmanager
-    def charging(self, ledger: QueryLedger, owners: np.ndarray) -> Iterator[None]:
-        """Charge every call made inside the block to inputs ``owners``.
-
-        A call on ``B`` rows while ``m = len(owners)`` inputs are being worked on charges
-        ``B / m`` passes to each of them (``B`` must be a multiple of ``m``): solvers that
-        expand a batch (restarts, finite differences) keep rows grouped per input.
-        """
-        previous = self._charge
-        self._charge = _Charge.of(ledger, owners)
-        try:
-            yield
-        finally:
-            self._charge = previous
-
-    @contextlib.contextmanager
-    def narrowed(self, rows: np.ndarray | torch.Tensor) -> Iterator[None]:
-        """Inside a :meth:`charging` block over ``m`` inputs, charge the calls of the block
-        to the subset ``rows`` (positions ``0..m-1`` of the current owners): for solvers
-        that continue on some of their inputs only. Without a charge, does nothing."""
-        charge = self._charge
-        if charge is None:
-            yield
-            return
-        rows = rows.cpu().numpy() if torch.is_tensor(rows) else np.asarray(rows)
-        with self.charging(charge.ledger, charge.owners[rows.astype(np.int64)]):
-            yield
-
-    def _count(self, rows: int, backward: bool) -> None:
-        """Charge ``rows`` passes before they are made: a call that would take an input past
-        its budget is refused (:class:`BudgetExhausted`) and charges nothing."""
-        charge = self._charge
-        if charge is not None and len(charge.owners):
-            m = len(charge.owners)
-            if rows % m:
-                raise RuntimeError(f"batch of {rows} rows cannot be charged to {m} inputs")
-            ledger = charge.ledger
-            if ledger.budget is not None:
-                share = rows // m if charge.repeats is None else charge.repeats * (rows // m)
-                if (ledger.used(charge.owners) + share).max() > ledger.budget:
-                    raise BudgetExhausted(
-                        f"query budget of {ledger.budget} passes per input exceeded")
-            counts = ledger.backward if backward else ledger.forward
-            np.add.at(counts, charge.owners, rows // m)
-        if backward:
-            self.total_backward += rows
-        else:
-            self.total_forward += rows
 
     # -- public calls -----------------------------------------------------------------------
     def as_tensor(self, x: np.ndarray | torch.Tensor) -> torch.Tensor:
@@ -182,9 +119,8 @@ class Classifier:
         return torch.as_tensor(x, dtype=self.dtype, device=self.device)
 
     def logits(self, x: torch.Tensor) -> torch.Tensor:
-        """Logits, shape ``(n, n_classes)``; charged as one forward pass per row."""
-        self._count(x.shape[0], backward=False)
-        fit_threads(math.prod(x.shape), self.native)  # inside a search: its thread count
+        """Logits, shape ``(n, n_classes)`` (one forward pass per row, charged by a metered
+        view when the call is made through one)."""
         out = self._logits(x)
         if out.ndim != 2 or out.shape[0] != x.shape[0] or out.shape[1] != self.n_classes:
             raise ModelError(
@@ -221,14 +157,25 @@ class Classifier:
         ``input_shape`` or ``(n, *input_shape)`` (``2·d + 1`` forward passes per row).
         """
         if self.differentiable:
-            with torch.enable_grad():
-                xg = x.detach().clone().requires_grad_(True)
-                logits = self.logits(xg)
-                values = objective(logits)
-                self._count(x.shape[0], backward=True)
-                (grad,) = torch.autograd.grad(values.sum(), xg)
-            return logits.detach(), values.detach(), grad
-        return _finite_difference(self, x, objective, fd_step)
+            return autograd_gradient(self, x, objective)
+        return central_differences(self, x, objective, fd_step)
+
+
+def autograd_gradient(model: Classifier, x: torch.Tensor,
+                      objective: Callable[[torch.Tensor], torch.Tensor],
+                      backward: Callable[[int], None] | None = None
+                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:meth:`Classifier.value_and_grad` by autograd through ``model.logits``;
+    ``backward(rows)`` is called once the objective is known, before the backward pass (a
+    metered view charges it there)."""
+    with torch.enable_grad():
+        xg = x.detach().clone().requires_grad_(True)
+        logits = model.logits(xg)
+        values = objective(logits)
+        if backward is not None:
+            backward(x.shape[0])
+        (grad,) = torch.autograd.grad(values.sum(), xg)
+    return logits.detach(), values.detach(), grad
 
 
 def evaluate_offsets(model: Classifier, x: torch.Tensor, offsets: torch.Tensor,
@@ -252,13 +199,14 @@ def evaluate_offsets(model: Classifier, x: torch.Tensor, offsets: torch.Tensor,
     return per_offset[0], values[:, 0], values[:, 1:]
 
 
-def _finite_difference(
+def central_differences(
     model: Classifier,
     x: torch.Tensor,
     objective: Callable[[torch.Tensor], torch.Tensor],
     fd_step: torch.Tensor | None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Central finite differences, one batched call of ``n·(2d + 1)`` rows."""
+    """Central finite differences, one batched call of ``n·(2d + 1)`` rows through
+    ``model.logits`` (a metered view charges them)."""
     n = x.shape[0]
     d = int(np.prod(x.shape[1:]))
     if fd_step is None:

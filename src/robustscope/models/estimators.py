@@ -6,8 +6,9 @@ objective with respect to ``x`` in *original* units. Steps are set in *scaled* u
 (``step_i = h * scale_i``): a feature whose range is 10,000 times another's gets a step
 10,000 times larger, so every feature is probed by the same share of its range.
 
-Queries go through ``model.logits`` and are charged like any other call: under an enclosing
-``model.charging(ledger, owners)`` block, or to ``ledger`` when one is given. A call that would
+Queries go through ``model.logits`` and are charged like any other call: to the charge of
+``model`` when it is a metered view (:class:`~robustscope.models.metered.MeteredModel`), or
+to ``ledger`` when one is given (a view bound here). A call that would
 take an input past its budget raises :class:`~robustscope.core.errors.BudgetExhausted` *before*
 the model is queried.
 
@@ -18,7 +19,6 @@ box returns probabilities of exactly 0.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -28,6 +28,7 @@ import torch
 from robustscope.core.errors import BudgetExhausted, InputError
 from robustscope.core.space import FeatureSpace
 from robustscope.models.base import Classifier, QueryLedger, evaluate_offsets
+from robustscope.models.metered import charge_of, metered
 
 Objective = Callable[[torch.Tensor], torch.Tensor]
 Estimate = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
@@ -44,21 +45,18 @@ def _scale_and_mask(space: FeatureSpace | None, d: int, x: torch.Tensor):
     return scale, torch.as_tensor(space.mutable, device=x.device)
 
 
-@contextlib.contextmanager
 def _charged(model: Classifier, ledger: QueryLedger | None, owners: np.ndarray | None,
-             rows_per_input: int):
-    """Charge calls in the block to ``ledger`` (when given) and refuse them up front when
-    they would exceed its per-input budget."""
+             rows_per_input: int) -> Classifier:
+    """The model to call: charged to ``ledger`` (when given; else ``model``'s own charge),
+    refused up front when the calls would exceed its per-input budget."""
     if ledger is None:
-        charge = getattr(model, "_charge", None)  # the caller's charging block, if any
-        if charge is not None and len(charge.owners):
-            _check_budget(charge.ledger, charge.owners, rows_per_input)
-        yield
-        return
+        outer, outer_owners = charge_of(model)  # a metered view's charge, if any
+        if outer is not None:
+            _check_budget(outer, outer_owners, rows_per_input)
+        return model
     owners = np.arange(len(ledger.forward)) if owners is None else np.asarray(owners)
     _check_budget(ledger, owners, rows_per_input)
-    with model.charging(ledger, owners):
-        yield
+    return metered(model, ledger, owners)
 
 
 def _check_budget(ledger: QueryLedger, owners: np.ndarray, rows_per_input: int) -> None:
@@ -126,9 +124,9 @@ class FiniteDifference:
         minus = torch.zeros(n, m, d, dtype=x.dtype, device=x.device)
         plus[:, rows, idx] = up
         minus[:, rows, idx] = -down
-        with _charged(model, ledger, owners, 2 * m + 1):
-            logits, values, probes = evaluate_offsets(model, x, torch.cat([plus, minus], 1),
-                                                      objective)
+        view = _charged(model, ledger, owners, 2 * m + 1)
+        logits, values, probes = evaluate_offsets(view, x, torch.cat([plus, minus], 1),
+                                                  objective)
         width = up + down
         safe = torch.where(width > 0, width, torch.ones_like(width))
         diff = torch.where(width > 0, (probes[:, :m] - probes[:, m:]) / safe,
@@ -189,9 +187,9 @@ class RandomDirections:
             v = torch.randint(0, 2, shape, generator=self.generator).to(x.dtype) * 2 - 1
         v = (v.to(x.device) * mutable.to(x.dtype))
         offsets = self.sigma * v * scale  # original units
-        with _charged(model, ledger, owners, 2 * s + 1):
-            logits, values, probes = evaluate_offsets(model, x, torch.cat([offsets, -offsets], 1),
-                                               objective)
+        view = _charged(model, ledger, owners, 2 * s + 1)
+        logits, values, probes = evaluate_offsets(view, x, torch.cat([offsets, -offsets], 1),
+                                                  objective)
         slope = (probes[:, :s] - probes[:, s:]) / (2 * self.sigma)  # (n, S)
         g_scaled = (slope.unsqueeze(2) * v).mean(dim=1)  # (n, d)
         return logits, values, (g_scaled / scale).reshape(x.shape)

@@ -22,7 +22,7 @@ from robustscope.core.errors import ModelError
 from robustscope.models.base import Classifier
 from robustscope.models.blackbox import ProbaClassifier
 from robustscope.models.names import feature_names, named_input
-from robustscope.models.threads import current_threads
+from robustscope.models.threads import ThreadCount
 from robustscope.models.trees import wrap_tree_model
 from robustscope.models.wrap import wrap_model
 
@@ -134,18 +134,21 @@ def _load_lightgbm(path: Path, device: str) -> Classifier:
     else:
         raise ModelError(f"{path}: LightGBM objective '{objective}' is not a classifier's")
 
+    count = ThreadCount()  # set by a search's thread policy, through the adapter's setter
+
     def predict_proba(x: np.ndarray) -> np.ndarray:
         # 0: LightGBM's default (OpenMP's count); inside a search, the search's count
-        return booster.predict(x, num_threads=current_threads() or 0)
+        return booster.predict(x, num_threads=count.value or 0)
 
     return _tree_or_black_box(booster, predict_proba, k, booster.num_feature(),
-                              f"lightgbm:{path.name}", device)
+                              f"lightgbm:{path.name}", device, count)
 
 
 def _tree_or_black_box(booster, predict_proba, k: int, d: int, name: str,
-                       device: str) -> Classifier:
+                       device: str, count: ThreadCount | None = None) -> Classifier:
     """A booster whose trees robustscope can read gets the exact solver; any other (DART,
-    categorical splits, ...) is served as a black box."""
+    categorical splits, ...) is served as a black box (``predict_proba`` reading its thread
+    count from ``count``, when it takes one)."""
     try:
         model = wrap_tree_model(booster, device)
         model.name = name
@@ -155,6 +158,7 @@ def _tree_or_black_box(booster, predict_proba, k: int, d: int, name: str,
         model = ProbaClassifier(named_input(predict_proba, names), k, (d,), name=name,
                                 device=device)
         model.feature_names = names
+        model.thread_count = count
     model.native = booster
     return model
 
@@ -204,9 +208,11 @@ def _load_onnx(path: Path, device: str) -> Classifier:
         session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     except Exception as exc:
         raise ModelError(f"{path}: not a valid ONNX model ({native_reason(exc)})") from exc
-    # a session's thread pool is fixed when it is made: one per thread count a search asks
-    # for (see models/threads.py), made on first use; None is the default session
+    # a session's thread pool is fixed when it is made: one per thread count a search's
+    # policy sets through the adapter's setter (search/threads.py), made on first use; None
+    # is the default session
     sessions = {None: session}
+    count = ThreadCount()
 
     def session_for(threads: int | None):
         if threads not in sessions:
@@ -239,7 +245,7 @@ def _load_onnx(path: Path, device: str) -> Classifier:
         return {inp.name: feed.astype(input_dtype)}
 
     def run(x: np.ndarray) -> np.ndarray:
-        (out,) = session_for(current_threads()).run([out_name], feed_of(x))
+        (out,) = session_for(count.value).run([out_name], feed_of(x))
         if isinstance(out, list):  # ZipMap: a list of {class: probability} (float32)
             keys = sorted(out[0])
             out = np.array([[row[k] for k in keys] for row in out], dtype=np.float32)
@@ -260,4 +266,5 @@ def _load_onnx(path: Path, device: str) -> Classifier:
                          f"({native_reason(exc)})") from exc
     model = ProbaClassifier(run, k, (probe_dim,), name=f"onnx:{path.name}", device=device)
     model.feature_names = [i.name for i in inputs] if per_column else None
+    model.thread_count = count
     return model

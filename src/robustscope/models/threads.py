@@ -1,199 +1,47 @@
-"""How many threads a search uses: one for tiny batches, the caller's pools for large ones.
+"""How a model's own library is told a thread count: the mechanism, never the policy.
 
-A radius search calls the model hundreds or thousands of times on a few dozen rows. On such
-batches the thread pools of torch, BLAS, OpenMP and the model libraries cost more than they
-give: their workers spin waiting for work and steal each other's cores (and a busy
-neighbour's), so a black-box search runs many times slower than on one thread. Parallelism
-comes from processes and shards instead (``docs/scaling.md``).
+A model adapter offers a :data:`Setter` (:meth:`Classifier.thread_setter
+<robustscope.models.base.Classifier.thread_setter>`): ``setter(n)`` gives the library ``n``
+threads, ``setter(None)`` restores the setting it had when the setter was made. Which count,
+and when, is decided by the search's thread policy (:mod:`robustscope.search.threads`); an
+adapter never switches threads itself.
 
-The public entry points (:func:`robustscope.radius`, :func:`robustscope.grid_robustness`,
-:func:`robustscope.random_directions_radius`, the exact tree solver) run inside
-:func:`limited_threads`, chosen by their ``threads`` argument:
-
-``"auto"`` (default)
-    Before every model call (:meth:`Classifier.logits`) and every large solver batch,
-    :func:`fit_threads` looks at the work, ``rows × features``: below :data:`SMALL_WORK`
-    elements everything runs on one thread; above it, the caller's own settings are in force
-    (all cores by default), so a CNN forward on a batch of 512 images or the exact linear
-    solver on 10^5 rows keeps its threads. The count is switched only when it changes.
-``k`` (an int >= 1)
-    Every pool set to ``k`` threads for the whole call.
-``None``
-    Nothing is touched: the caller's settings stay in force everywhere.
-
-What is set: torch's intra-op threads (``torch.set_num_threads``); the OpenMP and BLAS pools
-of every loaded native library, through ``threadpoolctl`` (XGBoost, LightGBM and
-scikit-learn's OpenMP, OpenBLAS / MKL); and a model's own thread setting, where it has one:
-an XGBoost booster's ``nthread``, a LightGBM or scikit-learn estimator's ``n_jobs`` (also when
-the search is given its bound ``predict_proba``). ONNX Runtime sessions made by
-:func:`robustscope.load_model` read :func:`current_threads` and use a one-thread session for
-limited calls. Everything is restored when the entry point returns or raises; a nested entry
-point (the tree solver inside :func:`radius`) joins the scope already open.
+Setters exist for an XGBoost booster's ``nthread`` (also under an ``XGBClassifier``), a
+LightGBM or scikit-learn estimator's ``n_jobs`` (:func:`native_thread_setter`), and for
+libraries that take the count per call (a LightGBM booster's ``predict(num_threads=...)``,
+the ONNX Runtime session to run), through a :class:`ThreadCount` the adapter's calls read.
 """
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import json
-import logging
 import sys
-from collections.abc import Callable, Iterator
-
-import torch
-
-from robustscope.core.errors import InputError
-
-log = logging.getLogger(__name__)
-
-#: The default policy: one thread for small work, the caller's settings for large work.
-AUTO = "auto"
-#: Work (elements: rows × features of one model call or solver batch) from which threads pay.
-#: A black-box call of 60 tabular rows is ~10^3, a finite-difference batch ~10^5; a CNN
-#: forward at batch 512 on 3×32×32 images is 1.6·10^6, the exact linear solver on 10^5 rows
-#: of 64 features 6.4·10^6.
-SMALL_WORK = 1 << 18
+from collections.abc import Callable, Sequence
 
 #: ``setter(n)``: give a model ``n`` threads; ``setter(None)``: restore its own setting.
 Setter = Callable[[int | None], None]
 
-_ACTIVE: contextvars.ContextVar[ThreadScope | None] = contextvars.ContextVar(
-    "robustscope_threads", default=None)
+
+class ThreadCount:
+    """The thread count a library takes per call (``value``; ``None``: the library's own
+    default), set only through :meth:`set` (the adapter's setter). Outside a search's
+    thread scope it stays ``None``."""
+
+    __slots__ = ("value",)
+
+    def __init__(self) -> None:
+        self.value: int | None = None
+
+    def set(self, n: int | None) -> None:
+        self.value = None if n is None else int(n)
 
 
-def check_threads(threads: object, name: str = "threads") -> str | int | None:
-    """``threads`` as ``"auto"``, ``None`` or an int >= 1; :class:`InputError` otherwise."""
-    if threads is None or threads == AUTO:
-        return threads
-    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-        raise InputError(f"{name} must be 'auto', None or an int >= 1, got {threads!r}")
-    return int(threads)
-
-
-class ThreadScope:
-    """The thread settings of one public call: the caller's, captured on entry, and the
-    count in force now (``current``; ``None`` = the caller's settings)."""
-
-    def __init__(self, policy: str | int | None) -> None:
-        self.policy = policy
-        self.current: int | None = None
-        self._caller_torch = torch.get_num_threads()
-        self._controller = None  # threadpoolctl's, looked up on the first limit
-        self._limiter = None
-        #: id(native model) -> (the model, its setter); the model is kept alive meanwhile.
-        self._natives: dict[int, tuple[object, Setter]] = {}
-
-    def wanted(self, elements: int) -> int | None:
-        """Threads for ``elements`` of work (``None``: the caller's settings)."""
-        if self.policy is None:
-            return None
-        if self.policy == AUTO:
-            return 1 if elements < SMALL_WORK else None
-        return int(self.policy)
-
-    def fit(self, elements: int, native: object | None = None) -> None:
-        """Switch to the count ``elements`` of work wants, adopting ``native``'s own thread
-        setting first."""
-        if self.policy is None:
-            return
-        if native is not None and id(native) not in self._natives:
-            setter = native_thread_setter(native)
-            if setter is not None:
-                self._natives[id(native)] = (native, setter)
-                if self.current is not None:
-                    _quietly(setter, self.current)
-        n = self.wanted(elements)
-        if n != self.current:
-            self._switch(n)
-
-    def _switch(self, n: int | None) -> None:
-        if n is None:  # back to the caller's settings
-            torch.set_num_threads(self._caller_torch)
-            if self._limiter is not None:
-                self._limiter.restore_original_limits()
-                self._limiter = None
-        else:
-            if self._controller is None:
-                self._controller = _controller()
-            if self._limiter is not None:
-                self._limiter.restore_original_limits()
-            # threadpoolctl first: it records the caller's limits before torch changes its own
-            self._limiter = self._controller.limit(limits=n)
-            torch.set_num_threads(n)
-        for _, setter in self._natives.values():
-            _quietly(setter, n)
-        self.current = n
-
-    def close(self) -> None:
-        """Restore every setting the scope changed."""
-        if self.current is not None:
-            self._switch(None)
-        self._natives.clear()
-
-
-_CONTROLLER: tuple[int, object] | None = None
-
-
-def _controller() -> object:
-    """threadpoolctl's controller of the native pools loaded in this process. Making one scans
-    the loaded libraries (about 10 ms), so it is kept and made again only after modules were
-    imported since (a new library may have brought a new pool)."""
-    global _CONTROLLER
-    loaded = len(sys.modules)
-    if _CONTROLLER is None or _CONTROLLER[0] != loaded:
-        from threadpoolctl import ThreadpoolController
-
-        _CONTROLLER = (loaded, ThreadpoolController())
-    return _CONTROLLER[1]
-
-
-def _quietly(setter: Setter, n: int | None) -> None:
-    try:
-        setter(n)
-    except Exception as exc:  # a model's own setting must not fail the search
-        log.warning("could not set a model's thread count to %s: %s", n, exc)
-
-
-@contextlib.contextmanager
-def limited_threads(threads: str | int | None = AUTO, work: int = 0) -> Iterator[ThreadScope]:
-    """Run the block under the thread policy ``threads`` (see the module's text), starting
-    from the count that ``work`` elements want. Inside an open scope, joins it (the outer
-    call's policy holds). Restores the caller's settings on exit, also after an error."""
-    threads = check_threads(threads)
-    outer = _ACTIVE.get()
-    if outer is not None:
-        yield outer
-        return
-    scope = ThreadScope(threads)
-    token = _ACTIVE.set(scope)
-    try:
-        scope.fit(work)
-        yield scope
-    finally:
-        _ACTIVE.reset(token)
-        scope.close()
-
-
-def fit_threads(elements: int, native: object | None = None) -> None:
-    """Inside a scope: switch to the thread count that ``elements`` of work wants (and adopt
-    ``native``'s own thread setting). Outside any scope: nothing."""
-    scope = _ACTIVE.get()
-    if scope is not None:
-        scope.fit(int(elements), native)
-
-
-def current_threads() -> int | None:
-    """The thread count in force in the open scope; ``None`` outside a scope or when the
-    caller's own settings are in force."""
-    scope = _ACTIVE.get()
-    return None if scope is None else scope.current
-
-
-# -- a model's own thread setting -------------------------------------------------------------
 def native_thread_setter(obj: object) -> Setter | None:
     """A :data:`Setter` for ``obj``'s own thread count: an XGBoost booster's ``nthread`` (also
     under an ``XGBClassifier``), a LightGBM or scikit-learn estimator's ``n_jobs``; ``None``
     for anything else. The setting ``obj`` has now is what ``setter(None)`` restores."""
+    if obj is None:
+        return None
     xgb = sys.modules.get("xgboost")
     if xgb is not None and isinstance(obj, xgb.XGBModel | xgb.Booster):
         try:
@@ -211,6 +59,22 @@ def native_thread_setter(obj: object) -> Setter | None:
         if "n_jobs" in params:
             return _n_jobs_setter(obj, params["n_jobs"])
     return None
+
+
+def combined(setters: Sequence[Setter | None]) -> Setter | None:
+    """One :data:`Setter` calling each of ``setters`` (``None`` entries skipped; ``None``
+    when none is left)."""
+    kept = [s for s in setters if s is not None]
+    if not kept:
+        return None
+    if len(kept) == 1:
+        return kept[0]
+
+    def setter(n: int | None) -> None:
+        for s in kept:
+            s(n)
+
+    return setter
 
 
 def _xgboost_setter(booster) -> Setter:

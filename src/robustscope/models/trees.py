@@ -34,7 +34,7 @@ import torch
 from robustscope.core.errors import ModelError
 from robustscope.models.base import PROBA_FLOOR, Classifier
 from robustscope.models.names import feature_names, named_input
-from robustscope.models.threads import current_threads
+from robustscope.models.threads import ThreadCount
 
 #: LightGBM's ``kZeroThreshold`` (``1e-35f`` as a double): its predictor builds a sparse row
 #: and skips every value with ``|v| <= kZeroThreshold``, which then reads as 0 at every split.
@@ -504,7 +504,8 @@ class TreeEnsembleClassifier(Classifier):
         self.ensemble = ens
         self.classes = None if ens.classes is None else np.asarray(ens.classes)
         self.feature_names = feature_names(model)
-        self._predict_proba = _proba_function(model)
+        self.thread_count = ThreadCount()  # a LightGBM booster's per-call count
+        self._predict_proba = _proba_function(model, self.thread_count)
 
     def probabilities_numpy(self, x: np.ndarray) -> np.ndarray:
         """The library's ``predict_proba`` on float64 rows ``(n, d)``, as ``(n, n_classes)``."""
@@ -525,18 +526,20 @@ class TreeEnsembleClassifier(Classifier):
         return torch.log(torch.as_tensor(p, device=self.device).clamp_min(PROBA_FLOOR))
 
 
-def _proba_function(model: object):
+def _proba_function(model: object, count: ThreadCount | None = None):
     """The library's own class-probability call (a raw booster's ``predict``), given a
-    DataFrame with the model's column names when it was fitted with names."""
+    DataFrame with the model's column names when it was fitted with names; a raw LightGBM
+    booster runs on ``count``'s threads (its own default where unset)."""
     names = feature_names(model)
     if type(model).__name__ != "Booster":
         return named_input(model.predict_proba, names)
-    if _kind(model) == "xgboost":  # the booster's nthread is set by a search (models.threads)
+    if _kind(model) == "xgboost":  # the booster's nthread is set through the adapter's setter
         if names is None:
             return lambda x: model.inplace_predict(np.asarray(x, dtype=np.float32))
         return named_input(model.inplace_predict, names)
     # a LightGBM booster takes its thread count per call (0: its default)
-    return named_input(lambda x: model.predict(x, num_threads=current_threads() or 0), names)
+    return named_input(lambda x: model.predict(
+        x, num_threads=(count.value if count is not None else None) or 0), names)
 
 
 def wrap_tree_model(obj: object, device: str | torch.device = "cpu") -> TreeEnsembleClassifier:

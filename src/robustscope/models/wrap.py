@@ -13,7 +13,6 @@ from robustscope.models.base import Classifier
 from robustscope.models.blackbox import ProbaClassifier
 from robustscope.models.linear import LinearClassifier
 from robustscope.models.names import feature_names, named_input
-from robustscope.models.threads import fit_threads
 from robustscope.models.torch_model import TorchClassifier
 from robustscope.models.trees import is_tree_ensemble, wrap_tree_model
 
@@ -145,7 +144,8 @@ def _wrap(model, n_classes, input_shape, device, example) -> Classifier:
 
 def _probed(clf: Classifier, rows: int) -> Classifier:
     """Record on ``clf`` that wrapping called the model on the first ``rows`` example inputs
-    (the search charges them to those inputs)."""
+    (a search that wraps the model charges them to those inputs; a fact of the wrapping,
+    never changed after)."""
     clf.probed_rows = rows
     return clf
 
@@ -156,8 +156,6 @@ def _probe_classes(fn: Callable, example: np.ndarray | None, name: str) -> int:
             f"{name}: cannot tell the number of classes; pass n_classes= or example= (a few inputs)"
         )
     rows = np.asarray(example[:PROBE_ROWS])
-    # inside a search, the probe runs under its thread count (and the bound model's n_jobs)
-    fit_threads(rows.size, getattr(fn, "__self__", None))
     try:
         out = fn(rows)
     except Exception as exc:

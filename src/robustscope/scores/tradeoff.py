@@ -31,6 +31,7 @@ from robustscope.core.checks import make_generator
 from robustscope.core.errors import InputError
 from robustscope.core.space import FeatureSpace
 from robustscope.models.base import Classifier, QueryLedger
+from robustscope.search.metering import charged
 from robustscope.threats import LpThreat, get_threat
 
 METHODS = ("clopper-pearson", "wilson")
@@ -138,11 +139,7 @@ def _flip_counts(model: Classifier, x: torch.Tensor, pred: torch.Tensor, eps: to
         cand = base + u.reshape(base.shape)
         if space is not None:
             cand = space.project(cand, base)
-        if ledger is not None:
-            with model.charging(ledger, owners):
-                p = model.predict(cand)
-        else:
-            p = model.predict(cand)
+        p = charged(model, ledger, owners).predict(cand)
         counts += (p != pred.repeat_interleave(c)).reshape(n, c).sum(dim=1).cpu().numpy()
         done += c
     return counts
@@ -178,11 +175,7 @@ def flip_probability(
         raise InputError("eps: must be finite and >= 0")
     gen = make_generator(seed, x.device)
     owners = np.arange(n)
-    if ledger is not None:
-        with model.charging(ledger, owners):
-            pred = model.predict(x)
-    else:
-        pred = model.predict(x)
+    pred = charged(model, ledger, owners).predict(x)
     flips = _flip_counts(model, x, pred, torch.as_tensor(e, device=x.device), threat, space,
                          n_samples, gen, max_elements, ledger, owners)
     low, high = binomial_interval(flips, n_samples, confidence, method)
@@ -227,11 +220,7 @@ def eps_for_alpha(
     n = x.shape[0]
     gen = make_generator(seed, x.device)
     owners = np.arange(n)
-    if ledger is not None:
-        with model.charging(ledger, owners):
-            pred = model.predict(x)
-    else:
-        pred = model.predict(x)
+    pred = charged(model, ledger, owners).predict(x)
     lo = np.zeros((3, n))
     hi = np.full((3, n), np.inf)
     eps = np.full((3, n), float(init_eps))

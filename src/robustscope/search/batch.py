@@ -22,6 +22,7 @@ from robustscope.models.base import Classifier, QueryLedger
 from robustscope.search.cascade import run_attacks
 from robustscope.search.certification import Certifier, certify_bounds
 from robustscope.search.exact import certify_relu, run_exact
+from robustscope.search.metering import charged
 from robustscope.search.plan import AttackPlan, SearchConfig, StageLedger
 from robustscope.search.state import BatchState
 from robustscope.threats import LpThreat
@@ -87,8 +88,8 @@ def search_batch(settings: SearchSettings, X: np.ndarray, labels: np.ndarray, id
     model, ledger, statement, solver, kind = s.model, s.ledger, s.statement, s.solver, s.kind
     x = torch.as_tensor(X, dtype=torch.float64, device=model.device)
     y = torch.as_tensor(labels, device=model.device)
-    with model.charging(ledger, idx), s.stages.stage("clean", ledger):
-        logits = model.logits(x).detach().to(torch.float64)
+    with s.stages.stage("clean", ledger):
+        logits = charged(model, ledger, idx).logits(x).detach().to(torch.float64)
     proba = torch.softmax(logits, dim=1)
     pred = logits.argmax(dim=1)
     out.prediction[idx] = pred.cpu().numpy()

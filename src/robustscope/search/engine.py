@@ -46,7 +46,6 @@ from robustscope.core.space import FeatureSpace
 from robustscope.core.statement import DECISION_CHANGE, Statement
 from robustscope.models.base import Classifier
 from robustscope.models.names import feature_names
-from robustscope.models.threads import AUTO, limited_threads
 from robustscope.search.batch import Outputs, SearchSettings, search_batch
 from robustscope.search.certification import certifier as make_certifier
 from robustscope.search.exact import exact_kind
@@ -59,6 +58,7 @@ from robustscope.search.preamble import (
     resolve_max_radius,
     wrap_inputs,
 )
+from robustscope.search.threads import AUTO, limited_threads
 from robustscope.threats import LpThreat, get_threat
 
 

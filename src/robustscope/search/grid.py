@@ -36,9 +36,10 @@ from robustscope.core.numerics import PROBA_FLOOR
 from robustscope.core.result import ATTACKED, CENSORED, MISCLASSIFIED, RadiusResult
 from robustscope.core.statement import DECISION_CHANGE, Statement
 from robustscope.models.base import Classifier
-from robustscope.models.threads import AUTO, check_threads, limited_threads
+from robustscope.search.metering import charged
 from robustscope.search.preamble import class_indices, default_space, open_ledger, wrap_inputs
 from robustscope.search.state import registered
+from robustscope.search.threads import AUTO, check_threads, limited_threads
 from robustscope.search.verify import Verifier
 from robustscope.solvers.problem import Budget, SolverProblem
 from robustscope.threats.image import ImageThreat
@@ -219,9 +220,10 @@ class _Attacker:
             self.calls += 1
             xs = self.x[sub]
             start_at = None if init is None else init[start:start + self.batch_size]
-            problem = SolverProblem(self.clf, xs, self.y[sub], self.verifier.space, self.threat,
-                                    self.statement, e,
-                                    Budget(self.verifier.ledger, sub.cpu().numpy()), gen)
+            owners = sub.cpu().numpy()
+            problem = SolverProblem(charged(self.clf, self.verifier.ledger, owners), xs,
+                                    self.y[sub], self.verifier.space, self.threat,
+                                    self.statement, e, Budget(self.verifier.ledger, owners), gen)
             res = IMAGE_PGD(problem, steps=self.steps, restarts=self.restarts, init=start_at)
             found = res.meta["params"]
             classes, adv_logits, strength = self.verifier.verify(sub, res.x_adv, params=found)
@@ -309,8 +311,8 @@ def _grid_robustness(model, X, y, threat, grid, method, statement, steps, restar
     ledger = open_ledger(clf, n)
     grid_t = torch.as_tensor(g, dtype=x.dtype, device=x.device)
 
-    with torch.no_grad(), clf.charging(ledger, np.arange(n)):
-        clean_logits = clf.logits(x).detach().to(torch.float64)
+    with torch.no_grad():
+        clean_logits = charged(clf, ledger).logits(x).detach().to(torch.float64)
     clean_wrong = statement.holds(clean_logits.argmax(dim=1), yt)
     adv_logits = clean_logits.clone()
     level = torch.full((n,), k_levels, dtype=torch.long, device=x.device)

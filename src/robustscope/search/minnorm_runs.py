@@ -13,6 +13,7 @@ import math
 import numpy as np
 import torch
 
+from robustscope.search.metering import charged
 from robustscope.search.plan import AttackPlan
 from robustscope.search.refine import ceiling_left, line_search
 from robustscope.search.state import BatchState, registered
@@ -56,11 +57,11 @@ def rank_targets(state: BatchState, sub: torch.Tensor, plan: AttackPlan,
         if len(group) == 0:
             continue
         paid = plan.ranked - (j if known else 0)
-        with model.charging(ledger, np.repeat(state.owners[group.cpu().numpy()], paid)):
-            ranking[group] = rank_by_distance(
-                model, state.x[group], state.y[group], state.clean_logits[group], state.space,
-                state.threat, state.statement, plan.ranked,
-                known=state.aim_distance[group] if known else None)
+        view = charged(model, ledger, np.repeat(state.owners[group.cpu().numpy()], paid))
+        ranking[group] = rank_by_distance(
+            view, state.x[group], state.y[group], state.clean_logits[group], state.space,
+            state.threat, state.statement, plan.ranked,
+            known=state.aim_distance[group] if known else None)
     return ranking
 
 
@@ -79,10 +80,10 @@ def aim_untargeted(state: BatchState, sub: torch.Tensor, plan: AttackPlan,
     sub = state.affordable(sub, plan.aimed * grad_cost + plan.minnorm_steps * grad_cost + 1)
     if len(sub) == 0:
         return None
-    with model.charging(ledger, np.repeat(state.owners[sub.cpu().numpy()], plan.aimed)):
-        classes, distance = first_order_distances(
-            model, state.x[sub], state.y[sub], state.clean_logits[sub], state.space,
-            state.threat, state.statement, plan.aimed)
+    view = charged(model, ledger, np.repeat(state.owners[sub.cpu().numpy()], plan.aimed))
+    classes, distance = first_order_distances(
+        view, state.x[sub], state.y[sub], state.clean_logits[sub], state.space,
+        state.threat, state.statement, plan.aimed)
     state.keep_aim(sub, classes, distance)
     nearest = distance.argmin(dim=1, keepdim=True)
     clear = distance.gather(1, nearest)[:, 0] < state.config.aim_ratio * distance[:, 0]

@@ -33,7 +33,7 @@ from robustscope.core.errors import InputError
 from robustscope.solvers.registry import CERTIFY_CHOICES, SEARCH_SOLVERS
 from robustscope.threats.registry import threat_entry, threat_names
 
-#: The default thread policy (the same value as :data:`robustscope.models.threads.AUTO`).
+#: The default thread policy (the same value as :data:`robustscope.search.threads.AUTO`).
 AUTO = "auto"
 
 #: Arguments of :func:`robustscope.radius` that are not plain values, so not declared here.
@@ -134,7 +134,7 @@ class Boolean(Constraint):
 
 @dataclass(frozen=True)
 class Threads(Constraint):
-    """``"auto"``, ``None`` or an int >= 1 (:mod:`robustscope.models.threads`)."""
+    """``"auto"``, ``None`` or an int >= 1 (:mod:`robustscope.search.threads`)."""
 
     def check(self, value: object, name: str) -> object:
         if value is None or value == AUTO:

@@ -19,8 +19,10 @@ from robustscope.core.checks import check_labels
 from robustscope.core.errors import InputError
 from robustscope.core.space import FeatureSpace
 from robustscope.models.base import Classifier, QueryLedger
-from robustscope.models.wrap import wrap_model
+from robustscope.models.wrap import PROBE_ROWS, wrap_model
+from robustscope.search.metering import charge_probe
 from robustscope.search.plan import StageLedger
+from robustscope.search.threads import fit_threads
 
 
 def wrap_inputs(model: object, X, device, n_classes: int | None = None,
@@ -28,6 +30,12 @@ def wrap_inputs(model: object, X, device, n_classes: int | None = None,
     """``model`` wrapped for inputs shaped like ``X`` ``(n, *shape)`` on ``device`` (a
     :class:`Classifier` is returned as is); ``example`` (default ``X``) are the rows a raw
     model may be probed on."""
+    if not isinstance(model, Classifier):
+        # wrapping may call the model on a few rows: under the search's thread count (and
+        # the model's own n_jobs / nthread, or those of a bound predict_proba's model)
+        rows = X if example is None else example
+        native = getattr(model, "__self__", model)
+        fit_threads(min(len(rows), PROBE_ROWS) * int(np.prod(np.shape(rows)[1:])), native)
     return wrap_model(model, n_classes=n_classes, input_shape=tuple(X.shape[1:]),
                       device=device, example=X if example is None else example)
 
@@ -66,12 +74,13 @@ def resolve_max_radius(max_radius: float | None, threat, space: FeatureSpace) ->
 def open_ledger(model: Classifier, n: int, budget: int | None = None,
                 stages: StageLedger | None = None, probe: bool = True) -> QueryLedger:
     """A ledger of ``n`` inputs (``budget`` passes each; ``None``: no limit) with the
-    wrapping probe's rows charged to its first inputs (``probe``; under ``stages``, as the
-    part ``wrapping probe``)."""
+    wrapping probe's rows charged to its first inputs (``probe``; once per adapter, see
+    :func:`~robustscope.search.metering.charge_probe`; under ``stages``, as the part
+    ``wrapping probe``)."""
     ledger = QueryLedger(n, budget)
     if probe and stages is not None:
         with stages.stage("wrapping probe", ledger):
-            model.charge_probe(ledger)  # wrapping may have called the model on the first rows
+            charge_probe(model, ledger)  # wrapping may have called the model on the first rows
     elif probe:
-        model.charge_probe(ledger)
+        charge_probe(model, ledger)
     return ledger

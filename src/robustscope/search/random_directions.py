@@ -23,9 +23,11 @@ from robustscope.core.result import ATTACKED, CENSORED, MISCLASSIFIED, SATISFIED
 from robustscope.core.space import FeatureSpace
 from robustscope.core.statement import DECISION_CHANGE, Statement
 from robustscope.models.base import Classifier, QueryLedger
-from robustscope.models.threads import AUTO, check_threads, limited_threads
+from robustscope.search.metering import charge_probe
+from robustscope.search.metering import charged as metered_by
 from robustscope.search.preamble import class_indices, open_ledger, unbounded_space, wrap_inputs
 from robustscope.search.state import registered
+from robustscope.search.threads import AUTO, check_threads, limited_threads
 from robustscope.search.verify import Verifier
 from robustscope.solvers.attacks.decision.random_directions import MAX_ELEMENTS
 from robustscope.solvers.problem import Budget, SolverProblem
@@ -116,12 +118,12 @@ def _random_directions_radius(model, X, y, threat, space, n_directions, max_radi
     else:
         charged = ledger
         if raw:
-            model.charge_probe(ledger)
+            charge_probe(model, ledger)
     generator = make_generator(seed, x.device)
     all_idx = np.arange(n)
 
-    with model.charging(charged, all_idx), torch.no_grad():
-        logits = model.logits(x)
+    with torch.no_grad():
+        logits = metered_by(model, charged).logits(x)
     proba = torch.softmax(logits.to(torch.float64), dim=1)
     pred = logits.argmax(dim=1)
     loss = cross_entropy(logits.detach().cpu().numpy(), yt.cpu().numpy())
@@ -143,8 +145,9 @@ def _random_directions_radius(model, X, y, threat, space, n_directions, max_radi
         steps += 1
         idx = torch.nonzero(running).reshape(-1)
         idx_np = idx.numpy()
-        problem = SolverProblem(model, x[idx], yt[idx], space, threat, statement,
-                                eps[idx].to(x.dtype), Budget(charged, idx_np), generator)
+        problem = SolverProblem(metered_by(model, charged, idx_np), x[idx], yt[idx], space,
+                                threat, statement, eps[idx].to(x.dtype), Budget(charged, idx_np),
+                                generator)
         out = RANDOM_DIRECTIONS(problem, n_directions=n_directions, max_elements=max_elements)
         cand = out.x_adv
         ok, poor = torch.as_tensor(out.found), torch.as_tensor(out.meta["exhausted"])

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from robustscope.core.statement import rounding_margin
+from robustscope.search.metering import charged
 from robustscope.search.plan import AttackPlan
 from robustscope.search.state import BatchState, registered
 from robustscope.solvers.attacks.gradient.boundary_projection import project_to_boundaries
@@ -176,10 +177,10 @@ def _project_and_check(state: BatchState, rows: torch.Tensor, at: torch.Tensor,
     if not can.any():
         return missed, out
     sub = rows[can]
-    with state.model.charging(state.ledger, state.owners[sub.cpu().numpy()]):
-        cand, length = project_to_boundaries(
-            state.model, state.x[sub], state.y[sub], at[can], classes[can], state.space,
-            state.threat, state.statement)
+    view = charged(state.model, state.ledger, state.owners[sub.cpu().numpy()])
+    cand, length = project_to_boundaries(
+        view, state.x[sub], state.y[sub], at[can], classes[can], state.space,
+        state.threat, state.statement)
     out[can] = cand.to(out.dtype)
     shorter = length < state.best_r[sub]
     tried = torch.nonzero(can).reshape(-1)[shorter]

@@ -18,6 +18,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
+from robustscope.search.metering import charged
 from robustscope.search.plan import AttackPlan, SearchConfig, StageLedger
 from robustscope.search.verify import Verifier
 from robustscope.solvers.output import SolverOutput
@@ -136,10 +137,11 @@ class BatchState:
         def verify(rows, candidates, params=None):
             return self.verifier.verify(sub[rows], candidates, params)
 
+        owners = self.owners[sub.cpu().numpy()]
         return SolverProblem(
-            model=self.model, x=self.x[sub], y=self.y[sub], space=self.space,
-            threat=self.threat, statement=self.statement, eps=eps,
-            budget=Budget(self.ledger, self.owners[sub.cpu().numpy()]),
+            model=charged(self.model, self.ledger, owners), x=self.x[sub], y=self.y[sub],
+            space=self.space, threat=self.threat, statement=self.statement, eps=eps,
+            budget=Budget(self.ledger, owners),
             generator=self.generator, clean_logits=self.clean_logits[sub], verify=verify)
 
     # -- bookkeeping -------------------------------------------------------------------------

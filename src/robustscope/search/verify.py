@@ -21,6 +21,7 @@ import torch
 from robustscope.core.space import FeatureSpace
 from robustscope.core.statement import Statement
 from robustscope.models.base import Classifier, QueryLedger
+from robustscope.search.metering import charged
 from robustscope.threats.image import ImageThreat
 from robustscope.threats.lp import LpThreat
 
@@ -106,9 +107,9 @@ class Verifier:
                 if not valid.any():
                     return out, logits_out, size
                 rows, cand, x = rows[valid], cand[valid], x[valid]
-        with self.model.charging(self.ledger, self.owners[rows.cpu().numpy()]), \
-                torch.no_grad():
-            logits = self.model.logits(cand).detach().to(torch.float64)
+        with torch.no_grad():
+            logits = charged(self.model, self.ledger,
+                             self.owners[rows.cpu().numpy()]).logits(cand).detach().to(torch.float64)
             if params is None:
                 norm = self.threat.norm(self.space.scaled_delta(cand, x))
             else:

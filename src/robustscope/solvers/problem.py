@@ -5,12 +5,17 @@ threat, statement), the per-input strengths, what the inputs may still spend (a
 :class:`Budget`: the ledger and the owners of the rows), the generator, the clean logits and
 the one verification callback. A solver proposes candidates and bounds; the search decides
 (:class:`robustscope.search.verify.Verifier` behind ``verify``).
+
+The problem's ``model`` is the view the solver calls: a
+:class:`~robustscope.models.metered.MeteredModel` charged to the budget's inputs, built by the
+search with its thread policy (a problem made with a bare adapter and a budget binds it to the
+budget itself, without a thread policy). Solvers call it, narrow it to the inputs they keep
+working on, and never bind a ledger of their own.
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,6 +24,7 @@ import torch
 from robustscope.core.space import FeatureSpace
 from robustscope.core.statement import DECISION_CHANGE, Statement
 from robustscope.models.base import Classifier, QueryLedger
+from robustscope.models.metered import MeteredModel
 
 #: ``verify(rows, candidates, params=None) -> (classes, logits, size)``: ``rows`` ``(m,)``
 #: positions ``0..n-1`` in the problem, ``candidates`` ``(m, *shape)`` original units,
@@ -40,16 +46,14 @@ class Budget:
         owners = self.owners if rows is None else self.owners[np.asarray(rows)]
         return self.ledger.remaining(owners)
 
-    def charging(self, model: Classifier):
-        """Charge the model's calls inside the block to the rows' inputs."""
-        return model.charging(self.ledger, self.owners)
-
 
 @dataclass(frozen=True)
 class SolverProblem:
     """One batch of ``n`` inputs for a solver.
 
-    model : the wrapped :class:`~robustscope.models.base.Classifier`.
+    model : the model to call: a :class:`~robustscope.models.metered.MeteredModel` charged
+        to ``budget`` (a bare :class:`~robustscope.models.base.Classifier` given with a
+        budget is bound to it here).
     x : ``(n, *shape)`` inputs in original units; y : ``(n,)`` class indices (int64).
     space, threat, statement : the feature space, the threat (Lp or image) and what counts
         as a counterexample.
@@ -78,18 +82,20 @@ class SolverProblem:
     clean_logits: torch.Tensor | None = None
     verify: Verify | None = None
 
+    def __post_init__(self) -> None:
+        if self.budget is not None and not isinstance(self.model, MeteredModel):
+            object.__setattr__(self, "model", MeteredModel(self.model, self.budget.ledger,
+                                                           self.budget.owners))
+
     def __len__(self) -> int:
         return len(self.x)
 
-    @contextlib.contextmanager
-    def charging(self) -> Iterator[None]:
-        """The model's calls inside the block charged to the rows' inputs (nothing without a
-        budget)."""
-        if self.budget is None:
-            yield
-            return
-        with self.budget.charging(self.model):
-            yield
+    def fit_threads(self, elements: int) -> None:
+        """Apply the search's thread policy to a solver's own batch of ``elements``
+        (rows × features; nothing when the model is not a view with a thread policy)."""
+        fit = getattr(self.model, "fit_threads", None)
+        if fit is not None:
+            fit(elements)
 
     def verify_one(self, row: int, candidate) -> tuple[int, float]:
         """Verify one candidate (original units, any shape of ``d`` entries) of row ``row``:

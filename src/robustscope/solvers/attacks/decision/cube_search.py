@@ -181,8 +181,7 @@ def cube_search(
 
 def solve(problem: SolverProblem, **options) -> SolverOutput:
     """:func:`cube_search` on ``problem`` (the registry's calling convention), its model calls
-    charged to ``problem.budget``."""
-    with problem.charging():
-        return cube_search(problem.model, problem.x, problem.y, problem.space,
-                           problem.threat, problem.eps, problem.statement,
-                           problem.generator, **options)
+    charged to ``problem.budget`` through ``problem.model``, the view the search built."""
+    return cube_search(problem.model, problem.x, problem.y, problem.space,
+                       problem.threat, problem.eps, problem.statement,
+                       problem.generator, **options)

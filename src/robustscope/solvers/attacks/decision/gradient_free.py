@@ -63,8 +63,7 @@ def gradient_free(
 
 def solve(problem: SolverProblem, **options) -> SolverOutput:
     """:func:`gradient_free` on ``problem`` (the registry's calling convention), its model calls
-    charged to ``problem.budget``."""
-    with problem.charging():
-        return gradient_free(problem.model, problem.x, problem.y, problem.space,
-                             problem.threat, problem.eps, problem.statement,
-                             problem.generator, **options)
+    charged to ``problem.budget`` through ``problem.model``, the view the search built."""
+    return gradient_free(problem.model, problem.x, problem.y, problem.space,
+                         problem.threat, problem.eps, problem.statement,
+                         problem.generator, **options)

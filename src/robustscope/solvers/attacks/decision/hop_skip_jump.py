@@ -207,8 +207,7 @@ def hop_skip_jump(
 
 def solve(problem: SolverProblem, **options) -> SolverOutput:
     """:func:`hop_skip_jump` on ``problem`` (the registry's calling convention), its model calls
-    charged to ``problem.budget``."""
-    with problem.charging():
-        return hop_skip_jump(problem.model, problem.x, problem.y, problem.space,
-                             problem.threat, problem.eps, problem.statement,
-                             problem.generator, **options)
+    charged to ``problem.budget`` through ``problem.model``, the view the search built."""
+    return hop_skip_jump(problem.model, problem.x, problem.y, problem.space,
+                         problem.threat, problem.eps, problem.statement,
+                         problem.generator, **options)

@@ -24,6 +24,7 @@ from robustscope.core.checks import make_generator
 from robustscope.core.space import FeatureSpace
 from robustscope.core.statement import DECISION_CHANGE, Statement
 from robustscope.models.base import Classifier, QueryLedger
+from robustscope.models.metered import charge_of, metered
 from robustscope.solvers.output import SolverOutput
 from robustscope.solvers.problem import SolverProblem
 from robustscope.threats import LpThreat, get_threat
@@ -70,13 +71,16 @@ def search_at_strength(model: Classifier, x: torch.Tensor, y: torch.Tensor, spac
     satisfies the statement (the input itself where none did), a boolean mask ``(n,)`` of
     successes, and a mask of inputs whose query budget ran out before all directions were
     tried. Inputs stop drawing as soon as one direction succeeds. Calls are charged to
-    ``owners`` in ``ledger``; a chunk is only drawn for inputs whose budget affords it.
+    ``owners`` in ``ledger`` (``ledger=None``: to the charge of ``model`` when it is a
+    metered view); a chunk is only drawn for inputs whose budget affords it.
     """
     n = x.shape[0]
     d = int(np.prod(x.shape[1:]))
     x_adv = x.clone()
     found = torch.zeros(n, dtype=torch.bool, device=x.device)
     exhausted = torch.zeros(n, dtype=torch.bool, device=x.device)
+    if ledger is None:
+        ledger, owners = charge_of(model)
     if owners is None:
         owners = np.arange(n)
     tried = 0
@@ -103,11 +107,7 @@ def search_at_strength(model: Classifier, x: torch.Tensor, y: torch.Tensor, spac
             base = xa.repeat_interleave(c, dim=0)
             cand = space.project(cand, base)
         act_np = active.cpu().numpy()
-        if ledger is not None:
-            with model.charging(ledger, owners[act_np]):
-                pred = model.predict(cand)
-        else:
-            pred = model.predict(cand)
+        pred = metered(model, ledger, owners[act_np]).predict(cand)
         ok = statement.holds(pred, y[active].repeat_interleave(c)).reshape(m, c)
         hit = ok.any(dim=1)
         first = ok.to(torch.int8).argmax(dim=1)  # first successful direction per input
@@ -145,8 +145,6 @@ def solve(problem: SolverProblem, **options) -> SolverOutput:
     """:func:`random_directions_attack` on ``problem`` at its strengths ``problem.eps`` (the
     registry's calling convention), each chunk of directions charged to ``problem.budget``
     (and drawn only for inputs whose budget affords it)."""
-    budget = problem.budget
     return random_directions_attack(
         problem.model, problem.x, problem.y, problem.space, problem.threat, problem.eps,
-        problem.statement, problem.generator, ledger=None if budget is None else budget.ledger,
-        owners=None if budget is None else budget.owners, **options)
+        problem.statement, problem.generator, **options)

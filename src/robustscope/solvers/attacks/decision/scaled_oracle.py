@@ -11,7 +11,7 @@ Its size is measured *after* projection, so the best counterexample kept per inp
 one the model actually saw.
 
 Queries are counted per input against the solver's own ``budget`` and, when the caller
-charges the model (``model.charging``) or passes a ledger, charged to that ledger too.
+passes a metered view of the model (as the search does) or a ledger, charged to that ledger too.
 An input without enough budget left for a request is simply not queried (its answers read
 "not adversarial"); no call ever exceeds a budget.
 """
@@ -26,6 +26,7 @@ from robustscope.core.space import FeatureSpace
 from robustscope.core.statement import DECISION_CHANGE, Statement
 from robustscope.core.statuses import ATTACKED, CENSORED
 from robustscope.models.base import Classifier, QueryLedger
+from robustscope.models.metered import charge_of, metered
 from robustscope.solvers.output import SolverOutput
 from robustscope.threats.lp import LpThreat
 
@@ -77,14 +78,14 @@ class ScaledOracle:
             raise InputError(f"budget must be a positive number of queries, got {budget}")
         self.budget = budget
         self.used = np.zeros(n, dtype=np.int64)
-        outer = getattr(model, "_charge", None)  # the caller's charging block, if any
+        outer, outer_owners = charge_of(model)  # a metered view's charge, if any
         if ledger is not None:
             self.ledger, self.owners = ledger, np.arange(n)
-        elif outer is not None and len(outer.owners):
-            if len(outer.owners) != n:
-                raise InputError(f"the model is being charged for {len(outer.owners)} inputs "
+        elif outer is not None:
+            if len(outer_owners) != n:
+                raise InputError(f"the model is being charged for {len(outer_owners)} inputs "
                                  f"but the solver was given {n}")
-            self.ledger, self.owners = outer.ledger, np.asarray(outer.owners)
+            self.ledger, self.owners = outer, np.asarray(outer_owners)
         else:
             self.ledger, self.owners = None, np.arange(n)
         self.best_u = torch.zeros_like(self.flat)
@@ -151,11 +152,9 @@ class ScaledOracle:
         x_sel = x_valid.reshape(k, m, *self.x.shape[1:])[tsel].reshape(-1, *self.x.shape[1:])
         labels = self.y[torch.as_tensor(ids, device=u.device)].repeat_interleave(m)
         with torch.no_grad():
-            if self.ledger is not None:
-                with self.model.charging(self.ledger, self.owners[ids]):
-                    logits = self.model.logits(self.model.as_tensor(x_sel))
-            else:
-                logits = self.model.logits(self.model.as_tensor(x_sel))
+            view = (self.model if self.ledger is None else
+                    metered(self.model, self.ledger, self.owners[ids]))
+            logits = view.logits(self.model.as_tensor(x_sel))
         self.used[ids] += m
         logits = logits.to(u.dtype)
         holds = self.statement.holds(logits.argmax(dim=1), labels).reshape(-1, m)

@@ -19,6 +19,7 @@ from robustscope.core.errors import InputError
 from robustscope.core.statement import DECISION_CHANGE, Statement
 from robustscope.core.statuses import ATTACKED, CENSORED
 from robustscope.models.base import Classifier
+from robustscope.models.metered import narrowed
 from robustscope.solvers.output import SolverOutput
 from robustscope.solvers.problem import SolverProblem
 from robustscope.threats.image import ImageThreat
@@ -96,15 +97,16 @@ def image_pgd(
             rows = todo[active]
             xa, pa, ya = xs[active], params[active], y[rows]
             last = t == steps
-            with torch.enable_grad(), model.narrowed(rows):  # charged to these inputs only
+            view = narrowed(model, rows)  # charged to these inputs only
+            with torch.enable_grad():
                 pg = pa.detach().requires_grad_(not last)
                 x_adv = threat.apply(xa, pg)
                 if last:
                     with torch.no_grad():
-                        logits = model.logits(x_adv)
+                        logits = view.logits(x_adv)
                     margin = statement.margin(logits, ya)
                 else:
-                    _, margin, gx = model.value_and_grad(
+                    _, margin, gx = view.value_and_grad(
                         x_adv.detach(), lambda z, ya=ya: statement.margin(z, ya))
                     objective = (x_adv * gx.to(x_adv.dtype)).sum()
                     if threat.penalty_weight > 0:
@@ -151,7 +153,6 @@ def _scan(model, x, y, threat, eps, statement, points, best_margin, best_params,
 
 def solve(problem: SolverProblem, **options) -> SolverOutput:
     """:func:`image_pgd` on ``problem`` (the registry's calling convention), its model calls
-    charged to ``problem.budget``."""
-    with problem.charging():
-        return image_pgd(problem.model, problem.x, problem.y, problem.threat, problem.eps,
-                         problem.statement, problem.generator, **options)
+    charged to ``problem.budget`` through ``problem.model``, the view the search built."""
+    return image_pgd(problem.model, problem.x, problem.y, problem.threat, problem.eps,
+                     problem.statement, problem.generator, **options)

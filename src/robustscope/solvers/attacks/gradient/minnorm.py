@@ -134,7 +134,6 @@ def _step_direction(threat: LpThreat, grad: torch.Tensor, linf_power: float) -> 
 
 def solve(problem: SolverProblem, **options) -> SolverOutput:
     """:func:`minnorm` on ``problem`` (the registry's calling convention), its model calls
-    charged to ``problem.budget``."""
-    with problem.charging():
-        return minnorm(problem.model, problem.x, problem.y, problem.space, problem.threat,
-                       problem.eps, problem.statement, problem.generator, **options)
+    charged to ``problem.budget`` through ``problem.model``, the view the search built."""
+    return minnorm(problem.model, problem.x, problem.y, problem.space, problem.threat,
+                   problem.eps, problem.statement, problem.generator, **options)

@@ -88,7 +88,6 @@ def _forward_only(problem: ScaledProblem, u: torch.Tensor) -> tuple[torch.Tensor
 
 def solve(problem: SolverProblem, **options) -> SolverOutput:
     """:func:`pgd` on ``problem`` (the registry's calling convention), its model calls
-    charged to ``problem.budget``."""
-    with problem.charging():
-        return pgd(problem.model, problem.x, problem.y, problem.space, problem.threat,
-                   problem.eps, problem.statement, problem.generator, **options)
+    charged to ``problem.budget`` through ``problem.model``, the view the search built."""
+    return pgd(problem.model, problem.x, problem.y, problem.space, problem.threat,
+               problem.eps, problem.statement, problem.generator, **options)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import torch
 
-from robustscope.models.threads import fit_threads
 from robustscope.solvers.exact.linear.closed_form import exact_linear_radius
 from robustscope.solvers.output import SolverOutput
 from robustscope.solvers.problem import SolverProblem
@@ -16,7 +15,7 @@ def solve(problem: SolverProblem, **options) -> SolverOutput:
     ``problem.verify`` when the problem has one. Status ``exact`` where the closed form
     closes the bracket at its candidate."""
     weights, bias = problem.model.linear_parameters()
-    fit_threads(len(problem) * weights.size)  # sorts over (rows, classes, features)
+    problem.fit_threads(len(problem) * weights.size)  # sorts over (rows, classes, features)
     out = exact_linear_radius(weights, bias, problem.x.cpu().numpy(),
                               problem.y.cpu().numpy(), problem.space, problem.threat,
                               problem.statement.target, **options)

@@ -52,7 +52,7 @@ from robustscope.core.errors import InputError, ModelError
 from robustscope.core.space import FeatureSpace
 from robustscope.core.statuses import ATTACKED, CENSORED, EXACT, MISCLASSIFIED, SATISFIED
 from robustscope.models.base import QueryLedger
-from robustscope.models.threads import AUTO, check_threads, limited_threads
+from robustscope.models.metered import MeteredModel, metered
 from robustscope.models.trees import (
     TreeEnsemble,
     TreeEnsembleClassifier,
@@ -84,7 +84,6 @@ def exact_tree_radius(
     verify: Callable[[int, np.ndarray], int] | None = None,
     clean_class: np.ndarray | None = None,
     prune: bool = True,
-    threads: str | int | None = AUTO,
 ) -> SolverOutput:
     """Exact radius of robustness of a tree ensemble, per input.
 
@@ -124,10 +123,6 @@ def exact_tree_radius(
         branch and bound over leaf choices of :func:`exhaust`) and solve
         programs only where the bracket stays open, over the cuts within its counterexample's
         radius. ``False`` runs the MILP search alone (the reference the tests compare with).
-    threads : thread use, as for :func:`robustscope.radius`: ``"auto"`` (HiGHS runs on one
-        thread; the model's checks, one row at a time, too), an int, or ``None`` (leave the
-        model's and the native pools' settings alone); restored on return. Inside a search
-        the search's setting holds.
 
     Returns a :class:`~robustscope.solvers.output.SolverOutput`: ``radius`` the norm of the
     verified counterexample (``inf`` where none), ``lower_bound`` the MILP's certified bound,
@@ -141,36 +136,34 @@ def exact_tree_radius(
     wrong there and that bound was not used).
     """
     # every argument is checked here, once; _radii takes them as checked
-    threads = check_threads(threads)
-    with limited_threads(threads, int(np.prod(np.shape(x)))):
-        clf = _as_classifier(model)
-        ens = clf.ensemble
-        threat = get_threat(threat)
-        x_np = x.detach().cpu().numpy() if torch.is_tensor(x) else np.asarray(x)
-        x_np = np.asarray(x_np, dtype=np.float64).reshape(len(x_np), -1)
-        n, d = x_np.shape
-        if d != ens.n_features or space.n_features != d:
-            raise InputError(f"x: {d} features per row, model has {ens.n_features}, feature "
-                             f"space {space.n_features}")
-        y_np = check_labels(y, n, ens.n_classes)
-        space.check_data(x_np, what="x")
-        if threat.p not in (1.0, 2.0, math.inf):
-            raise InputError(f"threat: p={threat.p} is not supported (1, 2, inf)")
-        if target is not None and not 0 <= int(target) < ens.n_classes:
-            raise InputError(f"target: class {target} is not in 0..{ens.n_classes - 1}")
-        if backend not in ("auto", "highspy", "scipy"):
-            raise InputError(f"backend '{backend}': choose 'auto', 'highspy' or 'scipy'")
-        if backend == "auto":
-            backend = ("highspy" if importlib.util.find_spec("highspy") is not None
-                       else "scipy")
-        if linf_search not in ("bisect", "optimize"):
-            raise InputError(f"linf_search '{linf_search}': choose 'bisect' or 'optimize'")
-        if not growth > 1.0:
-            raise InputError(f"growth must be > 1, got {growth}")
-        if max_radius is not None and not max_radius > 0:
-            raise InputError(f"max_radius must be > 0, got {max_radius}")
-        return _radii(clf, x_np, y_np, space, threat, time_limit, max_radius, backend, growth,
-                      linf_search, highs_options, target, verify, clean_class, prune)
+    clf = _as_classifier(model)
+    ens = clf.ensemble
+    threat = get_threat(threat)
+    x_np = x.detach().cpu().numpy() if torch.is_tensor(x) else np.asarray(x)
+    x_np = np.asarray(x_np, dtype=np.float64).reshape(len(x_np), -1)
+    n, d = x_np.shape
+    if d != ens.n_features or space.n_features != d:
+        raise InputError(f"x: {d} features per row, model has {ens.n_features}, feature "
+                         f"space {space.n_features}")
+    y_np = check_labels(y, n, ens.n_classes)
+    space.check_data(x_np, what="x")
+    if threat.p not in (1.0, 2.0, math.inf):
+        raise InputError(f"threat: p={threat.p} is not supported (1, 2, inf)")
+    if target is not None and not 0 <= int(target) < ens.n_classes:
+        raise InputError(f"target: class {target} is not in 0..{ens.n_classes - 1}")
+    if backend not in ("auto", "highspy", "scipy"):
+        raise InputError(f"backend '{backend}': choose 'auto', 'highspy' or 'scipy'")
+    if backend == "auto":
+        backend = ("highspy" if importlib.util.find_spec("highspy") is not None
+                   else "scipy")
+    if linf_search not in ("bisect", "optimize"):
+        raise InputError(f"linf_search '{linf_search}': choose 'bisect' or 'optimize'")
+    if not growth > 1.0:
+        raise InputError(f"growth must be > 1, got {growth}")
+    if max_radius is not None and not max_radius > 0:
+        raise InputError(f"max_radius must be > 0, got {max_radius}")
+    return _radii(clf, x_np, y_np, space, threat, time_limit, max_radius, backend, growth,
+                  linf_search, highs_options, target, verify, clean_class, prune)
 
 
 def _radii(clf: TreeEnsembleClassifier, x_np: np.ndarray, y_np: np.ndarray,
@@ -188,8 +181,7 @@ def _radii(clf: TreeEnsembleClassifier, x_np: np.ndarray, y_np: np.ndarray,
     solver = backend_for(backend, highs_options, holds_relations)
     ledger = QueryLedger(n)
     if clean_class is None:
-        with clf.charging(ledger, np.arange(n)):
-            model_pred = _model_predict(clf, x_np)
+        model_pred = _model_predict(metered(clf, ledger), x_np)
     else:
         model_pred = np.asarray(clean_class, dtype=np.int64).reshape(n)
     parsed_pred = ens.predict(x_np)
@@ -274,6 +266,8 @@ def _finish(out: dict, i: int, r: float, x_adv: np.ndarray, cls: int, lower: flo
 def _as_classifier(model: object) -> TreeEnsembleClassifier:
     if isinstance(model, TreeEnsembleClassifier):
         return model
+    if isinstance(model, MeteredModel) and isinstance(model.adapter, TreeEnsembleClassifier):
+        return model  # the search's view (its thread policy is kept by the views made here)
     if isinstance(model, TreeEnsemble):
         raise ModelError("exact_tree_radius needs the model itself (to verify counterexamples), "
                          "not only its parsed ensemble")
@@ -293,6 +287,5 @@ def model_check(clf: TreeEnsembleClassifier, ledger: QueryLedger, i: int, yi: in
     statement holds there and ``x_adv`` satisfies the space's relations, else -1."""
     if not space.relations_hold(x_adv[None])[0]:
         return -1
-    with clf.charging(ledger, np.array([i])):
-        cls = int(_model_predict(clf, x_adv[None])[0])
+    cls = int(_model_predict(metered(clf, ledger, np.array([i])), x_adv[None])[0])
     return cls if _holds(cls, yi, target) else -1
