@@ -177,6 +177,14 @@ CASES: dict[str, Case] = {
 }
 
 
+# Issue 43 ("What a new user still hits"): one case per item where a command line shows it.
+ISSUE_43: dict[str, Case] = {
+    "12: radius --version": _c("12", "radius --version", 0, "robustscope "),
+    "12: --version wins over missing options": _c("12", "image-grid --version", 0,
+                                                  "robustscope "),
+}
+
+
 def _spec(folder: Path, text: str, files: dict[str, pd.DataFrame] | None = None) -> None:
     folder.mkdir()
     for name, frame in (files or {}).items():
@@ -261,8 +269,15 @@ def _digest(path: Path) -> str:
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_new_user_table(name: str, inputs: Path, tmp_path: Path) -> None:
-    case = CASES[name]
+    _check(CASES[name], name, inputs, tmp_path)
 
+
+@pytest.mark.parametrize("name", list(ISSUE_43))
+def test_new_user_still_hits(name: str, inputs: Path, tmp_path: Path) -> None:
+    _check(ISSUE_43[name], name, inputs, tmp_path)
+
+
+def _check(case: Case, name: str, inputs: Path, tmp_path: Path) -> None:
     def fill(text: str) -> str:
         return text.format(d=inputs, o=tmp_path)
 
@@ -288,6 +303,21 @@ def test_new_user_table(name: str, inputs: Path, tmp_path: Path) -> None:
 
 def test_every_item_has_a_case() -> None:
     assert {c.item for c in CASES.values()} == {"1", "2", "3", "4", "6", "8", "9", "11", "14"}
+
+
+def test_every_command_takes_version() -> None:
+    """Issue 43 item 12: ``robustscope <command> --version`` as ``robustscope --version``."""
+    import typer
+
+    group = typer.main.get_command(app)
+    expected = runner.invoke(app, ["--version"]).output
+    assert expected.startswith("robustscope ")
+    names = group.list_commands(group.make_context("robustscope", ["--help"],
+                                                   resilient_parsing=True))
+    assert {"radius", "run", "image-grid", "leaderboard", "scores", "compare"} <= set(names)
+    for name in names:
+        result = runner.invoke(app, [name, "--version"])
+        assert result.exit_code == 0 and result.output == expected, (name, result.output)
 
 
 def test_reordered_columns_give_the_same_radii(inputs: Path, tmp_path: Path) -> None:

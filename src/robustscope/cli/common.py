@@ -28,6 +28,7 @@ reported the same way, in one line with exit code 2, by :class:`OneLineErrorsGro
 
 from __future__ import annotations
 
+import copy
 import importlib
 import logging
 import re
@@ -185,6 +186,19 @@ def _runtime_failure(exc: BaseException, message: str, verbose: bool | None) -> 
     fail(message, ExitCode.FAILURE)
 
 
+def print_version(value: bool) -> None:
+    """Print ``robustscope <version>`` and exit when ``value`` (the ``--version`` flag)."""
+    if value:
+        from importlib import metadata
+
+        try:
+            version = metadata.version("robustscope")
+        except metadata.PackageNotFoundError:  # run from a source tree that is not installed
+            version = "unknown (not installed)"
+        typer.echo(f"robustscope {version}")
+        raise typer.Exit()
+
+
 def quiet_logging(quiet: bool) -> None:
     """With ``quiet``, show only errors from the ``robustscope`` loggers."""
     if quiet:
@@ -195,7 +209,7 @@ class OneLineErrorsGroup(TyperGroup):
     """The ``robustscope`` command group: usage errors that typer finds while parsing the
     command line (an unknown option, a missing one, a value outside its choices or range)
     are reported like any bad input, in one line with exit code 2, instead of a usage
-    banner."""
+    banner. Every subcommand takes ``--version`` as the group does."""
 
     def make_context(self, info_name: str | None, args: list[str], parent: Any = None,
                      **extra: Any) -> Any:
@@ -208,6 +222,8 @@ class OneLineErrorsGroup(TyperGroup):
     def get_command(self, ctx: Any, cmd_name: str) -> Any:
         command = super().get_command(ctx, cmd_name)
         if command is not None and not getattr(command, "_flags_untyped", False):
+            if not any("--version" in getattr(p, "opts", ()) for p in command.params):
+                command.params.extend(_version_flags(self.params))
             inner = command.get_params
             command.get_params = lambda c: _untyped_flags(inner(c))
             command._flags_untyped = True
@@ -216,6 +232,18 @@ class OneLineErrorsGroup(TyperGroup):
     def invoke(self, ctx: Any) -> Any:
         with _one_line_usage_errors():
             return super().invoke(ctx)
+
+
+def _version_flags(params: list[Any]) -> list[Any]:
+    """The group's eager ``--version`` flag for a subcommand (``robustscope radius
+    --version``): a copy that passes no value to the command's function."""
+    out = []
+    for param in params:
+        if "--version" in getattr(param, "opts", ()):
+            param = copy.copy(param)
+            param.expose_value = False
+            out.append(param)
+    return out
 
 
 def _untyped_flags(params: list[Any]) -> list[Any]:
