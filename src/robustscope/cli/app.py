@@ -75,7 +75,8 @@ def radius_command(
     features: Path | None = typer.Option(None, help="Feature-space YAML (bounds, scales, "
                                          "types, mutability, constraints)."),
     adversarial_out: Path | None = typer.Option(None, help="NPZ of counterexamples (X_adv)."),
-    trust_pickle: bool = typer.Option(False, help="Allow pickle/joblib model files (can run "
+    trust_pickle: bool = typer.Option(False, "--trust-pickle",
+                                      help="Allow pickle/joblib model files (can run "
                                       "arbitrary code)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar or summary."),
     **search: object,

@@ -39,6 +39,8 @@ from enum import IntEnum
 from typing import Any, NoReturn
 
 import typer
+from rich.table import Table
+from rich.text import Text
 from typer.core import TyperGroup
 
 from robustscope.core.errors import BudgetExhausted, ModelError, RobustscopeError
@@ -203,6 +205,33 @@ def quiet_logging(quiet: bool) -> None:
     """With ``quiet``, show only errors from the ``robustscope`` loggers."""
     if quiet:
         logging.getLogger("robustscope").setLevel(logging.ERROR)
+
+
+class _OptionsTable(Table):
+    """typer's options table in ``--help`` with the option names kept whole.
+
+    typer lays an options panel out as one table whose columns it never declares (the
+    required mark, the long names, the short ones, the negative names, the type, the help
+    text); at 80 columns rich then shares the width among all of them and cuts names
+    (``--adversarial-…``). Here every column but the last two never wraps, so the type and
+    the help text (which can wrap) give up the width instead; a word of the help text wider
+    than its column (a URL) is folded, not cut."""
+
+    def add_row(self, *renderables: Any, **kwargs: Any) -> None:
+        declared = bool(self.columns)
+        for part in getattr(renderables[-1], "renderables", renderables[-1:]):
+            if isinstance(part, Text):  # the help text: typer's Columns of Text parts
+                part.overflow = "fold"
+        super().add_row(*renderables, **kwargs)
+        if not declared:  # the columns add_row just made: the names are all but the last two
+            for column in self.columns[:-2]:
+                column.no_wrap = True
+                column.overflow = "ignore"
+
+
+_typer_rich_utils = importlib.import_module("typer.rich_utils")
+if getattr(_typer_rich_utils, "Table", None) is Table:  # typer's own options table only
+    _typer_rich_utils.Table = _OptionsTable
 
 
 class OneLineErrorsGroup(TyperGroup):

@@ -132,7 +132,8 @@ def register(app: typer.Typer) -> None:
         seed: int = typer.Option(0, help="Random seed."),
         device: str = typer.Option("cpu", help="Torch device, e.g. cpu or cuda:0."),
         levels_out: Path = typer.Option(None, help="CSV of per-input breaking levels."),
-        trust_pickle: bool = typer.Option(False, help="Allow pickle/joblib model files."),
+        trust_pickle: bool = typer.Option(False, "--trust-pickle",
+                                          help="Allow pickle/joblib model files."),
     ) -> None:
         """Robust accuracy at the 20 benchmark strengths of each threat (per-input bisection
         over the grid; every counterexample verified)."""
