@@ -1,0 +1,131 @@
+"""Issue 43 ("What a new user still hits"), the items that are not one bad command line
+(those are in tests/test_new_user_table.py, ``ISSUE_43``): help and tables at 80 columns,
+the run's progress per batch, quiet loading, numbers as read, messages that show what they
+found."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from io import StringIO
+
+import pytest
+import typer
+from rich.console import Console
+from typer.testing import CliRunner
+
+from robustscope.cli.app import app
+
+
+def _commands() -> list[tuple[str, object]]:
+    group = typer.main.get_command(app)
+    ctx = group.make_context("robustscope", ["--help"], resilient_parsing=True)
+    return [(name, group.get_command(ctx, name)) for name in group.list_commands(ctx)]
+
+
+# -- item 6: 80 columns ---------------------------------------------------------------------
+@pytest.mark.parametrize("name", [n for n, _ in _commands()])
+def test_help_at_80_columns_cuts_no_option_name(name: str) -> None:
+    command = dict(_commands())[name]
+    res = CliRunner().invoke(app, [name, "--help"], env={"COLUMNS": "80", "TERM": "dumb"})
+    assert res.exit_code == 0, res.output
+    assert "…" not in res.output, res.output
+    words = set(re.findall(r"-[-\w]+", res.output))
+    for param in command.params:
+        for opt in [*getattr(param, "opts", ()), *getattr(param, "secondary_opts", ())]:
+            if opt.startswith("-") and not getattr(param, "hidden", False):
+                assert opt in words, f"{name}: {opt} is not shown whole at 80 columns"
+
+
+def _words_whole(text: str, cells: list[str]) -> list[str]:
+    """The words of ``cells`` that no line of the rendered ``text`` shows whole."""
+    lines = text.splitlines()
+    return [w for cell in cells for w in cell.split()
+            if not any(re.search(rf"(?<![\w.%]){re.escape(w)}(?![\w.%])", line)
+                       for line in lines)]
+
+
+@pytest.mark.parametrize("width", [60, 80, 100])
+def test_fitted_tables_break_no_word(width: int) -> None:
+    """The run, relations and demo tables at 80 columns: headers and cells wrap at spaces
+    only (rich's own narrowing printed ``unconstraine``/``d`` and ``HopSkipJum``/``p``)."""
+    from robustscope.report.terminal import Col, fitted_table
+
+    tables = [
+        ((Col("model", "left"), Col("solver", "left", 1), Col("clean acc."),
+          Col("exact", priority=2), Col("attacked", priority=2), Col("censored"),
+          Col("median r"), Col("25% r", priority=3), Col("75% r", priority=3),
+          Col("queries/input", priority=4), Col("seconds", priority=5)),
+         [["logistic regression", "exact (linear)", "0.965", "143", "0", "0", "0.0812",
+           "0.05", "0.1", "1", "0.2"],
+          ["gradient boosting", "HopSkipJump + minnorm", "0.958", "0", "143", "0",
+           "0.0812", "0.05", "0.1", "1234", "12.2"]]),
+        ((Col("threat", "left"), Col("inputs", priority=2),
+          Col("unconstrained counterexamples", priority=1), Col("break a relation"),
+          Col("no valid counterexample", priority=1), Col("median radius growth"),
+          Col("mean growth", priority=2)),
+         [["linf", "100", "98", "12 (12.2%)", "3", "x1.234", "x1.5"]]),
+    ]
+    for columns, rows in tables:
+        out = StringIO()
+        console = Console(file=out, width=width)
+        table = fitted_table("a title", columns, rows, console)
+        console.print(table)
+        text = out.getvalue()
+        assert max(map(len, text.splitlines())) <= width
+        shown = [c.header for c in table.columns]
+        cells = [h for h in shown] + [row[[c.header for c in columns].index(h)]
+                                      for row in rows for h in shown]
+        assert not _words_whole(text, cells), text
+
+
+_SPEC = """\
+seed: 0
+model: {{builtin: breast-cancer-logreg}}
+data: {{builtin: breast-cancer, limit: 12}}
+threats: [{{name: linf}}]
+solver: {{budget: 200, batch_size: 2}}
+scores: {{n_bootstrap: 20, ood: false, pad: false}}
+outputs: {{dir: {out}, store: null}}
+execution: {{shard_size: 6, workers: {workers}}}
+"""
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_run_progress_moves_per_batch(tmp_path, workers: int) -> None:
+    """The run's bar advances per batch of the search (here 2 inputs), not per shard (6),
+    in this process and from the pool's workers; in all, by the number of inputs."""
+    from robustscope.runs.progress import RunProgress
+    from robustscope.runs.runner import run_spec
+    from robustscope.runs.spec import load_spec
+
+    steps: list[int] = []
+
+    class Recording(RunProgress):
+        @contextlib.contextmanager
+        def stage(self, name, total):
+            with super().stage(name, total) as advance:
+                def record(k):
+                    steps.append(k)
+                    advance(k)
+                yield record
+
+    path = tmp_path / "spec.yaml"
+    path.write_text(_SPEC.format(out=tmp_path / "out", workers=workers))
+    run_spec(load_spec(path), quiet=True, progress=Recording(1, None))
+    assert sum(steps) == 12
+    assert len(steps) > 2 and max(steps) <= 2, steps
+
+
+def test_shard_progress_counts_each_input_once() -> None:
+    from robustscope.runs.progress import ShardProgress
+
+    moved: list[int] = []
+    p = ShardProgress(moved.append, {"a": 4, "b": 3})
+    p.batch("a", 2)
+    p.batch("a", 2)
+    p.batch("a", 2)  # searched again after a bisection: already counted
+    p.finished("a")
+    p.batch("b", 1)
+    p.finished("b")
+    assert moved == [2, 2, 1, 2]
