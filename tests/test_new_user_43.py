@@ -164,3 +164,41 @@ def test_quiet_radius_on_a_pt2_model_leaves_stderr_empty(tmp_path, kind: str) ->
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == "" and proc.stdout == "", proc.stderr
     assert (tmp_path / "r.csv").exists()
+
+
+# -- item 9: numbers as people read them ----------------------------------------------------
+def test_accuracies_have_the_precision_of_their_count() -> None:
+    from robustscope.scores.accuracy_grid import as_read, rounded_document
+
+    assert as_read(57.99999999999999, 50) == 58
+    assert as_read(100 / 3, 3) == 33 and as_read(200 / 3, 3) == 67
+    assert as_read(100 * 117 / 200, 200) == 58.5
+    assert as_read(100 * 5801 / 10000, 10000) == 58.01
+    assert rounded_document({"NoAttack": 57.99999999999999, "A": {"0.1": 12.000000000000002}},
+                            50) == {"NoAttack": 58, "A": {"0.1": 12}}
+
+
+def test_image_grid_writes_rounded_accuracies_and_the_dataset(tmp_path) -> None:
+    import json
+
+    import numpy as np
+    import torch
+
+    from robustscope.scores.accuracy_grid import read_accuracy_file
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(16, 2))
+    torch.jit.script(net).save(str(tmp_path / "tiny-net.pt"))
+    X = np.random.default_rng(0).uniform(size=(7, 1, 4, 4))
+    np.savez(tmp_path / "digits.npz", X=X, y=np.array([0, 1, 0, 1, 1, 0, 1]))
+    res = CliRunner().invoke(app, ["image-grid", "--model", str(tmp_path / "tiny-net.pt"),
+                                   "--data", str(tmp_path / "digits.npz"), "--threats",
+                                   "linf", "--steps", "1", "--out", str(tmp_path / "a.json")])
+    assert res.exit_code == 0, res.output
+    doc = json.loads((tmp_path / "a.json").read_text())
+    assert doc["details"] == {"model": "tiny-net", "dataset": "digits", "input_shape": [1, 4, 4],
+                              "inputs": 7}
+    values = [doc["NoAttack"], *doc["AutoLinfAttack"].values()]
+    assert all(v == round(v) for v in values), values  # 7 inputs: whole percents
+    [model] = read_accuracy_file(tmp_path / "a.json")
+    assert model.name == "tiny-net" and model.details["dataset"] == "digits"

@@ -182,6 +182,13 @@ ISSUE_43: dict[str, Case] = {
     "12: radius --version": _c("12", "radius --version", 0, "robustscope "),
     "12: --version wins over missing options": _c("12", "image-grid --version", 0,
                                                   "robustscope "),
+    "9: a digits grid against CIFAR-10's acc*": _c(
+        "9", "leaderboard --accuracies {d}/digits.json", 2,
+        "model 'digits-cnn' was evaluated on digits (1×8×8 images), but the reference acc* "
+        "(the published MultiRobustBench table) is of CIFAR-10 (3×32×32 images)"),
+    "9: digits grids against each other": _c(
+        "9", "leaderboard --accuracies {d}/digits.json --accuracies {d}/digits2.json "
+        "--reference best --attacks linf", 0, "digits-cnn"),
 }
 
 
@@ -247,6 +254,11 @@ def inputs(tmp_path_factory) -> Path:
     (d / "b.json").write_text(json.dumps({"NoAttack": 80.0, "AutoLinfAttack":
                                           {"0.005": 60.0, "0.5": 0.0}}))
     (d / "empty.json").write_text("")
+    for name, model, clean in (("digits", "digits-cnn", 97.0), ("digits2", "digits-mlp", 93.0)):
+        (d / f"{name}.json").write_text(json.dumps({
+            "NoAttack": clean, "AutoLinfAttack": {"0.005": clean - 10, "0.5": 1.0},
+            "details": {"model": model, "dataset": "digits", "input_shape": [1, 8, 8],
+                        "inputs": 100}}))
     (d / "runA").mkdir()
     (d / "runA" / "run.json").write_text('{"not": "a finished run"}')
 
