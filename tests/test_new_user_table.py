@@ -182,6 +182,11 @@ ISSUE_43: dict[str, Case] = {
     "12: radius --version": _c("12", "radius --version", 0, "robustscope "),
     "12: --version wins over missing options": _c("12", "image-grid --version", 0,
                                                   "robustscope "),
+    "10: NaN named by its CSV column": _c(
+        "10", RADIUS.replace("d.csv", "nan.csv") + " --out {o}/r.csv", 2,
+        "nan.csv: row 2, feature 'score 7' is nan", absent="{o}/r.csv"),
+    "10: NaN in a run names its column": _c("10", "run {d}/nan/spec.yaml -q", 2,
+                                            "feature 'score 7' is nan"),
     "9: a digits grid against CIFAR-10's acc*": _c(
         "9", "leaderboard --accuracies {d}/digits.json", 2,
         "model 'digits-cnn' was evaluated on digits (1×8×8 images), but the reference acc* "
@@ -238,6 +243,7 @@ def inputs(tmp_path_factory) -> Path:
     data.iloc[:0].to_csv(d / "header.csv", index=False)
     data.to_parquet(d / "d.parquet")
     (d / "empty.csv").write_text("")
+    (d / "nan.csv").write_text("a,b,score 7,label\n1,2,3,0\n4,5,6,1\n7,8,,0\n")
     (d / "dup.csv").write_text("a,a,label\n1,2,0\n3,4,1\n")
     pq.write_table(pa.table([pa.array([1.0, 2.0]), pa.array([3.0, 4.0]), pa.array([0, 1])],
                             names=["a", "a", "label"]), d / "dup.parquet")
@@ -270,6 +276,8 @@ def inputs(tmp_path_factory) -> Path:
           + "outputs: {dir: out, store: d.csv}\n", {"d.csv": data})
     _spec(d / "missing", "model: {path: ../m.skops}\ndata: {path: ../d_missing.csv}\n"
           + threats + "outputs: {dir: out}\nexecution: {workers: 1}\n")
+    _spec(d / "nan", "model: {path: ../bare.skops}\ndata: {path: ../nan.csv}\n" + threats
+          + "outputs: {dir: out}\n")
     _spec(d / "emptydata", "model: {path: ../m.skops}\ndata: {path: ../empty.csv}\n"
           + threats + "outputs: {dir: out}\n")
     return d
