@@ -45,7 +45,9 @@ def test_image_grid_writes_accuracy_json(files):
         str(d / "trunk.pt"), "--steps", "3", "--levels-out", str(d / "levels.csv")])
     assert res.exit_code == 0, res.output
     acc = json.loads((d / "acc.json").read_text())
-    assert set(acc) == {"NoAttack", "AutoLinfAttack", "LPIPSAttack", "Hue"}
+    # the grid, and its details (issue 43 item 9): the model and the dataset it was read on
+    assert set(acc) == {"NoAttack", "AutoLinfAttack", "LPIPSAttack", "Hue", "details"}
+    assert acc["details"]["model"] == "net" and acc["details"]["dataset"] == "data"
     assert len(acc["Hue"]) == 20
     assert len((d / "levels.csv").read_text().strip().splitlines()) == 1 + 3 * 4
 

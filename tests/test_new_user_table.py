@@ -177,6 +177,26 @@ CASES: dict[str, Case] = {
 }
 
 
+# Issue 43 ("What a new user still hits"): one case per item where a command line shows it.
+ISSUE_43: dict[str, Case] = {
+    "12: radius --version": _c("12", "radius --version", 0, "robustscope "),
+    "12: --version wins over missing options": _c("12", "image-grid --version", 0,
+                                                  "robustscope "),
+    "10: NaN named by its CSV column": _c(
+        "10", RADIUS.replace("d.csv", "nan.csv") + " --out {o}/r.csv", 2,
+        "nan.csv: row 2, feature 'score 7' is nan", absent="{o}/r.csv"),
+    "10: NaN in a run names its column": _c("10", "run {d}/nan/spec.yaml -q", 2,
+                                            "feature 'score 7' is nan"),
+    "9: a digits grid against CIFAR-10's acc*": _c(
+        "9", "leaderboard --accuracies {d}/digits.json", 2,
+        "model 'digits-cnn' was evaluated on digits (1×8×8 images), but the reference acc* "
+        "(the published MultiRobustBench table) is of CIFAR-10 (3×32×32 images)"),
+    "9: digits grids against each other": _c(
+        "9", "leaderboard --accuracies {d}/digits.json --accuracies {d}/digits2.json "
+        "--reference best --attacks linf", 0, "digits-cnn"),
+}
+
+
 def _spec(folder: Path, text: str, files: dict[str, pd.DataFrame] | None = None) -> None:
     folder.mkdir()
     for name, frame in (files or {}).items():
@@ -223,6 +243,7 @@ def inputs(tmp_path_factory) -> Path:
     data.iloc[:0].to_csv(d / "header.csv", index=False)
     data.to_parquet(d / "d.parquet")
     (d / "empty.csv").write_text("")
+    (d / "nan.csv").write_text("a,b,score 7,label\n1,2,3,0\n4,5,6,1\n7,8,,0\n")
     (d / "dup.csv").write_text("a,a,label\n1,2,0\n3,4,1\n")
     pq.write_table(pa.table([pa.array([1.0, 2.0]), pa.array([3.0, 4.0]), pa.array([0, 1])],
                             names=["a", "a", "label"]), d / "dup.parquet")
@@ -239,6 +260,11 @@ def inputs(tmp_path_factory) -> Path:
     (d / "b.json").write_text(json.dumps({"NoAttack": 80.0, "AutoLinfAttack":
                                           {"0.005": 60.0, "0.5": 0.0}}))
     (d / "empty.json").write_text("")
+    for name, model, clean in (("digits", "digits-cnn", 97.0), ("digits2", "digits-mlp", 93.0)):
+        (d / f"{name}.json").write_text(json.dumps({
+            "NoAttack": clean, "AutoLinfAttack": {"0.005": clean - 10, "0.5": 1.0},
+            "details": {"model": model, "dataset": "digits", "input_shape": [1, 8, 8],
+                        "inputs": 100}}))
     (d / "runA").mkdir()
     (d / "runA" / "run.json").write_text('{"not": "a finished run"}')
 
@@ -250,6 +276,8 @@ def inputs(tmp_path_factory) -> Path:
           + "outputs: {dir: out, store: d.csv}\n", {"d.csv": data})
     _spec(d / "missing", "model: {path: ../m.skops}\ndata: {path: ../d_missing.csv}\n"
           + threats + "outputs: {dir: out}\nexecution: {workers: 1}\n")
+    _spec(d / "nan", "model: {path: ../bare.skops}\ndata: {path: ../nan.csv}\n" + threats
+          + "outputs: {dir: out}\n")
     _spec(d / "emptydata", "model: {path: ../m.skops}\ndata: {path: ../empty.csv}\n"
           + threats + "outputs: {dir: out}\n")
     return d
@@ -261,8 +289,15 @@ def _digest(path: Path) -> str:
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_new_user_table(name: str, inputs: Path, tmp_path: Path) -> None:
-    case = CASES[name]
+    _check(CASES[name], name, inputs, tmp_path)
 
+
+@pytest.mark.parametrize("name", list(ISSUE_43))
+def test_new_user_still_hits(name: str, inputs: Path, tmp_path: Path) -> None:
+    _check(ISSUE_43[name], name, inputs, tmp_path)
+
+
+def _check(case: Case, name: str, inputs: Path, tmp_path: Path) -> None:
     def fill(text: str) -> str:
         return text.format(d=inputs, o=tmp_path)
 
@@ -288,6 +323,21 @@ def test_new_user_table(name: str, inputs: Path, tmp_path: Path) -> None:
 
 def test_every_item_has_a_case() -> None:
     assert {c.item for c in CASES.values()} == {"1", "2", "3", "4", "6", "8", "9", "11", "14"}
+
+
+def test_every_command_takes_version() -> None:
+    """Issue 43 item 12: ``robustscope <command> --version`` as ``robustscope --version``."""
+    import typer
+
+    group = typer.main.get_command(app)
+    expected = runner.invoke(app, ["--version"]).output
+    assert expected.startswith("robustscope ")
+    names = group.list_commands(group.make_context("robustscope", ["--help"],
+                                                   resilient_parsing=True))
+    assert {"radius", "run", "image-grid", "leaderboard", "scores", "compare"} <= set(names)
+    for name in names:
+        result = runner.invoke(app, [name, "--version"])
+        assert result.exit_code == 0 and result.output == expected, (name, result.output)
 
 
 def test_reordered_columns_give_the_same_radii(inputs: Path, tmp_path: Path) -> None:

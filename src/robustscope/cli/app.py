@@ -16,7 +16,12 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from robustscope.cli.common import OneLineErrorsGroup, computing, reporting_errors
+from robustscope.cli.common import (
+    OneLineErrorsGroup,
+    computing,
+    print_version,
+    reporting_errors,
+)
 from robustscope.cli.search_options import CHOICES, search_values, with_search_options
 
 app = typer.Typer(
@@ -46,22 +51,10 @@ SolverName = CHOICES["solver"]
 CertifyName = CHOICES["certify"]
 
 
-def _print_version(value: bool) -> None:
-    if value:
-        from importlib import metadata
-
-        try:
-            version = metadata.version("robustscope")
-        except metadata.PackageNotFoundError:  # run from a source tree that is not installed
-            version = "unknown (not installed)"
-        typer.echo(f"robustscope {version}")
-        raise typer.Exit()
-
-
 @app.callback()
 def main(verbose: bool = typer.Option(False, "--verbose", "-v", help="Log debug messages; "
                                       "show the traceback of a runtime failure."),
-         version: bool = typer.Option(False, "--version", callback=_print_version,
+         version: bool = typer.Option(False, "--version", callback=print_version,
                                       is_eager=True, help="Print the version and exit.")
          ) -> None:
     """robustscope: how far is each input from a decision change?"""
@@ -82,7 +75,8 @@ def radius_command(
     features: Path | None = typer.Option(None, help="Feature-space YAML (bounds, scales, "
                                          "types, mutability, constraints)."),
     adversarial_out: Path | None = typer.Option(None, help="NPZ of counterexamples (X_adv)."),
-    trust_pickle: bool = typer.Option(False, help="Allow pickle/joblib model files (can run "
+    trust_pickle: bool = typer.Option(False, "--trust-pickle",
+                                      help="Allow pickle/joblib model files (can run "
                                       "arbitrary code)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar or summary."),
     **search: object,

@@ -28,6 +28,7 @@ reported the same way, in one line with exit code 2, by :class:`OneLineErrorsGro
 
 from __future__ import annotations
 
+import copy
 import importlib
 import logging
 import re
@@ -38,6 +39,8 @@ from enum import IntEnum
 from typing import Any, NoReturn
 
 import typer
+from rich.table import Table
+from rich.text import Text
 from typer.core import TyperGroup
 
 from robustscope.core.errors import BudgetExhausted, ModelError, RobustscopeError
@@ -185,17 +188,57 @@ def _runtime_failure(exc: BaseException, message: str, verbose: bool | None) -> 
     fail(message, ExitCode.FAILURE)
 
 
+def print_version(value: bool) -> None:
+    """Print ``robustscope <version>`` and exit when ``value`` (the ``--version`` flag)."""
+    if value:
+        from importlib import metadata
+
+        try:
+            version = metadata.version("robustscope")
+        except metadata.PackageNotFoundError:  # run from a source tree that is not installed
+            version = "unknown (not installed)"
+        typer.echo(f"robustscope {version}")
+        raise typer.Exit()
+
+
 def quiet_logging(quiet: bool) -> None:
     """With ``quiet``, show only errors from the ``robustscope`` loggers."""
     if quiet:
         logging.getLogger("robustscope").setLevel(logging.ERROR)
 
 
+class _OptionsTable(Table):
+    """typer's options table in ``--help`` with the option names kept whole.
+
+    typer lays an options panel out as one table whose columns it never declares (the
+    required mark, the long names, the short ones, the negative names, the type, the help
+    text); at 80 columns rich then shares the width among all of them and cuts names
+    (``--adversarial-…``). Here every column but the last two never wraps, so the type and
+    the help text (which can wrap) give up the width instead; a word of the help text wider
+    than its column (a URL) is folded, not cut."""
+
+    def add_row(self, *renderables: Any, **kwargs: Any) -> None:
+        declared = bool(self.columns)
+        for part in getattr(renderables[-1], "renderables", renderables[-1:]):
+            if isinstance(part, Text):  # the help text: typer's Columns of Text parts
+                part.overflow = "fold"
+        super().add_row(*renderables, **kwargs)
+        if not declared:  # the columns add_row just made: the names are all but the last two
+            for column in self.columns[:-2]:
+                column.no_wrap = True
+                column.overflow = "ignore"
+
+
+_typer_rich_utils = importlib.import_module("typer.rich_utils")
+if getattr(_typer_rich_utils, "Table", None) is Table:  # typer's own options table only
+    _typer_rich_utils.Table = _OptionsTable
+
+
 class OneLineErrorsGroup(TyperGroup):
     """The ``robustscope`` command group: usage errors that typer finds while parsing the
     command line (an unknown option, a missing one, a value outside its choices or range)
     are reported like any bad input, in one line with exit code 2, instead of a usage
-    banner."""
+    banner. Every subcommand takes ``--version`` as the group does."""
 
     def make_context(self, info_name: str | None, args: list[str], parent: Any = None,
                      **extra: Any) -> Any:
@@ -208,6 +251,8 @@ class OneLineErrorsGroup(TyperGroup):
     def get_command(self, ctx: Any, cmd_name: str) -> Any:
         command = super().get_command(ctx, cmd_name)
         if command is not None and not getattr(command, "_flags_untyped", False):
+            if not any("--version" in getattr(p, "opts", ()) for p in command.params):
+                command.params.extend(_version_flags(self.params))
             inner = command.get_params
             command.get_params = lambda c: _untyped_flags(inner(c))
             command._flags_untyped = True
@@ -216,6 +261,18 @@ class OneLineErrorsGroup(TyperGroup):
     def invoke(self, ctx: Any) -> Any:
         with _one_line_usage_errors():
             return super().invoke(ctx)
+
+
+def _version_flags(params: list[Any]) -> list[Any]:
+    """The group's eager ``--version`` flag for a subcommand (``robustscope radius
+    --version``): a copy that passes no value to the command's function."""
+    out = []
+    for param in params:
+        if "--version" in getattr(param, "opts", ()):
+            param = copy.copy(param)
+            param.expose_value = False
+            out.append(param)
+    return out
 
 
 def _untyped_flags(params: list[Any]) -> list[Any]:

@@ -26,13 +26,19 @@ def run_image_grid(model: Path, data: Path, out: Path, threats: str = DEFAULT_TH
                    features: Path | None = None, method: str = "bisection", steps: int = 20,
                    restarts: int = 1, seed: int = 0, device: str = "cpu",
                    levels_out: Path | None = None, trust_pickle: bool = False,
-                   notes: list[str] | None = None) -> dict:
+                   notes: list[str] | None = None, dataset: str | None = None) -> dict:
     """Evaluate, write ``out`` (accuracy JSON) and optionally ``levels_out`` (CSV, one row per
     input and threat); return the accuracy dict.
 
     A threat that needs more colour channels than the images have (the colour and JPEG
     threats on grayscale images) is skipped when it came from the default ``threats``, with
     a line appended to ``notes``; named in ``threats``, it is an error that names it.
+
+    Accuracies are written to the precision they have (a count of ``n`` inputs, see
+    :func:`robustscope.scores.accuracy_grid.as_read`), with the grid's ``details``: the
+    model (the model file's stem), ``dataset`` (default: the data file's stem), the images'
+    ``input_shape`` and the number of ``inputs``; ``leaderboard`` names the model and checks
+    the reference's dataset from them.
 
     Problems with the inputs raise :class:`~robustscope.core.errors.RobustscopeError`; a
     model error while the threats are evaluated raises
@@ -78,7 +84,12 @@ def run_image_grid(model: Path, data: Path, out: Path, threats: str = DEFAULT_TH
         results, acc = evaluate_threats(clf, X, y, threats=names, features=feats,
                                         method=method, steps=steps, restarts=restarts,
                                         seed=seed, device=device)
-    texts = [(out, json.dumps(acc, indent=1))]
+    from robustscope.scores.accuracy_grid import DETAILS, rounded_document
+
+    acc = rounded_document(acc, len(y))
+    details = {"model": Path(model).stem, "dataset": dataset or Path(data).stem,
+               "input_shape": [int(d) for d in ds.X.shape[1:]], "inputs": int(len(y))}
+    texts = [(out, json.dumps({**acc, DETAILS: details}, indent=1))]
     if levels_out is not None:
         import pandas as pd
 
@@ -132,7 +143,11 @@ def register(app: typer.Typer) -> None:
         seed: int = typer.Option(0, help="Random seed."),
         device: str = typer.Option("cpu", help="Torch device, e.g. cpu or cuda:0."),
         levels_out: Path = typer.Option(None, help="CSV of per-input breaking levels."),
-        trust_pickle: bool = typer.Option(False, help="Allow pickle/joblib model files."),
+        trust_pickle: bool = typer.Option(False, "--trust-pickle",
+                                          help="Allow pickle/joblib model files."),
+        dataset: str = typer.Option(None, "--dataset", help="The images' dataset, recorded "
+                                    "in the accuracy file (leaderboard compares it with "
+                                    "the reference's); default: the --data file's name."),
     ) -> None:
         """Robust accuracy at the 20 benchmark strengths of each threat (per-input bisection
         over the grid; every counterexample verified)."""
@@ -143,7 +158,8 @@ def register(app: typer.Typer) -> None:
                 features = features if features is not None else old_features
             notes: list[str] = []
             acc = run_image_grid(model, data, out, threats, features, method.value, steps,
-                                 restarts, seed, device, levels_out, trust_pickle, notes)
+                                 restarts, seed, device, levels_out, trust_pickle, notes,
+                                 dataset)
             for note in notes:
                 typer.echo(f"note: {note}", err=True)
             typer.echo(f"clean accuracy {acc['NoAttack']:.2f}%; wrote {out}")

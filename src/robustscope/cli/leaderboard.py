@@ -73,6 +73,7 @@ def rank(models: list[ModelAccuracies], reference: str | None = None,
         raise RobustscopeError(f"--sort: expected 'avg' or 'worst', got {sort!r}")
     ref = (best_reference(m.grid for m in models) if reference == "best"
            else resolve_reference(reference))
+    check_datasets(models, reference)
     chosen = resolve_attacks(attacks)
     reports = [competitiveness(m.grid, ref, chosen, m.trained_on,
                                missing="skip" if allow_missing else "error", model=m.name)
@@ -80,6 +81,33 @@ def rank(models: list[ModelAccuracies], reference: str | None = None,
     key = ((lambda r: (r.cr_ind_avg, r.cr_ind_worst)) if sort == "avg"
            else (lambda r: (r.cr_ind_worst, r.cr_ind_avg)))
     return sorted(reports, key=key, reverse=True)
+
+
+def check_datasets(models: list[ModelAccuracies], reference: str | None) -> None:
+    """Refuse models whose images are not the reference's (their ``details``' input shape
+    differs: a digits model against CIFAR-10's acc*), warn when only the dataset names
+    differ. With ``reference="best"`` the models are each other's reference."""
+    import warnings
+
+    from robustscope.core.errors import InputError, RobustscopeWarning
+    from robustscope.scores.accuracy_grid import read_accuracy_file
+    from robustscope.scores.multiattack import PUBLISHED_DATASET, dataset_mismatch
+
+    if reference is None or reference == "published":
+        ref, ref_name = PUBLISHED_DATASET, "the published MultiRobustBench table"
+    elif reference == "best":
+        known = [m for m in models if m.details.get("dataset") or m.details.get("input_shape")]
+        if not known:
+            return
+        ref, ref_name = known[0].details, f"best of the models, with '{known[0].name}'"
+    else:
+        ref, ref_name = read_accuracy_file(reference)[0].details, f"--reference {reference}"
+    for m in models:
+        found = dataset_mismatch(m.name, m.details, ref, ref_name)
+        if found is not None and found[0] == "error":
+            raise InputError(found[1])
+        if found is not None:
+            warnings.warn(found[1], RobustscopeWarning, stacklevel=2)
 
 
 def _fmt(x: float | None) -> str:
@@ -135,7 +163,8 @@ def register(app: typer.Typer) -> None:
         old_db: str = typer.Option(None, "--db", hidden=True,
                                    help="Deprecated spelling of --store."),
         accuracies: list[Path] = typer.Option(None, "--accuracies", help="Benchmark accuracy "
-                                              "JSON: one model (named after the file) or "
+                                              "JSON: one model (named by its details, else "
+                                              "after the file) or "
                                               "{model: {accuracies, details}}. Repeatable."),
         reference: str = typer.Option("published", "--reference", help="acc*: 'published' "
                                       "(MultiRobustBench CIFAR-10 table), 'best' (best of "

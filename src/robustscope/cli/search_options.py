@@ -48,9 +48,12 @@ def declared_parameters() -> list[inspect.Parameter]:
     out = []
     for option in OPTIONS.values():
         annotation, default = _annotation_and_default(option)
+        # a flag that is off by default has one name: typer's --no-... twin only repeats the
+        # default (and cuts the help table's names at 80 columns)
+        names = (option.flag,) if annotation is bool and default is False else ()
         out.append(inspect.Parameter(
             option.name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation,
-            default=typer.Option(default, help=option.help)))
+            default=typer.Option(default, *names, help=option.help)))
     return out
 
 

@@ -69,12 +69,21 @@ def load_model(path: str | Path, trust_pickle: bool = False, device: str = "cpu"
     if suffix in (".pt", ".pth"):
         return _load_torch(path, trust_pickle, device, example)
     if suffix == ".pt2":
+        # torch's own deprecation inside its pytree specs, given wherever the program's spec
+        # is unpickled or copied (here and in every deepcopy of the module): nothing the
+        # user can act on, so not shown (-q means an empty stderr)
+        warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)`",
+                                category=FutureWarning)
         try:
             program = torch.export.load(str(path))
         except Exception as exc:
             raise ModelError(f"{path}: not a torch.export program "
                              f"({native_reason(exc)})") from exc
-        return wrap_model(program.module(), device=device, example=example)
+        # the program's input shape is the data's (one input): without it, reading the
+        # network for the exact solver and the bounds probed an input of shape () and torch
+        # printed the IndexError of that probe on stderr
+        shape = None if example is None else tuple(np.shape(example)[1:])
+        return wrap_model(program.module(), input_shape=shape, device=device, example=example)
     if suffix in PICKLE_SUFFIXES:
         if not trust_pickle:
             raise ModelError(f"{path}: refusing to unpickle a {suffix} file, which can run "

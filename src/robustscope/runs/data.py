@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from robustscope.core.checks import check_finite
 from robustscope.core.errors import InputError
 from robustscope.runs import datastream
 from robustscope.runs.dataset import (
@@ -71,8 +72,9 @@ def _load_table(path: Path, suffix: str, label_column: str) -> Dataset:
         if not pd.api.types.is_numeric_dtype(features[col]):
             raise InputError(f"{path}: feature column '{col}' is not numeric "
                              f"(first value {features[col].iloc[0]!r})")
-    return Dataset(features.to_numpy(dtype=np.float64), frame[label_column].to_numpy(),
-                   [str(c) for c in features.columns])
+    X, names = features.to_numpy(dtype=np.float64), [str(c) for c in features.columns]
+    check_finite(X, str(path), names)  # names the column as the file does, not "feature 0"
+    return Dataset(X, frame[label_column].to_numpy(), names)
 
 
 def _load_npz(path: Path) -> Dataset:

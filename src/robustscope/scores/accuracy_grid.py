@@ -129,6 +129,27 @@ def check_training_strength(eps: object, name: str) -> float:
     return float(eps)
 
 
+#: The key of a single grid's descriptive fields (model, dataset, input_shape, inputs): no
+#: attack, read into :attr:`ModelAccuracies.details`.
+DETAILS = "details"
+
+
+def as_read(accuracy: float, n: int) -> float:
+    """A percentage ``100 * k / n`` rounded to the precision it has: the fewest decimals that
+    still tell every count ``k`` of ``n`` apart (``57.99999999999999`` of 50 inputs: 58)."""
+    if not math.isfinite(accuracy) or n < 1:
+        return accuracy
+    decimals = max(0, math.ceil(math.log10(n / 100)))
+    return round(100 * round(accuracy * n / 100) / n, decimals)
+
+
+def rounded_document(doc: Mapping, n: int) -> dict:
+    """An accuracy-file grid (``{"NoAttack": .., attack: {strength: ..}}``) with every
+    accuracy :func:`as_read` for ``n`` inputs."""
+    return {k: ({e: as_read(float(a), n) for e, a in v.items()} if isinstance(v, Mapping)
+                else as_read(float(v), n)) for k, v in doc.items()}
+
+
 def parse_accuracy_document(doc: object, default_name: str,
                             source: str = "accuracies") -> list[ModelAccuracies]:
     """Models in a parsed JSON document: a single grid (named ``default_name``) or the
@@ -137,7 +158,13 @@ def parse_accuracy_document(doc: object, default_name: str,
         raise InputError(f"{source}: expected a non-empty JSON object (one model's accuracies "
                          "with 'NoAttack', or {model: {'accuracies': ...}})")
     if CLEAN in doc:
-        return [ModelAccuracies(default_name, AccuracyGrid.from_dict(doc, source))]
+        # one model's grid; image-grid adds its "details" (model, dataset, input shape)
+        details = doc.get(DETAILS) or {}
+        if not isinstance(details, Mapping):
+            raise InputError(f"{source}: '{DETAILS}' must be an object")
+        grid = AccuracyGrid.from_dict({k: v for k, v in doc.items() if k != DETAILS}, source)
+        return [ModelAccuracies(str(details.get("model") or default_name), grid,
+                                dict(details))]
     models = []
     for name, entry in doc.items():
         if not isinstance(entry, Mapping) or "accuracies" not in entry:
@@ -155,7 +182,8 @@ def parse_accuracy_document(doc: object, default_name: str,
 
 
 def read_accuracy_file(path: str | Path) -> list[ModelAccuracies]:
-    """Models in a benchmark accuracy JSON file (single model: named after the file stem)."""
+    """Models in a benchmark accuracy JSON file (single model: named by its details'
+    ``model``, else after the file stem)."""
     path = Path(path)
     if path.is_dir():
         raise InputError(f"accuracies file {path}: is a folder, not a file")

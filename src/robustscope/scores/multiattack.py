@@ -80,6 +80,38 @@ def published_reference() -> AccuracyGrid:
     return AccuracyGrid.from_dict(json.loads(_published_doc()), "published acc* table")
 
 
+#: The dataset of :func:`published_reference`: CIFAR-10's 3×32×32 test images.
+PUBLISHED_DATASET = {"dataset": "CIFAR-10", "input_shape": [3, 32, 32]}
+
+
+def _dataset_key(name: object) -> str:
+    return "".join(ch for ch in str(name).lower() if ch.isalnum())
+
+
+def dataset_mismatch(model: str, details: Mapping, reference: Mapping,
+                     reference_name: str) -> tuple[str, str] | None:
+    """Whether ``model`` (its accuracy file's ``details``) was evaluated on another dataset
+    than ``reference`` (its ``dataset`` and ``input_shape``, as far as known): ``None``, or
+    ``("error", message)`` when the images' shapes differ (the ratios to that acc* mean
+    nothing), ``("warning", message)`` when only the dataset names differ."""
+    shape, ref_shape = details.get("input_shape"), reference.get("input_shape")
+    name, ref_name = details.get("dataset"), reference.get("dataset")
+
+    def describe(s, n):
+        return " ".join(filter(None, [str(n) if n else None,
+                                      f"({'×'.join(map(str, s))} images)" if s else None]))
+
+    said = (f"model '{model}' was evaluated on {describe(shape, name)}, but the reference "
+            f"acc* ({reference_name}) is of {describe(ref_shape, ref_name)}")
+    if shape and ref_shape and list(shape) != list(ref_shape):
+        return "error", (said + ": its ratios would mean nothing; give --reference best or "
+                         "a reference of that dataset")
+    if name and ref_name and _dataset_key(name) not in _dataset_key(ref_name) \
+            and _dataset_key(ref_name) not in _dataset_key(name):
+        return "warning", said + " (check that they are the same data)"
+    return None
+
+
 def load_reference(path: str | Path) -> AccuracyGrid:
     """acc*(P) from a single-model accuracy JSON file given by the user."""
     models = read_accuracy_file(path)

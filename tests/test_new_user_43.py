@@ -1,0 +1,204 @@
+"""Issue 43 ("What a new user still hits"), the items that are not one bad command line
+(those are in tests/test_new_user_table.py, ``ISSUE_43``): help and tables at 80 columns,
+the run's progress per batch, quiet loading, numbers as read, messages that show what they
+found."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from io import StringIO
+
+import pytest
+import typer
+from rich.console import Console
+from typer.testing import CliRunner
+
+from robustscope.cli.app import app
+
+
+def _commands() -> list[tuple[str, object]]:
+    group = typer.main.get_command(app)
+    ctx = group.make_context("robustscope", ["--help"], resilient_parsing=True)
+    return [(name, group.get_command(ctx, name)) for name in group.list_commands(ctx)]
+
+
+# -- item 6: 80 columns ---------------------------------------------------------------------
+@pytest.mark.parametrize("name", [n for n, _ in _commands()])
+def test_help_at_80_columns_cuts_no_option_name(name: str) -> None:
+    command = dict(_commands())[name]
+    res = CliRunner().invoke(app, [name, "--help"], env={"COLUMNS": "80", "TERM": "dumb"})
+    assert res.exit_code == 0, res.output
+    assert "…" not in res.output, res.output
+    words = set(re.findall(r"-[-\w]+", res.output))
+    for param in command.params:
+        for opt in [*getattr(param, "opts", ()), *getattr(param, "secondary_opts", ())]:
+            if opt.startswith("-") and not getattr(param, "hidden", False):
+                assert opt in words, f"{name}: {opt} is not shown whole at 80 columns"
+
+
+def _words_whole(text: str, cells: list[str]) -> list[str]:
+    """The words of ``cells`` that no line of the rendered ``text`` shows whole."""
+    lines = text.splitlines()
+    return [w for cell in cells for w in cell.split()
+            if not any(re.search(rf"(?<![\w.%]){re.escape(w)}(?![\w.%])", line)
+                       for line in lines)]
+
+
+@pytest.mark.parametrize("width", [60, 80, 100])
+def test_fitted_tables_break_no_word(width: int) -> None:
+    """The run, relations and demo tables at 80 columns: headers and cells wrap at spaces
+    only (rich's own narrowing printed ``unconstraine``/``d`` and ``HopSkipJum``/``p``)."""
+    from robustscope.report.terminal import Col, fitted_table
+
+    tables = [
+        ((Col("model", "left"), Col("solver", "left", 1), Col("clean acc."),
+          Col("exact", priority=2), Col("attacked", priority=2), Col("censored"),
+          Col("median r"), Col("25% r", priority=3), Col("75% r", priority=3),
+          Col("queries/input", priority=4), Col("seconds", priority=5)),
+         [["logistic regression", "exact (linear)", "0.965", "143", "0", "0", "0.0812",
+           "0.05", "0.1", "1", "0.2"],
+          ["gradient boosting", "HopSkipJump + minnorm", "0.958", "0", "143", "0",
+           "0.0812", "0.05", "0.1", "1234", "12.2"]]),
+        ((Col("threat", "left"), Col("inputs", priority=2),
+          Col("unconstrained counterexamples", priority=1), Col("break a relation"),
+          Col("no valid counterexample", priority=1), Col("median radius growth"),
+          Col("mean growth", priority=2)),
+         [["linf", "100", "98", "12 (12.2%)", "3", "x1.234", "x1.5"]]),
+    ]
+    for columns, rows in tables:
+        out = StringIO()
+        console = Console(file=out, width=width)
+        table = fitted_table("a title", columns, rows, console)
+        console.print(table)
+        text = out.getvalue()
+        assert max(map(len, text.splitlines())) <= width
+        shown = [c.header for c in table.columns]
+        cells = [h for h in shown] + [row[[c.header for c in columns].index(h)]
+                                      for row in rows for h in shown]
+        assert not _words_whole(text, cells), text
+
+
+_SPEC = """\
+seed: 0
+model: {{builtin: breast-cancer-logreg}}
+data: {{builtin: breast-cancer, limit: 12}}
+threats: [{{name: linf}}]
+solver: {{budget: 200, batch_size: 2}}
+scores: {{n_bootstrap: 20, ood: false, pad: false}}
+outputs: {{dir: {out}, store: null}}
+execution: {{shard_size: 6, workers: {workers}}}
+"""
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_run_progress_moves_per_batch(tmp_path, workers: int) -> None:
+    """The run's bar advances per batch of the search (here 2 inputs), not per shard (6),
+    in this process and from the pool's workers; in all, by the number of inputs."""
+    from robustscope.runs.progress import RunProgress
+    from robustscope.runs.runner import run_spec
+    from robustscope.runs.spec import load_spec
+
+    steps: list[int] = []
+
+    class Recording(RunProgress):
+        @contextlib.contextmanager
+        def stage(self, name, total):
+            with super().stage(name, total) as advance:
+                def record(k):
+                    steps.append(k)
+                    advance(k)
+                yield record
+
+    path = tmp_path / "spec.yaml"
+    path.write_text(_SPEC.format(out=tmp_path / "out", workers=workers))
+    run_spec(load_spec(path), quiet=True, progress=Recording(1, None))
+    assert sum(steps) == 12
+    assert len(steps) > 2 and max(steps) <= 2, steps
+
+
+def test_shard_progress_counts_each_input_once() -> None:
+    from robustscope.runs.progress import ShardProgress
+
+    moved: list[int] = []
+    p = ShardProgress(moved.append, {"a": 4, "b": 3})
+    p.batch("a", 2)
+    p.batch("a", 2)
+    p.batch("a", 2)  # searched again after a bisection: already counted
+    p.finished("a")
+    p.batch("b", 1)
+    p.finished("b")
+    assert moved == [2, 2, 1, 2]
+
+
+# -- item 4: quiet means quiet ------------------------------------------------------------
+@pytest.mark.parametrize("kind", ["mlp", "cnn"])
+def test_quiet_radius_on_a_pt2_model_leaves_stderr_empty(tmp_path, kind: str) -> None:
+    """``radius --model net.pt2 -q`` in a process of its own: nothing on stderr (torch gave
+    a FutureWarning on loading and, for the CNN, printed the IndexError of a probe of the
+    network at input shape ``()``, the program's input shape being unknown)."""
+    import os
+    import subprocess
+    import sys
+
+    import numpy as np
+    import torch
+
+    torch.manual_seed(0)
+    if kind == "mlp":
+        net = torch.nn.Sequential(torch.nn.Linear(3, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+        X = torch.randn(6, 3)
+    else:
+        net = torch.nn.Sequential(torch.nn.Conv2d(1, 2, 3), torch.nn.ReLU(),
+                                  torch.nn.Flatten(), torch.nn.Linear(2 * 6 * 6, 3))
+        X = torch.rand(4, 1, 8, 8)
+    program = torch.export.export(net, (X[:2],),
+                                  dynamic_shapes=({0: torch.export.Dim("batch")},))
+    torch.export.save(program, tmp_path / "net.pt2")
+    np.savez(tmp_path / "d.npz", X=X.numpy(), y=net(X).argmax(1).numpy())
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    proc = subprocess.run([sys.executable, "-m", "robustscope.cli.app", "radius", "--model",
+                           str(tmp_path / "net.pt2"), "--data", str(tmp_path / "d.npz"),
+                           "--out", str(tmp_path / "r.csv"), "--budget", "200", "-q"],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == "" and proc.stdout == "", proc.stderr
+    assert (tmp_path / "r.csv").exists()
+
+
+# -- item 9: numbers as people read them ----------------------------------------------------
+def test_accuracies_have_the_precision_of_their_count() -> None:
+    from robustscope.scores.accuracy_grid import as_read, rounded_document
+
+    assert as_read(57.99999999999999, 50) == 58
+    assert as_read(100 / 3, 3) == 33 and as_read(200 / 3, 3) == 67
+    assert as_read(100 * 117 / 200, 200) == 58.5
+    assert as_read(100 * 5801 / 10000, 10000) == 58.01
+    assert rounded_document({"NoAttack": 57.99999999999999, "A": {"0.1": 12.000000000000002}},
+                            50) == {"NoAttack": 58, "A": {"0.1": 12}}
+
+
+def test_image_grid_writes_rounded_accuracies_and_the_dataset(tmp_path) -> None:
+    import json
+
+    import numpy as np
+    import torch
+
+    from robustscope.scores.accuracy_grid import read_accuracy_file
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(16, 2))
+    torch.jit.script(net).save(str(tmp_path / "tiny-net.pt"))
+    X = np.random.default_rng(0).uniform(size=(7, 1, 4, 4))
+    np.savez(tmp_path / "digits.npz", X=X, y=np.array([0, 1, 0, 1, 1, 0, 1]))
+    res = CliRunner().invoke(app, ["image-grid", "--model", str(tmp_path / "tiny-net.pt"),
+                                   "--data", str(tmp_path / "digits.npz"), "--threats",
+                                   "linf", "--steps", "1", "--out", str(tmp_path / "a.json")])
+    assert res.exit_code == 0, res.output
+    doc = json.loads((tmp_path / "a.json").read_text())
+    assert doc["details"] == {"model": "tiny-net", "dataset": "digits", "input_shape": [1, 4, 4],
+                              "inputs": 7}
+    values = [doc["NoAttack"], *doc["AutoLinfAttack"].values()]
+    assert all(v == round(v) for v in values), values  # 7 inputs: whole percents
+    [model] = read_accuracy_file(tmp_path / "a.json")
+    assert model.name == "tiny-net" and model.details["dataset"] == "digits"
