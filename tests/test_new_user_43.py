@@ -5,7 +5,6 @@ found."""
 
 from __future__ import annotations
 
-import contextlib
 import re
 from io import StringIO
 
@@ -89,46 +88,6 @@ scores: {{n_bootstrap: 20, ood: false, pad: false}}
 outputs: {{dir: {out}, store: null}}
 execution: {{shard_size: 6, workers: {workers}}}
 """
-
-
-@pytest.mark.parametrize("workers", [1, 2])
-def test_run_progress_moves_per_batch(tmp_path, workers: int) -> None:
-    """The run's bar advances per batch of the search (here 2 inputs), not per shard (6),
-    in this process and from the pool's workers; in all, by the number of inputs."""
-    from robustscope.runs.progress import RunProgress
-    from robustscope.runs.runner import run_spec
-    from robustscope.runs.spec import load_spec
-
-    steps: list[int] = []
-
-    class Recording(RunProgress):
-        @contextlib.contextmanager
-        def stage(self, name, total):
-            with super().stage(name, total) as advance:
-                def record(k):
-                    steps.append(k)
-                    advance(k)
-                yield record
-
-    path = tmp_path / "spec.yaml"
-    path.write_text(_SPEC.format(out=tmp_path / "out", workers=workers))
-    run_spec(load_spec(path), quiet=True, progress=Recording(1, None))
-    assert sum(steps) == 12
-    assert len(steps) > 2 and max(steps) <= 2, steps
-
-
-def test_shard_progress_counts_each_input_once() -> None:
-    from robustscope.runs.progress import ShardProgress
-
-    moved: list[int] = []
-    p = ShardProgress(moved.append, {"a": 4, "b": 3})
-    p.batch("a", 2)
-    p.batch("a", 2)
-    p.batch("a", 2)  # searched again after a bisection: already counted
-    p.finished("a")
-    p.batch("b", 1)
-    p.finished("b")
-    assert moved == [2, 2, 1, 2]
 
 
 # -- item 4: quiet means quiet ------------------------------------------------------------

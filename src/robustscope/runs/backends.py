@@ -17,10 +17,9 @@ worker are in flight at once, so results stream to the driver instead of piling 
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 from robustscope.core.errors import InputError
 from robustscope.runs.execute import run_shard
@@ -64,20 +63,16 @@ class ShardWorker:
             self._inputs = load_inputs(self.spec)
         return self._inputs
 
-    def run(self, shard: Shard, progress: Callable[[int], None] | None = None) -> ShardOutput:
-        return run_shard(self.inputs, self.jobs[shard.threat], shard, progress)
+    def run(self, shard: Shard) -> ShardOutput:
+        return run_shard(self.inputs, self.jobs[shard.threat], shard)
 
 
 def run_shards(inputs: LoadedInputs, jobs: dict[str, ThreatJob], shards: list[Shard],
                backend: str = "local", workers: int | None = None, address: str | None = None,
-               spec: EvaluationSpec | None = None,
-               progress: Callable[[str, int], None] | None = None
-               ) -> Iterator[tuple[Shard, object]]:
+               spec: EvaluationSpec | None = None) -> Iterator[tuple[Shard, object]]:
     """Run ``shards`` and yield ``(shard, ShardOutput or the exception it raised)`` as each
     finishes. ``inputs`` serve the in-process backend; worker processes load ``spec``'s
-    inputs themselves (``spec`` is required for them). ``progress(shard key, k)`` is called
-    as batches of a shard finish (in process and on the local pool, whose workers send them
-    to this process; Ray reports finished shards only)."""
+    inputs themselves (``spec`` is required for them)."""
     if backend not in BACKENDS:
         raise InputError(f"backend '{backend}' is not known; choose one of {', '.join(BACKENDS)}")
     if workers is not None and workers < 1:
@@ -92,17 +87,15 @@ def run_shards(inputs: LoadedInputs, jobs: dict[str, ThreatJob], shards: list[Sh
         raise InputError("--address applies to the ray backend only")
     workers = workers or default_workers()
     if workers == 1 or len(shards) == 1:
-        return _in_process(inputs, jobs, shards, progress)
-    return _pool(spec, jobs, shards, workers, progress)
+        return _in_process(inputs, jobs, shards)
+    return _pool(spec, jobs, shards, workers)
 
 
-def _in_process(inputs: LoadedInputs, jobs: dict[str, ThreatJob], shards: list[Shard],
-                progress: Callable[[str, int], None] | None = None
+def _in_process(inputs: LoadedInputs, jobs: dict[str, ThreatJob], shards: list[Shard]
                 ) -> Iterator[tuple[Shard, object]]:
     for shard in shards:
-        report = None if progress is None else functools.partial(progress, shard.key)
         try:
-            out = run_shard(inputs, jobs[shard.threat], shard, report)
+            out = run_shard(inputs, jobs[shard.threat], shard)
         except Exception as exc:  # reported per shard; the run goes on
             yield shard, exc
             continue
@@ -113,50 +106,27 @@ def _in_process(inputs: LoadedInputs, jobs: dict[str, ThreatJob], shards: list[S
 #: The worker of this pool process (set by the pool's initializer; a process pool hands its
 #: tasks plain functions, so the worker object lives in the process).
 _pool_worker: list[ShardWorker] = []
-#: The queue on which this pool process reports ``(shard key, inputs finished)`` per batch
-#: (``None``: nobody listens).
-_pool_progress: list[object] = [None]
-#: Seconds the pool's parent waits for a finished shard before it reads the batch reports.
-PROGRESS_POLL_S = 0.2
 
 
-def _pool_init(spec: EvaluationSpec, jobs: dict[str, ThreatJob], parent_pid: int,
-               queue: object = None) -> None:
+def _pool_init(spec: EvaluationSpec, jobs: dict[str, ThreatJob], parent_pid: int) -> None:
     die_with_parent(parent_pid)
     ignore_interrupts()
     _pool_worker[:] = [ShardWorker(spec, jobs)]
-    _pool_progress[0] = queue
 
 
 def _pool_task(shard: Shard) -> ShardOutput:
-    queue = _pool_progress[0]
-    report = None if queue is None else (lambda k: queue.put((shard.key, int(k))))
-    return _pool_worker[0].run(shard, report)
-
-
-def _drain(queue: object, progress: Callable[[str, int], None] | None) -> None:
-    import queue as queues
-
-    while queue is not None and progress is not None:
-        try:
-            key, k = queue.get_nowait()
-        except (queues.Empty, OSError, ValueError):
-            return
-        progress(key, k)
+    return _pool_worker[0].run(shard)
 
 
 def _pool(spec: EvaluationSpec, jobs: dict[str, ThreatJob], shards: list[Shard],
-          workers: int, progress: Callable[[str, int], None] | None = None
-          ) -> Iterator[tuple[Shard, object]]:
+          workers: int) -> Iterator[tuple[Shard, object]]:
     import multiprocessing as mp
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
     ctx = mp.get_context("spawn")
     todo = list(shards)
-    queue = ctx.Queue() if progress is not None else None
     pool = ProcessPoolExecutor(max_workers=min(workers, len(shards)), mp_context=ctx,
-                               initializer=_pool_init,
-                               initargs=(spec, jobs, os.getpid(), queue))
+                               initializer=_pool_init, initargs=(spec, jobs, os.getpid()))
     try:
         running: dict = {}
         while todo or running:
@@ -168,9 +138,7 @@ def _pool(spec: EvaluationSpec, jobs: dict[str, ThreatJob], shards: list[Shard],
                     yield shard, exc
             if not running:
                 continue
-            done, _ = wait(running, timeout=PROGRESS_POLL_S if queue is not None else None,
-                           return_when=FIRST_COMPLETED)
-            _drain(queue, progress)
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
             for fut in done:
                 shard = running.pop(fut)
                 exc = fut.exception()

@@ -25,16 +25,13 @@ from robustscope.search.engine import radius
 from robustscope.search.grid import grid_robustness
 
 
-def run_shard(inputs: LoadedInputs, job: ThreatJob, shard: Shard,
-              progress: Callable[[int], None] | None = None) -> ShardOutput:
+def run_shard(inputs: LoadedInputs, job: ThreatJob, shard: Shard) -> ShardOutput:
     """Search the radius of rows ``shard.start:shard.stop`` of ``inputs`` under ``job``.
     A :class:`ModelError` bisects the rows until the failing ones are isolated; any other
-    error propagates (the whole shard fails). ``progress`` is called with the number of
-    inputs finished, per batch of the search (rows searched again after a bisection count
-    again: :class:`robustscope.runs.progress.ShardProgress` caps them at the shard's size)."""
+    error propagates (the whole shard fails)."""
     t0 = time.perf_counter()
     rows = np.arange(shard.start, shard.stop)
-    pieces = _search_rows(lambda r: _search(inputs, job, shard.seed, r, progress), rows)
+    pieces = _search_rows(lambda r: _search(inputs, job, shard.seed, r), rows)
     parts = [res for _, res in pieces if isinstance(res, RadiusResult)]
     errors = {int(r[0]): str(res) for r, res in pieces if isinstance(res, ModelError)}
     if errors:
@@ -64,8 +61,7 @@ def _search_rows(fn: Callable[[np.ndarray], RadiusResult], rows: np.ndarray
         return _search_rows(fn, rows[:mid]) + _search_rows(fn, rows[mid:])
 
 
-def _search(inputs: LoadedInputs, job: ThreatJob, seed: int, rows: np.ndarray,
-            progress: Callable[[int], None] | None = None) -> RadiusResult:
+def _search(inputs: LoadedInputs, job: ThreatJob, seed: int, rows: np.ndarray) -> RadiusResult:
     """One radius search over ``rows`` (consecutive global indices) with ``seed``."""
     # a copy: the data may be a read-only memory map, which torch will not wrap
     X = np.array(inputs.X[rows[0]:rows[-1] + 1])
@@ -74,8 +70,7 @@ def _search(inputs: LoadedInputs, job: ThreatJob, seed: int, rows: np.ndarray,
         res = grid_threat_result(inputs.model, X, y, job.threat, job.grid, seed,
                                  job.batch_size, job.device, f"threat {job.threat}")
     else:
-        res = radius(inputs.model, X, y, space=inputs.space, progress=progress,
-                     **job.radius_kwargs(seed))
+        res = radius(inputs.model, X, y, space=inputs.space, **job.radius_kwargs(seed))
     res.sample = rows.copy()
     return res
 

@@ -59,30 +59,6 @@ class RunProgress:
             log.info("%s: done in %.1f s", name, time.perf_counter() - t0)
 
 
-class ShardProgress:
-    """A run's bar advanced per batch of each shard (as the search reports it) instead of
-    per finished shard, so that the bar and its ETA move from the first batch on.
-
-    :meth:`batch` takes ``(shard key, inputs finished)`` as the workers report them (never
-    more than the shard's size in all: rows searched again after a model error count once);
-    :meth:`finished` advances what the shard's batches did not report."""
-
-    def __init__(self, advance: Callable[[int], None], sizes: dict[str, int]) -> None:
-        self._advance = advance
-        self._sizes = sizes
-        self._done: dict[str, int] = {}
-
-    def batch(self, key: str, k: int) -> None:
-        done = self._done.get(key, 0)
-        k = max(0, min(k, self._sizes.get(key, 0) - done))
-        if k:
-            self._done[key] = done + k
-            self._advance(k)
-
-    def finished(self, key: str) -> None:
-        self.batch(key, self._sizes.get(key, 0))
-
-
 @contextlib.contextmanager
 def run_progress(n_stages: int, quiet: bool = False, console: Console | None = None
                  ) -> Iterator[RunProgress]:

@@ -35,7 +35,7 @@ from robustscope.runs import journal
 from robustscope.runs.backends import run_shards
 from robustscope.runs.inputs import load_inputs
 from robustscope.runs.outputs import check_run_outputs
-from robustscope.runs.progress import RunProgress, ShardProgress, run_progress
+from robustscope.runs.progress import RunProgress, run_progress
 from robustscope.runs.shards import (
     Shard,
     ShardOutput,
@@ -104,29 +104,27 @@ def run_spec(spec: EvaluationSpec, spec_text: str | None = None, quiet: bool = F
     try:
         # closing: an exception in the loop (Ctrl-C, SIGTERM) stops the workers at once
         with (run_progress(1, quiet) if progress is None else _given(progress)) as prog, \
-                prog.stage(f"inputs ({len(todo)} shards)", n_rows) as advance:
-            # the bar moves per batch of each shard, as the workers report them
-            batches = ShardProgress(advance, {s.key: len(s) for s in todo})
-            with contextlib.closing(run_shards(inputs, jobs, todo, ex.backend, ex.workers,
-                                               ex.address, spec, batches.batch)) as outputs:
-                store.catch_up(shards, todo)
-                for shard, out in outputs:
-                    if isinstance(out, BaseException):
-                        errors[shard.key] = _shard_error(shard, out)
-                        log.error("%s", errors[shard.key])
-                        with contextlib.suppress(OSError):  # the journal is a log; the error
-                            journal.record(out_dir, shard, "failed", error=errors[shard.key])
-                        continue
-                    try:
-                        write_shard(out_dir, out)
-                        journal.record(out_dir, shard, "done", failed_rows=len(out.result.errors))
-                    except OSError as exc:
-                        raise RunIncomplete(
-                            f"cannot write shard {shard.key} to {out_dir} ({exc}); the shards "
-                            f"written so far are kept: free space, then resume with: {again}"
-                        ) from exc
-                    store.record(out)
-                    batches.finished(shard.key)  # what its batches did not report
+                prog.stage(f"inputs ({len(todo)} shards)", n_rows) as advance, \
+                contextlib.closing(run_shards(inputs, jobs, todo, ex.backend, ex.workers,
+                                              ex.address, spec)) as outputs:
+            store.catch_up(shards, todo)
+            for shard, out in outputs:
+                if isinstance(out, BaseException):
+                    errors[shard.key] = _shard_error(shard, out)
+                    log.error("%s", errors[shard.key])
+                    with contextlib.suppress(OSError):  # the journal is a log; the error
+                        journal.record(out_dir, shard, "failed", error=errors[shard.key])
+                    continue
+                try:
+                    write_shard(out_dir, out)
+                    journal.record(out_dir, shard, "done", failed_rows=len(out.result.errors))
+                except OSError as exc:
+                    raise RunIncomplete(
+                        f"cannot write shard {shard.key} to {out_dir} ({exc}); the shards "
+                        f"written so far are kept: free space, then resume with: {again}"
+                    ) from exc
+                store.record(out)
+                advance(len(shard))
     finally:
         store.close()
     if errors:
