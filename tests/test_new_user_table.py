@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import operator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -179,6 +180,13 @@ CASES: dict[str, Case] = {
 
 # Issue 43 ("What a new user still hits"): one case per item where a command line shows it.
 ISSUE_43: dict[str, Case] = {
+    "2: a RandomForest in skops loads without --trust-pickle": _c(
+        "2", RADIUS.replace("m.skops", "rf.skops") + " --out {o}/r.csv", 0, ""),
+    "2: a HistGradientBoosting in skops loads without --trust-pickle": _c(
+        "2", RADIUS.replace("m.skops", "hgb.skops") + " --out {o}/r.csv", 0, ""),
+    "2: a skops type that is not scikit-learn's own is refused by name": _c(
+        "2", RADIUS.replace("m.skops", "neg.skops") + " --out {o}/r.csv", 2,
+        "(_operator.neg); pass --trust-pickle", absent="{o}/r.csv"),
     "12: radius --version": _c("12", "radius --version", 0, "robustscope "),
     "12: --version wins over missing options": _c("12", "image-grid --version", 0,
                                                   "robustscope "),
@@ -211,7 +219,10 @@ def inputs(tmp_path_factory) -> Path:
     import pyarrow.parquet as pq
     import skops.io as sio
     import xgboost as xgb
+    from sklearn.ensemble import HistGradientBoostingClassifier, RandomForestClassifier
     from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import FunctionTransformer
 
     d = tmp_path_factory.mktemp("inputs")
     rng = np.random.default_rng(0)
@@ -220,6 +231,12 @@ def inputs(tmp_path_factory) -> Path:
     frame = pd.DataFrame(X, columns=["a", "b", "c"])
     sio.dump(LogisticRegression().fit(frame, y), d / "m.skops")      # names a, b, c
     sio.dump(LogisticRegression().fit(X, y), d / "bare.skops")       # no names
+    sio.dump(RandomForestClassifier(n_estimators=3, max_depth=2, random_state=0)
+             .fit(frame, y), d / "rf.skops")                       # holds sklearn's Tree
+    sio.dump(HistGradientBoostingClassifier(max_iter=3, max_depth=2).fit(frame, y),
+             d / "hgb.skops")                                      # holds TreePredictor
+    sio.dump(make_pipeline(FunctionTransformer(operator.neg), LogisticRegression())
+             .fit(frame, y), d / "neg.skops")                      # holds _operator.neg
     booster = xgb.XGBClassifier(n_estimators=3, max_depth=2).fit(frame, y)
     booster.save_model(d / "x.json")
     booster.save_model(d / "x.ubj")
