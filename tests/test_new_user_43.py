@@ -202,3 +202,18 @@ def test_image_grid_writes_rounded_accuracies_and_the_dataset(tmp_path) -> None:
     assert all(v == round(v) for v in values), values  # 7 inputs: whole percents
     [model] = read_accuracy_file(tmp_path / "a.json")
     assert model.name == "tiny-net" and model.details["dataset"] == "digits"
+
+
+# -- item 1: column names as the library rewrote them ----------------------------------------
+def test_respell_matches_only_what_the_library_rewrote() -> None:
+    from robustscope.runs.columns import respell
+
+    have, said = respell(["score 7", "a,b", "c"], ["c", "score_7", "a_b"], "lightgbm")
+    assert have == ["score_7", "a_b", "c"] and len(said) == 2
+    # scikit-learn keeps names as given: nothing is respelled
+    assert respell(["score 7"], ["score_7"], "sklearn") == (["score 7"], [])
+    # two columns that one rule maps to the same name: neither is taken
+    assert respell(["a b", "a,b"], ["a_b"], "lightgbm")[0] == ["a b", "a,b"]
+    # a column the model spells literally is never renamed
+    assert respell(["a_b", "a b"], ["a_b", "x"], "lightgbm")[0] == ["a_b", "a b"]
+    assert respell(["f[1]", "g"], ["f_1_", "g"], "xgboost")[0] == ["f_1_", "g"]
