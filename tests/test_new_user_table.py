@@ -201,6 +201,25 @@ ISSUE_43: dict[str, Case] = {
         "nan.csv: row 2, feature 'score 7' is nan", absent="{o}/r.csv"),
     "10: NaN in a run names its column": _c("10", "run {d}/nan/spec.yaml -q", 2,
                                             "feature 'score 7' is nan"),
+    "10: string labels against a model of classes 0, 1 are shown, with a mapping": _c(
+        "10", RADIUS.replace("d.csv", "strlab.csv") + " --out {o}/r.csv", 2,
+        "which is not one of the model's classes [0, 1] (the labels found: no, yes); write "
+        "each label as the class the model was fitted with; numbered in sorted order, as "
+        "scikit-learn's LabelEncoder does, that is no=0, yes=1", absent="{o}/r.csv"),
+    "10: string labels against a network are shown, with a mapping": _c(
+        "10", "radius --model {d}/relu.pt --data {d}/strlab.csv -q --out {o}/r.csv", 2,
+        "labels must be class indices 0..1 (the model stores no class names); the labels "
+        "found: no, yes; write each label", absent="{o}/r.csv"),
+    "10: string labels map where the model knows its classes": _c(
+        "10", RADIUS.replace("m.skops", "strlab.skops").replace("d.csv", "strlab.csv")
+        + " --out {o}/r.csv", 0, ""),
+    "10: images in 0..255 in an NPZ": _c(
+        "10", "radius --model {d}/net.pt --data {d}/img255.npz -q --out {o}/r.csv", 2,
+        "which looks like 0..255 (8-bit pixels); images must lie in [0, 1]: divide by 255",
+        absent="{o}/r.csv"),
+    "10: images in 0..255 in an image grid": _c(
+        "10", GRID.replace("img.npz", "img255.npz") + " --out {o}/g.json", 2,
+        "looks like 0..255", absent="{o}/g.json"),
     "9: a digits grid against CIFAR-10's acc*": _c(
         "9", "leaderboard --accuracies {d}/digits.json", 2,
         "model 'digits-cnn' was evaluated on digits (1×8×8 images), but the reference acc* "
@@ -285,6 +304,10 @@ def inputs(tmp_path_factory) -> Path:
     images = rng.uniform(size=(4, 1, 4, 4))
     np.savez(d / "img.npz", X=images, y=np.array([0, 1, 0, 1]))
     np.savez(d / "img0.npz", X=images[:0], y=np.zeros(0, dtype=int))
+    np.savez(d / "img255.npz", X=np.round(images * 255).astype(np.uint8), y=np.array([0, 1, 0, 1]))
+    words = np.array(["no", "yes"])[y]
+    frame.assign(label=words).to_csv(d / "strlab.csv", index=False)
+    sio.dump(LogisticRegression().fit(frame, words), d / "strlab.skops")  # classes no, yes
 
     (d / "a.json").write_text(json.dumps({"NoAttack": 90.0, "AutoLinfAttack":
                                           {"0.005": 80.0, "0.5": 0.0}}))
