@@ -217,3 +217,39 @@ def test_respell_matches_only_what_the_library_rewrote() -> None:
     # a column the model spells literally is never renamed
     assert respell(["a_b", "a b"], ["a_b", "x"], "lightgbm")[0] == ["a_b", "a b"]
     assert respell(["f[1]", "g"], ["f_1_", "g"], "xgboost")[0] == ["f_1_", "g"]
+
+
+# -- item 3: shapes as one line ---------------------------------------------------------------
+def test_fit_input_reshapes_only_where_sizes_agree() -> None:
+    from robustscope.models.shapes import ShapeError, Takes, fit_input
+
+    conv = Takes((3, None, None), "a Conv2d")
+    assert fit_input((3, 8, 8), conv) == (None, "")
+    shape, note = fit_input((192,), conv)
+    assert shape == (3, 8, 8) and "square images assumed" in note
+    assert fit_input((1, 28, 28), Takes((1, 28, 28), "exported"))[0] is None
+    assert fit_input((784,), Takes((1, 28, 28), "exported"))[0] == (1, 28, 28)
+    assert fit_input((3, 4, 4), Takes((48,), "Linear", flat=True)) == (None, "")
+    for have, takes in (((100,), conv),                       # 100 / 3 is no image
+                        ((3 * 8 * 6,), conv),                 # 48 is not square
+                        ((785,), Takes((1, 28, 28), "x")),
+                        ((8, 8, 3), conv),
+                        ((3, 4), Takes((12,), "Linear"))):    # a Linear takes rows of 12
+        with pytest.raises(ShapeError):
+            fit_input(have, takes)
+    with pytest.raises(ShapeError, match="channels-last"):
+        fit_input((8, 8, 3), conv)
+    assert fit_input((5,), None) == (None, "")
+
+
+def test_torchscript_error_is_its_last_line(tmp_path) -> None:
+    """A TorchScript model that fails on the example says the error, not its interpreter's
+    traceback."""
+    from robustscope.models.wrap import _reason
+
+    text = ("The following operation failed in the TorchScript interpreter.\n"
+            "Traceback of TorchScript (most recent call last):\n  File \"code/x.py\"\n"
+            "RuntimeError: shape '[-1, 7]' is invalid for input of size 6\n")
+    assert _reason(RuntimeError(text)) == ("RuntimeError: shape '[-1, 7]' is invalid for "
+                                           "input of size 6")
+    assert _reason(ValueError("plain")) == "plain"

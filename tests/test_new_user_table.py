@@ -193,6 +193,28 @@ ISSUE_43: dict[str, Case] = {
     "1: a column still missing is named as the model spells it": _c(
         "1", "radius --model {d}/lgb.txt --data {d}/lgb_missing.csv --out {o}/r.csv", 2,
         "missing column(s) a_b", absent="{o}/r.csv"),
+    "3: flat CSV rows into a CNN are reshaped, and said": _c(
+        "3", "radius --model {d}/cnn.pt --data {d}/flat.csv --out {o}/r.csv", 0,
+        "rows of 16 values were taken as 1×4×4 inputs, the shape the model takes (its first "
+        "layer is a Conv2d of 1 channel(s); square images assumed)"),
+    "3: a flat NPZ into an exported CNN is reshaped to its shape": _c(
+        "3", "radius --model {d}/cnn.pt2 --data {d}/flat.npz --out {o}/r.csv", 0,
+        "rows of 16 values were taken as 1×4×4 inputs, the shape the model takes (the shape "
+        "the program was exported with)"),
+    "3: flat rows in an image grid": _c(
+        "3", GRID.replace("net.pt", "cnn.pt").replace("img.npz", "flat.npz")
+        + " --out {o}/g.json", 0, "rows of 16 values were taken as 1×4×4"),
+    "3: NHWC images into a CNN, one line": _c(
+        "3", "radius --model {d}/cnn.pt --data {d}/nhwc.npz -q --out {o}/r.csv", 2,
+        "nhwc.npz: X has shape (4, 4, 4, 1); the model takes N×1×H×W (its first "
+        "layer is a Conv2d of 1 channel(s)); the images look channels-last", absent="{o}/r.csv"),
+    "3: a tabular CSV into a CNN, one line": _c(
+        "3", "radius --model {d}/cnn.pt --data {d}/d.csv -q --out {o}/r.csv", 2,
+        "X has shape (40, 3); the model takes N×1×H×W", absent="{o}/r.csv"),
+    "3: images into an MLP, one line": _c(
+        "3", "radius --model {d}/relu.pt --data {d}/img.npz -q --out {o}/r.csv", 2,
+        "X has shape (4, 1, 4, 4); the model takes N×3 (its first layer is a Linear of 3 "
+        "inputs)", absent="{o}/r.csv"),
     "12: radius --version": _c("12", "radius --version", 0, "robustscope "),
     "12: --version wins over missing options": _c("12", "image-grid --version", 0,
                                                   "robustscope "),
@@ -282,6 +304,11 @@ def inputs(tmp_path_factory) -> Path:
     torch.jit.script(relu).save(str(d / "relu.pt"))
     torch.jit.script(torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(16, 2))).save(
         str(d / "net.pt"))
+    cnn = torch.nn.Sequential(torch.nn.Conv2d(1, 2, 3, padding=1), torch.nn.ReLU(),
+                              torch.nn.Flatten(), torch.nn.Linear(32, 2))
+    torch.jit.script(cnn).save(str(d / "cnn.pt"))
+    torch.export.save(torch.export.export(cnn, (torch.zeros(2, 1, 4, 4),), dynamic_shapes=(
+        {0: torch.export.Dim("batch")},)), str(d / "cnn.pt2"))
 
     data = frame.assign(label=y)
     data.to_csv(d / "d.csv", index=False)
@@ -304,6 +331,10 @@ def inputs(tmp_path_factory) -> Path:
     images = rng.uniform(size=(4, 1, 4, 4))
     np.savez(d / "img.npz", X=images, y=np.array([0, 1, 0, 1]))
     np.savez(d / "img0.npz", X=images[:0], y=np.zeros(0, dtype=int))
+    np.savez(d / "flat.npz", X=images.reshape(4, 16), y=np.array([0, 1, 0, 1]))
+    np.savez(d / "nhwc.npz", X=images.transpose(0, 2, 3, 1), y=np.array([0, 1, 0, 1]))
+    pd.DataFrame(images.reshape(4, 16), columns=[f"p{i}" for i in range(16)]).assign(
+        label=[0, 1, 0, 1]).to_csv(d / "flat.csv", index=False)
     np.savez(d / "img255.npz", X=np.round(images * 255).astype(np.uint8), y=np.array([0, 1, 0, 1]))
     words = np.array(["no", "yes"])[y]
     frame.assign(label=words).to_csv(d / "strlab.csv", index=False)

@@ -22,6 +22,7 @@ from robustscope.core.errors import ModelError
 from robustscope.models.base import Classifier
 from robustscope.models.blackbox import ProbaClassifier
 from robustscope.models.names import feature_names, named_input
+from robustscope.models.shapes import fit_input, model_input
 from robustscope.models.threads import ThreadCount
 from robustscope.models.trees import wrap_tree_model
 from robustscope.models.wrap import wrap_model
@@ -82,8 +83,10 @@ def load_model(path: str | Path, trust_pickle: bool = False, device: str = "cpu"
         # the program's input shape is the data's (one input): without it, reading the
         # network for the exact solver and the bounds probed an input of shape () and torch
         # printed the IndexError of that probe on stderr
-        shape = None if example is None else tuple(np.shape(example)[1:])
-        return wrap_model(program.module(), input_shape=shape, device=device, example=example)
+        module = program.module()
+        example, shape, note = _fitted_example(module, example)
+        clf = wrap_model(module, input_shape=shape, device=device, example=example)
+        return _noted(clf, note)
     if suffix in PICKLE_SUFFIXES:
         if not trust_pickle:
             raise ModelError(f"{path}: refusing to unpickle a {suffix} file, which can run "
@@ -223,7 +226,31 @@ def _load_torch(path: Path, trust_pickle: bool, device: str, example) -> Classif
                              "save it with torch.jit.script / torch.jit.trace, or pass "
                              "--trust-pickle to unpickle a full torch.save'd module") from exc
         module = torch.load(str(path), map_location=device, weights_only=False)
-    return wrap_model(module, device=device, example=example)
+    example, shape, note = _fitted_example(module, example)
+    clf = wrap_model(module, input_shape=shape if note else None, device=device,
+                     example=example)
+    return _noted(clf, note)
+
+
+def _fitted_example(module, example) -> tuple[np.ndarray | None, tuple | None, str]:
+    """``example`` in the shape ``module`` takes (:func:`robustscope.models.shapes.fit_input`:
+    flat rows reshaped where the model's shape is known), that shape, and the note saying
+    so (``""`` when nothing was reshaped). Raises :class:`~robustscope.models.shapes.
+    ShapeError` for inputs the model cannot take."""
+    if example is None:
+        return None, None, ""
+    example = np.asarray(example)
+    shape, note = fit_input(example.shape[1:], model_input(module))
+    if shape is None:
+        return example, tuple(example.shape[1:]), ""
+    return example.reshape(len(example), *shape), shape, note
+
+
+def _noted(clf: Classifier, note: str) -> Classifier:
+    """``clf`` with ``shape_note``: how the data's flat rows are to be reshaped for it (read
+    by :func:`robustscope.runs.columns.match_columns`, which reshapes them)."""
+    clf.shape_note = note or None
+    return clf
 
 
 def _load_onnx(path: Path, device: str) -> Classifier:

@@ -25,7 +25,9 @@ import numpy as np
 
 from robustscope.core.checks import column_order
 from robustscope.core.errors import InputError
+from robustscope.models.loaders import load_model
 from robustscope.models.names import feature_names
+from robustscope.models.shapes import ShapeError
 from robustscope.runs.dataset import Dataset
 
 #: What a command says when the column order could not be checked.
@@ -80,7 +82,31 @@ def respell(have: Sequence[str], names: Sequence[str],
     return out, said
 
 
+def load_model_for(path, ds: Dataset, what: str, **options) -> object:
+    """:func:`~robustscope.models.loaders.load_model` on ``path``, probed with ``ds``'s first
+    inputs; inputs of a shape the model cannot take stop it with one line naming both
+    shapes (``--data d.csv: X has shape (100, 64); the model takes N×1×8×8 (...)``)."""
+    try:
+        return load_model(path, example=ds.X[:2], **options)
+    except ShapeError as exc:
+        raise InputError(f"{what}: X has shape {tuple(ds.X.shape)}; the model takes "
+                         f"{exc.takes.text()} ({exc.takes.source}){exc.hint}") from None
+
+
 def match_columns(ds: Dataset, model: object, what: str = "data") -> tuple[Dataset, str | None]:
+    """:func:`match_names`, then flat rows reshaped to the shape the model takes where its
+    loader found they fit (``model.shape_note``, :func:`load_model_for`); the note says both."""
+    ds, note = match_names(ds, model, what)
+    shape_note = getattr(model, "shape_note", None)
+    shape = getattr(model, "input_shape", None)
+    if shape_note and shape and tuple(ds.X.shape[1:]) != tuple(shape):
+        X = np.asarray(ds.X).reshape(len(ds.X), *shape)
+        ds = Dataset(X, ds.y, ds.feature_names)
+        note = shape_note if note is None else f"{note}; {shape_note}"
+    return ds, note
+
+
+def match_names(ds: Dataset, model: object, what: str = "data") -> tuple[Dataset, str | None]:
     """``ds`` with its feature columns in the order of ``model``'s feature names, and a note
     for the summary: what was done when the order was not checked by name, or which columns
     matched a name only as the model's library spells it (``None`` when every name matched
