@@ -204,6 +204,8 @@ ISSUE_43: dict[str, Case] = {
     "3: flat rows in an image grid": _c(
         "3", GRID.replace("net.pt", "cnn.pt").replace("img.npz", "flat.npz")
         + " --out {o}/g.json", 0, "rows of 16 values were taken as 1×4×4"),
+    "3: a run reshapes flat rows and its reference rows": _c(
+        "3", "run {d}/flatrun/spec.yaml -q", 0, "report.html"),
     "3: NHWC images into a CNN, one line": _c(
         "3", "radius --model {d}/cnn.pt --data {d}/nhwc.npz -q --out {o}/r.csv", 2,
         "nhwc.npz: X has shape (4, 4, 4, 1); the model takes N×1×H×W (its first "
@@ -361,6 +363,9 @@ def inputs(tmp_path_factory) -> Path:
           + "outputs: {dir: out, store: d.csv}\n", {"d.csv": data})
     _spec(d / "missing", "model: {path: ../m.skops}\ndata: {path: ../d_missing.csv}\n"
           + threats + "outputs: {dir: out}\nexecution: {workers: 1}\n")
+    _spec(d / "flatrun", "model: {path: ../cnn.pt}\ndata: {path: ../flat.csv, split: "
+          "{test_size: 0.5, stratify: false}}\n" + threats + "outputs: {dir: out}\n"
+          "execution: {workers: 1}\n")
     _spec(d / "nan", "model: {path: ../bare.skops}\ndata: {path: ../nan.csv}\n" + threats
           + "outputs: {dir: out}\n")
     _spec(d / "emptydata", "model: {path: ../m.skops}\ndata: {path: ../empty.csv}\n"
@@ -475,3 +480,11 @@ def test_a_failed_second_output_leaves_neither(inputs: Path, tmp_path: Path, mon
     assert result.exit_code == 1, result.output
     assert "No space left on device" in result.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_a_run_keeps_the_reshape_in_its_notes(inputs: Path) -> None:
+    """#43 item 3: the reshape of flat rows is said in run.json (and so in the report)."""
+    result = runner.invoke(app, ["run", str(inputs / "flatrun" / "spec.yaml"), "-q"])
+    assert result.exit_code == 0, result.output
+    manifest = json.loads((inputs / "flatrun" / "out" / "run.json").read_text())
+    assert "rows of 16 values were taken as 1×4×4 inputs" in manifest["notes"]["columns"]
