@@ -222,3 +222,18 @@ def test_run_on_data_files_with_split_and_inline_features(app, tmp_path):
     assert manifest["threats"]["l1"]["adversarial"] is None
     html = (tmp_path / "out" / "report.html").read_text()
     assert "Proxy-A distance" in html  # the split gave reference data
+
+
+def test_compare_computes_only_what_a_run_did_not_store():
+    """A run stored without scores (R_ν NaN) gets them computed; stored readings are kept."""
+    from robustscope.scores.comparison import ThreatView, threat_metrics
+
+    rng = np.random.default_rng(0)
+    n = 30
+    view = ThreatView("linf", rng.uniform(0.1, 1, n), np.array(["exact"] * n),
+                      rng.uniform(0.05, 0.5, n), np.ones(n), 1.0, np.linspace(0.1, 1, 5))
+    view.readings = {"n": n, "median_radius": 123.0, "R_nu": float("nan"),
+                     "R_nu_low": None, "R_nu_high": None}
+    m = threat_metrics(view, n_bootstrap=50)
+    assert m["median_radius"] == 123.0 and m["inputs"] == n
+    assert np.isfinite(m["R_nu"]) and np.isfinite(m["R_nu_low"])

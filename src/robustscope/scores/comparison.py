@@ -62,13 +62,15 @@ def threat_metrics(view: ThreatView, n_bootstrap: int = 1000, seed: int = 0) -> 
     """Headline numbers of one threat (same definitions as the report's summary): those the
     run stored (``view.readings``) as stored; only a reading the run did not store (a run
     without scores, a store run written before readings were kept) is computed here."""
-    stored = {k: view.readings[key] for k, key in STORED.items()
-              if view.readings and key in view.readings}
-    stored = {k: math.nan if v is None else v for k, v in stored.items()}
-    if "R_nu" in stored and not math.isnan(stored["R_nu"]):
+    stored = {k: float(view.readings[key]) for k, key in STORED.items()
+              if view.readings and view.readings.get(key) is not None}
+    # NaN: not stored (a run without scores has R_nu NaN), so computed below
+    stored = {k: v for k, v in stored.items() if not math.isnan(v)}
+    if "R_nu" in stored:
         n_bootstrap = 0  # the interval is read back, not drawn again
     out = _computed(view, n_bootstrap, seed)
     out.update(stored)
+    out["inputs"] = int(out["inputs"])
     return out
 
 
