@@ -120,7 +120,7 @@ def check_image_range(path: Path, X: np.ndarray) -> None:
     if finite.size == 0:
         return
     lo, hi = float(finite.min()), float(finite.max())
-    if lo >= 0 and 1 < hi <= 255:
+    if lo >= 0 and 2 <= hi <= 255:  # not a rounding past 1: whole pixel values
         raise InputError(f"{path}: X holds values in [{lo:.4g}, {hi:.4g}], which looks like "
                          "0..255 (8-bit pixels); images must lie in [0, 1]: divide by 255 "
                          "before saving (np.savez(file, X=X / 255, y=y))")
