@@ -10,6 +10,7 @@ import re
 from io import StringIO
 
 import pytest
+import torch
 import typer
 from rich.console import Console
 from typer.testing import CliRunner
@@ -253,3 +254,31 @@ def test_torchscript_error_is_its_last_line(tmp_path) -> None:
     assert _reason(RuntimeError(text)) == ("RuntimeError: shape '[-1, 7]' is invalid for "
                                            "input of size 6")
     assert _reason(ValueError("plain")) == "plain"
+
+
+class _HeadFirst(torch.nn.Module):
+    """Defines its head (a Linear of 8) before the convolution it calls first."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.head = torch.nn.Linear(8, 2)
+        self.conv = torch.nn.Conv2d(1, 2, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.conv(x).mean(dim=(2, 3)).repeat(1, 4))
+
+
+def test_data_the_model_runs_on_is_never_reshaped_or_refused(tmp_path) -> None:
+    """The first layer is read only when the model fails on the data: a module whose first
+    defined layer (a Linear of 8) is not the first it calls still takes its images, and a
+    Linear takes any leading dimensions before its inputs."""
+    import numpy as np
+
+    from robustscope.models.loaders import load_model
+    from robustscope.models.shapes import Takes, fit_input
+
+    torch.jit.script(_HeadFirst()).save(str(tmp_path / "m.pt"))
+    images = np.random.default_rng(0).uniform(size=(3, 1, 5, 5))
+    clf = load_model(tmp_path / "m.pt", example=images)
+    assert clf.shape_note is None and clf.n_classes == 2
+    assert fit_input((7, 8), Takes((8,), "a Linear of 8 inputs")) == (None, "")

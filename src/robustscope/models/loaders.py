@@ -80,13 +80,7 @@ def load_model(path: str | Path, trust_pickle: bool = False, device: str = "cpu"
         except Exception as exc:
             raise ModelError(f"{path}: not a torch.export program "
                              f"({native_reason(exc)})") from exc
-        # the program's input shape is the data's (one input): without it, reading the
-        # network for the exact solver and the bounds probed an input of shape () and torch
-        # printed the IndexError of that probe on stderr
-        module = program.module()
-        example, shape, note = _fitted_example(module, example)
-        clf = wrap_model(module, input_shape=shape, device=device, example=example)
-        return _noted(clf, note)
+        return _wrap_fitted(program.module(), example, device, exported=True)
     if suffix in PICKLE_SUFFIXES:
         if not trust_pickle:
             raise ModelError(f"{path}: refusing to unpickle a {suffix} file, which can run "
@@ -226,30 +220,32 @@ def _load_torch(path: Path, trust_pickle: bool, device: str, example) -> Classif
                              "save it with torch.jit.script / torch.jit.trace, or pass "
                              "--trust-pickle to unpickle a full torch.save'd module") from exc
         module = torch.load(str(path), map_location=device, weights_only=False)
-    example, shape, note = _fitted_example(module, example)
-    clf = wrap_model(module, input_shape=shape if note else None, device=device,
-                     example=example)
-    return _noted(clf, note)
+    return _wrap_fitted(module, example, device)
 
 
-def _fitted_example(module, example) -> tuple[np.ndarray | None, tuple | None, str]:
-    """``example`` in the shape ``module`` takes (:func:`robustscope.models.shapes.fit_input`:
-    flat rows reshaped where the model's shape is known), that shape, and the note saying
-    so (``""`` when nothing was reshaped). Raises :class:`~robustscope.models.shapes.
-    ShapeError` for inputs the model cannot take."""
-    if example is None:
-        return None, None, ""
-    example = np.asarray(example)
-    shape, note = fit_input(example.shape[1:], model_input(module))
-    if shape is None:
-        return example, tuple(example.shape[1:]), ""
-    return example.reshape(len(example), *shape), shape, note
-
-
-def _noted(clf: Classifier, note: str) -> Classifier:
-    """``clf`` with ``shape_note``: how the data's flat rows are to be reshaped for it (read
-    by :func:`robustscope.runs.columns.match_columns`, which reshapes them)."""
-    clf.shape_note = note or None
+def _wrap_fitted(module, example, device: str, exported: bool = False) -> Classifier:
+    """``module`` wrapped, probed on ``example``. Where the probe fails, the shape the model
+    takes (:func:`robustscope.models.shapes.model_input`) says why in one line
+    (:class:`~robustscope.models.shapes.ShapeError`), or how flat rows fit it: then they are
+    reshaped, and ``shape_note`` says so (read by :func:`robustscope.runs.columns.
+    match_columns`, which reshapes the data). Data the model runs on is never reshaped.
+    An exported program is given the data's input shape (``exported``): without it, reading
+    the network for the exact solver probed an input of shape ()."""
+    have = None if example is None else tuple(np.shape(example)[1:])
+    try:
+        clf = wrap_model(module, input_shape=have if exported else None, device=device,
+                         example=example)
+    except ModelError:
+        if example is None:
+            raise
+        shape, note = fit_input(have, model_input(module))  # ShapeError when they disagree
+        if shape is None:
+            raise  # the data fits as far as the model says: the error is the model's own
+        example = np.asarray(example).reshape(len(example), *shape)
+        clf = wrap_model(module, input_shape=shape, device=device, example=example)
+        clf.shape_note = note
+        return clf
+    clf.shape_note = None
     return clf
 
 

@@ -4,7 +4,9 @@ how data of another shape fits it (:func:`fit_input`).
 A ``torch.export`` program states its input's shape (the example it was exported with). A
 TorchScript or eager module does not, but its first layer tells part of it: a ``Conv2d``
 takes ``C×H×W`` images of its ``in_channels``, a ``Conv1d`` ``C×L`` sequences, a ``Linear``
-rows of its ``in_features`` (any shape of that size when a ``Flatten`` comes first). Flat rows
+rows of its ``in_features`` (any shape of that size when a ``Flatten`` comes first). That is
+read only where the model fails on the data (a module's first layer in definition order need
+not be the first it calls), to say why in one line or to fit the data to it. Flat rows
 (a CSV, an NPZ of ``N×d``) are reshaped to the shape the model takes where that shape is
 known and the sizes agree; a ``Conv2d``'s image size is then taken as square, and said. Any
 other mismatch is one line: the data's shape and the model's (:class:`ShapeError`).
@@ -95,6 +97,8 @@ def fit_input(have: tuple[int, ...], takes: Takes | None) -> tuple[tuple[int, ..
         if d == takes.size:
             return None, ""
         raise ShapeError(have, takes)
+    if len(takes.shape) == 1 and not takes.flat and have and have[-1] == takes.shape[0]:
+        return None, ""  # a Linear maps the last dimension, whatever comes before
     if len(have) == len(takes.shape) and all(t is None or t == h
                                              for h, t in zip(have, takes.shape, strict=True)):
         return None, ""
