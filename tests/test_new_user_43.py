@@ -9,6 +9,7 @@ import re
 from io import StringIO
 
 import pytest
+import torch
 import typer
 from rich.console import Console
 from typer.testing import CliRunner
@@ -161,3 +162,82 @@ def test_image_grid_writes_rounded_accuracies_and_the_dataset(tmp_path) -> None:
     assert all(v == round(v) for v in values), values  # 7 inputs: whole percents
     [model] = read_accuracy_file(tmp_path / "a.json")
     assert model.name == "tiny-net" and model.details["dataset"] == "digits"
+
+
+# -- item 1: column names as the library rewrote them ----------------------------------------
+def test_respell_matches_only_what_the_library_rewrote() -> None:
+    from robustscope.runs.columns import respell
+
+    have, said = respell(["score 7", "a,b", "c"], ["c", "score_7", "a_b"], "lightgbm")
+    assert have == ["score_7", "a_b", "c"] and len(said) == 2
+    # scikit-learn keeps names as given: nothing is respelled
+    assert respell(["score 7"], ["score_7"], "sklearn") == (["score 7"], [])
+    # two columns that one rule maps to the same name: neither is taken
+    assert respell(["a b", "a,b"], ["a_b"], "lightgbm")[0] == ["a b", "a,b"]
+    # a column the model spells literally is never renamed
+    assert respell(["a_b", "a b"], ["a_b", "x"], "lightgbm")[0] == ["a_b", "a b"]
+    assert respell(["f[1]", "g"], ["f_1_", "g"], "xgboost")[0] == ["f_1_", "g"]
+
+
+# -- item 3: shapes as one line ---------------------------------------------------------------
+def test_fit_input_reshapes_only_where_sizes_agree() -> None:
+    from robustscope.models.shapes import ShapeError, Takes, fit_input
+
+    conv = Takes((3, None, None), "a Conv2d")
+    assert fit_input((3, 8, 8), conv) == (None, "")
+    shape, note = fit_input((192,), conv)
+    assert shape == (3, 8, 8) and "square images assumed" in note
+    assert fit_input((1, 28, 28), Takes((1, 28, 28), "exported"))[0] is None
+    assert fit_input((784,), Takes((1, 28, 28), "exported"))[0] == (1, 28, 28)
+    assert fit_input((3, 4, 4), Takes((48,), "Linear", flat=True)) == (None, "")
+    for have, takes in (((100,), conv),                       # 100 / 3 is no image
+                        ((3 * 8 * 6,), conv),                 # 48 is not square
+                        ((785,), Takes((1, 28, 28), "x")),
+                        ((8, 8, 3), conv),
+                        ((3, 4), Takes((12,), "Linear"))):    # a Linear takes rows of 12
+        with pytest.raises(ShapeError):
+            fit_input(have, takes)
+    with pytest.raises(ShapeError, match="channels-last"):
+        fit_input((8, 8, 3), conv)
+    assert fit_input((5,), None) == (None, "")
+
+
+def test_torchscript_error_is_its_last_line(tmp_path) -> None:
+    """A TorchScript model that fails on the example says the error, not its interpreter's
+    traceback."""
+    from robustscope.models.wrap import _reason
+
+    text = ("The following operation failed in the TorchScript interpreter.\n"
+            "Traceback of TorchScript (most recent call last):\n  File \"code/x.py\"\n"
+            "RuntimeError: shape '[-1, 7]' is invalid for input of size 6\n")
+    assert _reason(RuntimeError(text)) == ("RuntimeError: shape '[-1, 7]' is invalid for "
+                                           "input of size 6")
+    assert _reason(ValueError("plain")) == "plain"
+
+
+class _HeadFirst(torch.nn.Module):
+    """Defines its head (a Linear of 8) before the convolution it calls first."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.head = torch.nn.Linear(8, 2)
+        self.conv = torch.nn.Conv2d(1, 2, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.conv(x).mean(dim=(2, 3)).repeat(1, 4))
+
+
+def test_data_the_model_runs_on_is_never_reshaped_or_refused(tmp_path) -> None:
+    """The first layer is read only when the model fails on the data: a module whose first
+    defined layer (a Linear of 8) is not the first it calls still takes its images, and a
+    Linear takes any leading dimensions before its inputs."""
+    import numpy as np
+
+    from robustscope.models.loaders import load_model
+    from robustscope.models.shapes import Takes, fit_input
+
+    torch.jit.script(_HeadFirst()).save(str(tmp_path / "m.pt"))
+    images = np.random.default_rng(0).uniform(size=(3, 1, 5, 5))
+    clf = load_model(tmp_path / "m.pt", example=images)
+    assert clf.shape_note is None and clf.n_classes == 2
+    assert fit_input((7, 8), Takes((8,), "a Linear of 8 inputs")) == (None, "")

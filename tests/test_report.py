@@ -63,6 +63,22 @@ def test_summary_numbers_come_from_the_results(evaluation, html):
     assert f"{100 * n_cens / len(l2.result):.1f}%" in row
 
 
+def test_worst_radius_is_the_scores_r_w_correct_and_r_w_is_named_apart(evaluation, html):
+    """#43 item 5: the summary's worst radius is R_w_correct (well-classified inputs); R_w
+    (every input, 0 as soon as one is misclassified) is labelled as such, not a bare R_w
+    beside a different "worst radius"."""
+    sec = evaluation.sections[0]
+    assert (sec.result.status == MISCLASSIFIED).any()  # so R_w is 0 here
+    assert sec.scores.R_w == 0
+    assert sec.summary()["worst_radius"] == pytest.approx(sec.scores.R_w_correct)
+    body = html.split('id="section-1"')[1]
+    table = body.split('class="scores"')[1].split("</table>")[0]
+    assert "R_w (worst, all inputs: 0 when one is misclassified)" in table
+    assert "R_w_correct (worst, well-classified: the summary&#39;s worst radius)" in table \
+        or "R_w_correct (worst, well-classified: the summary's worst radius)" in table
+    assert fmt(sec.summary()["worst_radius"]) in table
+
+
 def test_accuracy_curve_matches_robust_accuracy(evaluation):
     for sec in evaluation.sections:
         eps = np.linspace(0, sec.result.max_radius, 50)

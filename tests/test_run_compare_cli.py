@@ -133,6 +133,34 @@ def test_compare_run_folders_terminal_and_html(runs, app):
         assert fmt(manifest["threats"]["linf"]["summary"]["median_radius"]) in result.output
 
 
+@pytest.mark.parametrize("source", ["folder", "store"])
+def test_compare_reads_each_reading_back(runs, app, source):
+    """#43 item 5: compare shows the interval of R_ν (and every other reading) that run.json
+    and the report hold, not a second bootstrap with other draws."""
+    from robustscope.report.html import fmt
+    from robustscope.runs.compare import load_run
+    from robustscope.scores.comparison import STORED, compare_runs
+
+    manifests = [json.loads((runs / r / "run.json").read_text()) for r in ("runA", "runB")]
+    refs = ([str(runs / "runA"), str(runs / "runB")] if source == "folder" else
+            [str(m["threats"]["linf"]["store_run_id"]) for m in manifests])
+    store = runs / "results.sqlite" if source == "store" else None
+    cmp = compare_runs(load_run(refs[0], store), load_run(refs[1], store), n_bootstrap=333,
+                       seed=7)  # other settings than the runs': nothing is drawn again
+    for manifest, metrics in zip(manifests, cmp.metrics["linf"], strict=True):
+        summary = manifest["threats"]["linf"]["summary"]
+        assert np.isfinite(summary["R_nu_low"])
+        for metric, key in STORED.items():
+            assert metrics[metric] == pytest.approx(summary[key], nan_ok=True), metric
+    result = runner.invoke(app, ["compare", *refs, "--n-bootstrap", "333", "--seed", "7",
+                                 *(["--store", str(store)] if store else [])])
+    assert result.exit_code == 0, result.output
+    for manifest in manifests:
+        summary = manifest["threats"]["linf"]["summary"]
+        for key in ("R_nu_low", "R_nu_high"):
+            assert fmt(summary[key]) in result.output
+
+
 def test_compare_store_ids_brings_every_threat(runs, app):
     manifest_b = json.loads((runs / "runB" / "run.json").read_text())
     run_a = json.loads((runs / "runA" / "run.json").read_text())["threats"]["linf"]
@@ -194,3 +222,18 @@ def test_run_on_data_files_with_split_and_inline_features(app, tmp_path):
     assert manifest["threats"]["l1"]["adversarial"] is None
     html = (tmp_path / "out" / "report.html").read_text()
     assert "Proxy-A distance" in html  # the split gave reference data
+
+
+def test_compare_computes_only_what_a_run_did_not_store():
+    """A run stored without scores (R_ν NaN) gets them computed; stored readings are kept."""
+    from robustscope.scores.comparison import ThreatView, threat_metrics
+
+    rng = np.random.default_rng(0)
+    n = 30
+    view = ThreatView("linf", rng.uniform(0.1, 1, n), np.array(["exact"] * n),
+                      rng.uniform(0.05, 0.5, n), np.ones(n), 1.0, np.linspace(0.1, 1, 5))
+    view.readings = {"n": n, "median_radius": 123.0, "R_nu": float("nan"),
+                     "R_nu_low": None, "R_nu_high": None}
+    m = threat_metrics(view, n_bootstrap=50)
+    assert m["median_radius"] == 123.0 and m["inputs"] == n
+    assert np.isfinite(m["R_nu"]) and np.isfinite(m["R_nu_low"])

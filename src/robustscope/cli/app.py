@@ -85,8 +85,7 @@ def radius_command(
     from robustscope.core.checks import check_device
     from robustscope.core.fileio import atomic_write_all, check_outputs
     from robustscope.core.space import FeatureSpace
-    from robustscope.models.loaders import load_model
-    from robustscope.runs.columns import match_columns
+    from robustscope.runs.columns import load_model_for, match_columns
     from robustscope.runs.data import load_data
     from robustscope.search.engine import radius
 
@@ -98,7 +97,8 @@ def radius_command(
                                                          (".npz",))],
                       {"--model": model, "--data": data, "--features": features})
         dataset = load_data(data, label_column)
-        clf = load_model(model, trust_pickle=trust_pickle, device=device, example=dataset.X[:2])
+        clf = load_model_for(model, dataset, f"--data {data}", trust_pickle=trust_pickle,
+                             device=device)
         dataset, order_note = match_columns(dataset, clf, f"--data {data}")
         space = None
         if features is not None:

@@ -68,8 +68,9 @@ def register(app: typer.Typer) -> None:
         run_b: str = typer.Argument(..., help="Run folder or store run id."),
         store: Path | None = typer.Option(None, help="Results store for run ids."),
         out: Path | None = typer.Option(None, help="Write the HTML comparison here."),
-        n_bootstrap: int = typer.Option(1000, help="Bootstrap resamples of the R_ν interval."),
-        seed: int = typer.Option(0, help="Seed of the bootstrap."),
+        n_bootstrap: int = typer.Option(1000, help="Bootstrap resamples of the R_ν interval, "
+                                        "for a run that stored none (a stored one is shown)."),
+        seed: int = typer.Option(0, help="Seed of that bootstrap."),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="No tables; only the report "
                                    "path (with --out)."),
     ) -> None:

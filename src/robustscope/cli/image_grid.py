@@ -48,7 +48,8 @@ def run_image_grid(model: Path, data: Path, out: Path, threats: str = DEFAULT_TH
 
     from robustscope.core.checks import check_device
     from robustscope.core.fileio import atomic_write_all, check_outputs
-    from robustscope.models.loaders import load_model, load_torchscript
+    from robustscope.models.loaders import load_torchscript
+    from robustscope.runs.columns import load_model_for, match_columns
     from robustscope.runs.data import load_data
     from robustscope.search.grid import evaluate_threats
 
@@ -63,13 +64,22 @@ def run_image_grid(model: Path, data: Path, out: Path, threats: str = DEFAULT_TH
     except InputError as err:
         raise InputError(f"--threats: {err}") from None
     ds = load_data(data)
+    clf = None
+    if ds.X.ndim == 2:  # flat rows: images where the model's input shape says how
+        clf = load_model_for(model, ds, f"--data {data}", trust_pickle=trust_pickle,
+                             device=device)
+        ds, _ = match_columns(ds, clf, f"--data {data}")
+        if ds.X.ndim == 4 and notes is not None:
+            notes.append(clf.shape_note)
     if ds.X.ndim != 4:
         raise InputError(f"--data {data}: images must be an NPZ array X of shape "
                          f"(n, C, H, W); got shape {ds.X.shape}")
     names = _fitting_threats(names, int(ds.X.shape[1]), threats == DEFAULT_THREATS, notes)
     X = torch.as_tensor(np.asarray(ds.X, dtype=np.float32))  # a copy: ds.X may be read-only
     y = np.asarray(ds.y)
-    clf = load_model(model, trust_pickle=trust_pickle, device=device, example=ds.X[:2])
+    if clf is None:
+        clf = load_model_for(model, ds, f"--data {data}", trust_pickle=trust_pickle,
+                             device=device)
     feats = None
     if features is not None:
         if not features.is_file():

@@ -51,6 +51,31 @@ def check_finite(X: np.ndarray, name: str = "X", names: Sequence[str] | None = N
                          "NaN and inf are not valid inputs")
 
 
+def found_labels(y: np.ndarray, limit: int = 8) -> list[object]:
+    """The distinct labels of ``y``, sorted (by their text where they do not compare), at
+    most ``limit`` of them."""
+    values = list(dict.fromkeys(plain(v) for v in np.asarray(y).tolist()))
+    try:
+        values.sort()
+    except TypeError:  # mixed types
+        values.sort(key=str)
+    return values[:limit]
+
+
+def _said(values: Sequence[object], total: int) -> str:
+    text = ", ".join(str(v) for v in values)
+    return text + (f", … ({total} in all)" if total > len(values) else "")
+
+
+def _mapping(values: Sequence[object], classes: Sequence[object]) -> str:
+    """How to map ``values`` (the labels found) to ``classes``: the order scikit-learn's
+    LabelEncoder gives (sorted), as an example to check against how the model was fitted."""
+    pairs = ", ".join(f"{v}={c}" for v, c in zip(values, classes, strict=False))
+    return ("write each label as the class the model was fitted with; numbered in sorted "
+            f"order, as scikit-learn's LabelEncoder does, that is {pairs} (check it against "
+            "how the model was trained)")
+
+
 def check_labels(y: object, n: int, n_classes: int, classes: Sequence | np.ndarray | None = None,
                  name: str = "y") -> np.ndarray:
     """Labels ``y`` ``(n,)`` as int64 class indices ``0..n_classes-1``.
@@ -68,8 +93,16 @@ def check_labels(y: object, n: int, n_classes: int, classes: Sequence | np.ndarr
         for row, value in enumerate(y):
             key = plain(value)
             if key not in lookup:
+                known = [plain(c) for c in classes]
+                found = found_labels(y, limit=max(8, len(known)))
+                total = len(set(map(plain, y.tolist())))
+                hint = ""
+                if total <= len(known) and any(isinstance(v, str) for v in found) \
+                        and not any(isinstance(c, str) for c in known):
+                    hint = "; " + _mapping(found, known)
                 raise InputError(f"{name}: row {row} has label {key!r}, which is not one of the "
-                                 f"model's classes {[plain(c) for c in classes]}")
+                                 f"model's classes {known} (the labels found: "
+                                 f"{_said(found, total)}){hint}")
             out[row] = lookup[key]
         return out
     if not np.issubdtype(y.dtype, np.integer):
@@ -77,7 +110,14 @@ def check_labels(y: object, n: int, n_classes: int, classes: Sequence | np.ndarr
                 and np.all(np.mod(y, 1) == 0):
             y = y.astype(np.int64)
         else:
-            raise InputError(f"{name}: labels must be class indices 0..{n_classes - 1}")
+            found = found_labels(y, limit=max(8, n_classes))
+            total = len(set(map(plain, y.tolist())))
+            hint = ""
+            if total <= n_classes:
+                hint = "; " + _mapping(found, range(n_classes))
+            raise InputError(f"{name}: labels must be class indices 0..{n_classes - 1} (the model "
+                             f"stores no class names); the labels found: {_said(found, total)}"
+                             f"{hint}")
     bad = (y < 0) | (y >= n_classes)
     if bad.any():
         row = int(np.flatnonzero(bad)[0])

@@ -22,6 +22,7 @@ from robustscope.core.errors import ModelError
 from robustscope.models.base import Classifier
 from robustscope.models.blackbox import ProbaClassifier
 from robustscope.models.names import feature_names, named_input
+from robustscope.models.shapes import fit_input, model_input
 from robustscope.models.threads import ThreadCount
 from robustscope.models.trees import wrap_tree_model
 from robustscope.models.wrap import wrap_model
@@ -79,11 +80,7 @@ def load_model(path: str | Path, trust_pickle: bool = False, device: str = "cpu"
         except Exception as exc:
             raise ModelError(f"{path}: not a torch.export program "
                              f"({native_reason(exc)})") from exc
-        # the program's input shape is the data's (one input): without it, reading the
-        # network for the exact solver and the bounds probed an input of shape () and torch
-        # printed the IndexError of that probe on stderr
-        shape = None if example is None else tuple(np.shape(example)[1:])
-        return wrap_model(program.module(), input_shape=shape, device=device, example=example)
+        return _wrap_fitted(program.module(), example, device, exported=True)
     if suffix in PICKLE_SUFFIXES:
         if not trust_pickle:
             raise ModelError(f"{path}: refusing to unpickle a {suffix} file, which can run "
@@ -172,16 +169,34 @@ def _tree_or_black_box(booster, predict_proba, k: int, d: int, name: str,
     return model
 
 
+#: Types that skops does not trust by default but scikit-learn's own classifiers hold, each
+#: reviewed: what ``skops.io.get_untrusted_types`` lists for RandomForest, ExtraTrees,
+#: DecisionTree, AdaBoost, GradientBoosting and HistGradientBoosting (skops 0.16, scikit-learn
+#: 1.9; a Pipeline of StandardScaler + LogisticRegression lists none). The tree types are
+#: arrays of nodes; HistGradientBoosting with ``categorical_features`` keeps
+#: ``partial(check_array, ...)``, and a partial can only call what is trusted itself.
+SKOPS_SKLEARN_TYPES = frozenset({
+    "sklearn.tree._tree.Tree",
+    "sklearn.ensemble._hist_gradient_boosting.predictor.TreePredictor",
+    "sklearn.utils.validation.check_array",
+    "functools.partial",
+})
+
+
 def _load_skops(path: Path, trust_pickle: bool):
+    """A skops file loads when every type skops would not trust is one of scikit-learn's own
+    in :data:`SKOPS_SKLEARN_TYPES`; anything else only with ``trust_pickle``."""
     import skops.io as sio
 
     try:
         untrusted = sio.get_untrusted_types(file=path)
     except Exception as exc:
         raise ModelError(f"{path}: not a valid skops file ({native_reason(exc)})") from exc
-    if untrusted and not trust_pickle:
-        raise ModelError(f"{path}: the file holds types that are not trusted by default "
-                         f"({', '.join(untrusted)}); pass --trust-pickle to load them")
+    unknown = [t for t in untrusted if t not in SKOPS_SKLEARN_TYPES]
+    if unknown and not trust_pickle:
+        raise ModelError(f"{path}: the file holds types that are neither trusted by skops nor "
+                         f"scikit-learn's own ({', '.join(unknown)}); pass --trust-pickle if "
+                         "you trust its source")
     return sio.load(path, trusted=untrusted)
 
 
@@ -205,7 +220,33 @@ def _load_torch(path: Path, trust_pickle: bool, device: str, example) -> Classif
                              "save it with torch.jit.script / torch.jit.trace, or pass "
                              "--trust-pickle to unpickle a full torch.save'd module") from exc
         module = torch.load(str(path), map_location=device, weights_only=False)
-    return wrap_model(module, device=device, example=example)
+    return _wrap_fitted(module, example, device)
+
+
+def _wrap_fitted(module, example, device: str, exported: bool = False) -> Classifier:
+    """``module`` wrapped, probed on ``example``. Where the probe fails, the shape the model
+    takes (:func:`robustscope.models.shapes.model_input`) says why in one line
+    (:class:`~robustscope.models.shapes.ShapeError`), or how flat rows fit it: then they are
+    reshaped, and ``shape_note`` says so (read by :func:`robustscope.runs.columns.
+    match_columns`, which reshapes the data). Data the model runs on is never reshaped.
+    An exported program is given the data's input shape (``exported``): without it, reading
+    the network for the exact solver probed an input of shape ()."""
+    have = None if example is None else tuple(np.shape(example)[1:])
+    try:
+        clf = wrap_model(module, input_shape=have if exported else None, device=device,
+                         example=example)
+    except ModelError:
+        if example is None:
+            raise
+        shape, note = fit_input(have, model_input(module))  # ShapeError when they disagree
+        if shape is None:
+            raise  # the data fits as far as the model says: the error is the model's own
+        example = np.asarray(example).reshape(len(example), *shape)
+        clf = wrap_model(module, input_shape=shape, device=device, example=example)
+        clf.shape_note = note
+        return clf
+    clf.shape_note = None
+    return clf
 
 
 def _load_onnx(path: Path, device: str) -> Classifier:

@@ -150,6 +150,16 @@ def _probed(clf: Classifier, rows: int) -> Classifier:
     return clf
 
 
+def _reason(exc: BaseException) -> str:
+    """An error's message; of TorchScript's (its interpreter's traceback, then the error),
+    the last line, which is the error."""
+    text = str(exc).strip()
+    if "TorchScript interpreter" in text or "Traceback of TorchScript" in text:
+        lines = [line.strip() for line in text.splitlines() if line.strip()]
+        return lines[-1] if lines else type(exc).__name__
+    return text
+
+
 def _probe_classes(fn: Callable, example: np.ndarray | None, name: str) -> int:
     if example is None:
         raise ModelError(
@@ -159,7 +169,8 @@ def _probe_classes(fn: Callable, example: np.ndarray | None, name: str) -> int:
     try:
         out = fn(rows)
     except Exception as exc:
-        raise ModelError(f"{name} raised {type(exc).__name__} on an example input: {exc}") from exc
+        raise ModelError(f"{name} raised {type(exc).__name__} on an example input: "
+                         f"{_reason(exc)}") from exc
     out = out.detach().cpu().numpy() if torch.is_tensor(out) else np.asarray(out)
     if out.ndim == 1:
         return 2

@@ -115,7 +115,8 @@ def _section_context(ev: Evaluation, sec: Section) -> dict:
     scores = None
     if sec.scores is not None:
         d = sec.scores.to_dict()
-        scores = [{"name": k, "value": d[k], "low": d[f"{k}_low"], "high": d[f"{k}_high"]}
+        scores = [{"name": k, "label": SCORE_LABELS.get(k, k), "value": d[k],
+                   "low": d[f"{k}_low"], "high": d[f"{k}_high"]}
                   for k in ("R_m", "R_w", "R_w_correct", "R_nu", "slope", "intercept", "r2")]
         scores_meta = {"confidence": d["confidence"], "n_bootstrap": d["n_bootstrap"],
                        "censored": d["censored"], "n_censored": d["n_censored"],
@@ -219,6 +220,15 @@ def render_report(ev: Evaluation, path: str | Path, spec_text: str | None = None
     html = render_html(ev, spec_text)
     atomic_write(path, lambda p: Path(p).write_text(html, encoding="utf-8"))
     return path
+
+
+#: How the report's Scores table names a score where its bare name could be read as another
+#: number: R_w is the paper's worst case over every input (0 as soon as one is misclassified);
+#: the summary's "worst radius" is R_w_correct, over the well-classified inputs.
+SCORE_LABELS = {
+    "R_w": "R_w (worst, all inputs: 0 when one is misclassified)",
+    "R_w_correct": "R_w_correct (worst, well-classified: the summary's worst radius)",
+}
 
 
 # -- comparison of two runs ------------------------------------------------------------------

@@ -46,6 +46,7 @@ def load_run_dir(path: str | Path) -> RunView:
         df = pd.read_csv(csv)
         view.threats[name] = _view_from_frame(t["threat"], df, t["max_radius"],
                                               t.get("strengths"))
+        view.threats[name].readings = t.get("summary")  # the numbers the report shows
         if not t.get("summary", {}).get("queries_per_input", True):
             # run folders written before grid searches charged each input kept totals only
             view.threats[name].mean_queries = t["summary"]["mean_queries"]
@@ -74,6 +75,7 @@ def load_store_run(store_path: str | Path, run_id: int) -> RunView:
             threat = r.threat or r.config.get("threat", f"run{r.id}")
             view.threats[threat] = _view_from_frame(
                 threat, df, r.config["max_radius"], r.config.get("strengths"))
+            view.threats[threat].readings = r.config.get("readings")  # as run.json's
             if r.config.get("queries_per_input") is False:  # stored before per-input charging
                 total = r.config.get("forward_total", 0) + r.config.get("backward_total", 0)
                 view.threats[threat].mean_queries = total / max(len(df), 1)

@@ -98,9 +98,32 @@ def _load_npz(path: Path) -> Dataset:
         raise InputError(f"{path}: X has {len(X)} rows but y has {len(y)}")
     check_rows(path, len(y))
     try:
-        return Dataset(X.astype(np.float64), y)
+        X = X.astype(np.float64)
     except (TypeError, ValueError) as exc:
         raise InputError(f"{path}: X must hold numbers ({exc})") from exc
+    check_image_range(path, X)
+    return Dataset(X, y)
+
+
+#: Rows of an NPZ's images :func:`check_image_range` looks at (a memory-mapped file is not
+#: read whole for it).
+RANGE_ROWS = 1024
+
+
+def check_image_range(path: Path, X: np.ndarray) -> None:
+    """Raise :class:`InputError` when images (``X`` with 3 or more dimensions) hold values in
+    0..255 rather than [0, 1]: 8-bit pixels, saved before dividing by 255."""
+    if X.ndim < 3 or len(X) == 0:
+        return
+    head = np.asarray(X[:RANGE_ROWS])
+    finite = head[np.isfinite(head)]
+    if finite.size == 0:
+        return
+    lo, hi = float(finite.min()), float(finite.max())
+    if lo >= 0 and 2 <= hi <= 255:  # not a rounding past 1: whole pixel values
+        raise InputError(f"{path}: X holds values in [{lo:.4g}, {hi:.4g}], which looks like "
+                         "0..255 (8-bit pixels); images must lie in [0, 1]: divide by 255 "
+                         "before saving (np.savez(file, X=X / 255, y=y))")
 
 
 def _mapped(path: Path) -> Dataset | None:
@@ -119,4 +142,5 @@ def _mapped(path: Path) -> Dataset | None:
     X, y = arrays["X"], np.asarray(arrays["y"])
     if len(X) != len(y):
         raise InputError(f"{path}: X has {len(X)} rows but y has {len(y)}")
+    check_image_range(path, X)
     return Dataset(X, y)

@@ -16,8 +16,7 @@ import numpy as np
 from robustscope.core.checks import column_order
 from robustscope.core.errors import InputError
 from robustscope.core.space import FeatureSpace
-from robustscope.models.loaders import load_model
-from robustscope.runs.columns import match_columns
+from robustscope.runs.columns import load_model_for, match_columns
 from robustscope.runs.data import Dataset, load_data
 from robustscope.runs.demo import LOGISTIC, TREES, demo_space, train_models
 from robustscope.runs.spec import EvaluationSpec
@@ -97,8 +96,10 @@ def load_inputs(spec: EvaluationSpec) -> LoadedInputs:
     if spec.model.builtin is not None:
         inputs.model = builtin()[0]
     else:
-        inputs.model = load_model(spec.model.path, trust_pickle=spec.model.trust_pickle,
-                                  device=spec.model.device, example=np.array(inputs.X[:2]))
+        inputs.model = load_model_for(spec.model.path, Dataset(inputs.X, inputs.y),
+                                      f"data.path {spec.data.path}",
+                                      trust_pickle=spec.model.trust_pickle,
+                                      device=spec.model.device)
     if spec.data.builtin is None:
         _match_columns(spec, inputs, reference)
     inputs.space = _space(spec, inputs)
@@ -120,11 +121,14 @@ def _match_columns(spec: EvaluationSpec, inputs: LoadedInputs,
         return
     # a reference file is matched by its own names; split-off rows have the data's
     ref_names = reference.feature_names if reference is not None else before
-    if ref_names is None:  # an NPZ reference: the data's layout is assumed
-        return
-    order = column_order(ref_names, inputs.names, f"data.reference {spec.data.reference}")
-    if order != list(range(len(order))):
-        inputs.X_reference = np.asarray(inputs.X_reference)[:, order]
+    if ref_names is not None:  # (an NPZ reference: the data's layout is assumed)
+        order = column_order(ref_names, inputs.names, f"data.reference {spec.data.reference}")
+        if order != list(range(len(order))):
+            inputs.X_reference = np.asarray(inputs.X_reference)[:, order]
+    if inputs.X.ndim > 2 and inputs.X_reference.shape[1] == inputs.X[0].size:
+        # flat rows reshaped for the model (match_columns): the reference's alike
+        inputs.X_reference = np.asarray(inputs.X_reference).reshape(
+            len(inputs.X_reference), *inputs.X.shape[1:])
 
 
 def _load_data(spec: EvaluationSpec) -> Dataset:

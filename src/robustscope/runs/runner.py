@@ -169,7 +169,7 @@ def run_spec(spec: EvaluationSpec, spec_text: str | None = None, quiet: bool = F
             sec.notes["failed"] = (f"{n_failed} input(s) failed (the model "
                                    "raised); they are listed in the radius table with status "
                                    "'failed' and left out of the readings")
-    store.finish(results)
+    store.finish(results, {sec.name: sec.summary() for sec in ev.sections})
     manifest = _write_run_dir(spec, ev, out_dir, uid, results)
     report = render_report(ev, out_dir / spec.outputs.report, spec_text)
     journal.mark_complete(out_dir, plan)
@@ -375,14 +375,19 @@ class _StoreWriter:
         part = res if keep.all() else res.subset(keep)
         self.store.record_radii(self.plan["store_runs"][shard.threat], part)
 
-    def finish(self, results: dict[str, RadiusResult]) -> None:
-        """Mark each threat's store run ``finished`` (``failed`` when it has failed rows)."""
+    def finish(self, results: dict[str, RadiusResult],
+               readings: dict[str, dict] | None = None) -> None:
+        """Mark each threat's store run ``finished`` (``failed`` when it has failed rows),
+        with its readings (the section's summary, as run.json has it) in its config, so that
+        ``compare`` reads them back rather than computing them again."""
         if self.spec.outputs.store is None:
             return
         with open_store(self.spec.outputs.store) as store:
             for name, run_id in self.plan["store_runs"].items():
                 res = results[name]
-                extra = {}
+                extra: dict = {}
+                if readings and name in readings:
+                    extra["readings"] = _plain_numbers(readings[name])
                 if res.errors:
                     extra["failed_rows"] = len(res.errors)
                 store.finish_run(run_id, "failed" if res.errors else "finished", extra)
@@ -391,6 +396,17 @@ class _StoreWriter:
         if self.store is not None:
             self.store.close()
             self.store = None
+
+
+def _plain_numbers(summary: dict) -> dict:
+    """The numbers of a summary, NaN as ``None`` (JSON has no NaN)."""
+    out = {}
+    for k, v in summary.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
+            continue
+        out[k] = None if math.isnan(float(v)) else (int(v) if isinstance(v, (int, np.integer))
+                                                    else float(v))
+    return out
 
 
 class _given:

@@ -31,6 +31,10 @@ class ThreatView:
     strengths: np.ndarray
     #: mean model passes per input where the table has no per-input counts (grid threats)
     mean_queries: float | None = None
+    #: the readings the run stored (its summary: run.json's ``threats[...].summary``, a
+    #: store run's ``config["readings"]``): shown as stored, never computed a second time
+    #: (a second bootstrap draws other resamples and gives another interval)
+    readings: dict | None = None
 
     def accuracy(self, eps: np.ndarray) -> np.ndarray:
         """Robust accuracy at each strength ``eps`` (NaN above ``max_radius``)."""
@@ -50,8 +54,27 @@ METRICS = ("inputs", "clean_accuracy", "median_radius", "worst_radius", "R_m", "
            "R_nu_low", "R_nu_high", "censored_share", "mean_queries")
 
 
+#: The summary key each metric is stored under (:meth:`Section.summary`).
+STORED = {"inputs": "n", **{k: k for k in METRICS if k != "inputs"}}
+
+
 def threat_metrics(view: ThreatView, n_bootstrap: int = 1000, seed: int = 0) -> dict:
-    """Headline numbers of one threat (same definitions as the report's summary)."""
+    """Headline numbers of one threat (same definitions as the report's summary): those the
+    run stored (``view.readings``) as stored; only a reading the run did not store (a run
+    without scores, a store run written before readings were kept) is computed here."""
+    stored = {k: float(view.readings[key]) for k, key in STORED.items()
+              if view.readings and view.readings.get(key) is not None}
+    # NaN: not stored (a run without scores has R_nu NaN), so computed below
+    stored = {k: v for k, v in stored.items() if not math.isnan(v)}
+    if "R_nu" in stored:
+        n_bootstrap = 0  # the interval is read back, not drawn again
+    out = _computed(view, n_bootstrap, seed)
+    out.update(stored)
+    out["inputs"] = int(out["inputs"])
+    return out
+
+
+def _computed(view: ThreatView, n_bootstrap: int, seed: int) -> dict:
     ok = (view.status != CENSORED) & ~np.isin(view.status, AT_ZERO)
     r = view.radius[ok]
     out = {"inputs": len(view.radius),
@@ -62,7 +85,7 @@ def threat_metrics(view: ThreatView, n_bootstrap: int = 1000, seed: int = 0) -> 
            "mean_queries": (float(view.queries.mean()) if view.mean_queries is None
                             else float(view.mean_queries)),
            "R_m": math.nan, "R_nu": math.nan, "R_nu_low": math.nan, "R_nu_high": math.nan}
-    if np.isfinite(view.loss).all():
+    if np.isfinite(view.loss).all() and n_bootstrap > 0:
         s = intrinsic_scores(view.radius, view.loss, view.status,
                                   n_bootstrap=n_bootstrap, seed=seed).to_dict()
         out.update(R_m=s["R_m"], R_nu=s["R_nu"], R_nu_low=s["R_nu_low"],

@@ -46,8 +46,10 @@ def check_images(x: torch.Tensor, name: str = "x") -> torch.Tensor:
     lo, hi = float(x.min()), float(x.max())
     if lo < 0.0 or hi > 1.0:
         rows = torch.nonzero(((x < 0) | (x > 1)).flatten(1).any(1)).flatten()[:5].tolist()
+        hint = ("; that looks like 0..255 (8-bit pixels): divide by 255"
+                if lo >= 0 and 2 <= hi <= 255 else "")
         raise InputError(f"{name} must lie in [0, 1] (images); found values in [{lo:.4g}, "
-                         f"{hi:.4g}], first offending rows {rows}")
+                         f"{hi:.4g}], first offending rows {rows}{hint}")
     return x
 
 
