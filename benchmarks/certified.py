@@ -50,9 +50,9 @@ from native_stdout import markdown_only
 
 from robustscope import FeatureSpace
 from robustscope.search.engine import radius
-from robustscope.search.exact import EXACT_RTOL
 from robustscope.search.plan import SearchConfig
 from robustscope.solvers.bounds.certify import bound_radius
+from robustscope.solvers.tolerances import BRACKET_RTOL
 from robustscope.threats import get_threat
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "peers"))
@@ -109,7 +109,7 @@ def networks(names: list[str], n: int, n_conv: int):
 def summarise(r: np.ndarray, lb: np.ndarray, seconds: float, tol: float) -> tuple[str, dict]:
     """The table cells of one method, and its numbers ``{median, closed, n, seconds}``."""
     ratio = np.where(lb > 0, r / np.where(lb > 0, lb, 1), np.inf)
-    closed = int((r - lb <= EXACT_RTOL * r).sum())
+    closed = int((r - lb <= BRACKET_RTOL * r).sum())
     bad = int((lb > r * (1 + tol)).sum())
     med, p90 = np.median(ratio), np.percentile(ratio, 90, method="higher")
     cells = f"{med:.4f} | {p90:.4f} | {closed}/{len(r)} | {seconds:.3g} | {bad}"

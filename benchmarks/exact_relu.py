@@ -22,8 +22,8 @@ from native_stdout import markdown_only
 
 from robustscope import FeatureSpace
 from robustscope.search.engine import radius
-from robustscope.search.exact import EXACT_RTOL
 from robustscope.solvers.exact.relu.milp import exact_relu_radius, relu_layers
+from robustscope.solvers.tolerances import BRACKET_RTOL
 from robustscope.threats import get_threat
 
 
@@ -52,7 +52,7 @@ def main() -> None:
                                 attack.radius[ok] * (1 + 1e-6), space, get_threat(threat),
                                 time_limit=args.time_limit)
         closed = res.closed & (attack.radius[ok] - res.lower_bound
-                               <= EXACT_RTOL * attack.radius[ok])
+                               <= BRACKET_RTOL * attack.radius[ok])
         ratio = attack.radius[ok][closed] / res.lower_bound[closed]
         print(f"| {threat} | {closed.sum()}/{ok.sum()} | {np.median(res.seconds):.2f}, "
               f"{np.percentile(res.seconds, 90):.2f} | {np.median(ratio):.5f} | "

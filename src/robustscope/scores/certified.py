@@ -17,10 +17,6 @@ from robustscope.core.ecdf import share_above
 from robustscope.core.statuses import AT_ZERO
 from robustscope.solvers.tolerances import BRACKET_RTOL
 
-#: A bracket narrower than this (relative to the radius) counts as closed: the search's
-#: own rule for status ``exact``.
-CLOSED_RTOL = BRACKET_RTOL
-
 
 def certified_accuracy(lower_bound: np.ndarray, status: np.ndarray,
                        eps: np.ndarray | float) -> np.ndarray:
@@ -35,7 +31,8 @@ def certified_accuracy(lower_bound: np.ndarray, status: np.ndarray,
 @dataclass(frozen=True)
 class BracketSummary:
     """Brackets of the well-classified inputs with a finite radius: ``n`` of them,
-    ``certified`` with a positive bound, ``closed`` within ``CLOSED_RTOL``, and the ratio
+    ``certified`` with a positive bound, ``closed`` within ``BRACKET_RTOL`` (the search's own
+    rule for status ``exact``), and the ratio
     ``radius / lower_bound`` (median, p90; ``inf`` where the bound is 0)."""
 
     n: int
@@ -56,6 +53,6 @@ def bracket_summary(radius: np.ndarray, lower_bound: np.ndarray,
         return BracketSummary(0, 0, 0, float("nan"), float("nan"))
     ratio = np.where(lb > 0, r / np.where(lb > 0, lb, 1.0), np.inf)
     return BracketSummary(int(len(r)), int((lb > 0).sum()),
-                          int((r - lb <= CLOSED_RTOL * r).sum()),
+                          int((r - lb <= BRACKET_RTOL * r).sum()),
                           float(np.median(ratio)),
                           float(np.percentile(ratio, 90, method="higher")))

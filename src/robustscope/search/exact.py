@@ -20,11 +20,8 @@ from robustscope.models.base import Classifier
 from robustscope.models.torch_model import TorchClassifier
 from robustscope.search.state import BatchState, registered
 from robustscope.solvers.registry import get_solver
-from robustscope.solvers.tolerances import BRACKET_RTOL
 from robustscope.threats import LpThreat
 
-#: A certified bracket narrower than this is exact (the solvers' shared tolerance).
-EXACT_RTOL = BRACKET_RTOL
 #: The registry's exact solver of each kind :func:`exact_kind` names.
 EXACT_SOLVERS = {"linear": "exact-linear", "trees": "exact-trees", "relu": "exact-relu"}
 
