@@ -82,9 +82,9 @@ def _journal_lines(out: Path) -> int:
     return len(path.read_text().splitlines()) if path.exists() else 0
 
 
-def start_run(spec: Path, *args: str) -> subprocess.Popen:
+def start_run(spec: Path, *args: str, env: dict | None = None) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "robustscope.cli.app", "run", str(spec),
-                             "-q", *args], cwd=spec.parent, env=ENV,
+                             "-q", *args], cwd=spec.parent, env={**ENV, **(env or {})},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -180,6 +180,28 @@ def test_sigterm_and_sigint_end_the_run_with_the_resume_command(tmp_path, signum
     assert _journal_lines(out) == 12
 
 
+def test_handlers_kept_puts_back_the_handlers_a_library_replaced():
+    """What ray.init does to a run's SIGTERM handler is undone; a SIGTERM that meets the
+    library's handler meanwhile (Ray's end with SystemExit) still stops the run."""
+    from robustscope.runs.stopping import Terminated, handlers_kept, terminate_raises
+
+    def exits(signum, frame):
+        sys.exit(signum)
+
+    with terminate_raises():
+        ours = signal.getsignal(signal.SIGTERM)
+        with handlers_kept():
+            signal.signal(signal.SIGTERM, exits)
+        assert signal.getsignal(signal.SIGTERM) is ours
+        with pytest.raises(Terminated), handlers_kept():
+            signal.signal(signal.SIGTERM, exits)
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)  # the handler runs first
+        assert signal.getsignal(signal.SIGTERM) is ours
+    with pytest.raises(SystemExit), handlers_kept():  # not a run's: left as it is
+        sys.exit(3)
+
+
 # -- the same, in this process: fast -----------------------------------------------------------
 class _StopAfterOneShard:
     """A silent RunProgress stand-in whose stage raises ``exc`` after the first shard."""
@@ -254,3 +276,37 @@ def test_kill_9_of_a_run_on_ray_leaves_no_ray_process(tmp_path):
     early = wait_gone(kids, 20)
     assert all("Agent" in name for name in names(early)), names(early)
     assert wait_gone(kids, 150) == set(), names(kids)
+
+
+@pytest.mark.slow  # Ray's start-up alone takes 15-60 s on a busy 2-core machine
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)],
+                         ids=["SIGTERM", "SIGINT"])
+def test_sigterm_and_sigint_end_a_run_on_ray_with_the_resume_command(tmp_path, signum, code):
+    """As on the local backend: the one line with the resume command, exit 143 (SIGTERM) or
+    130 (SIGINT), the Ray cluster the run started shut down, the finished shards kept.
+    (SIGTERM used to meet the handlers ray.init installs: a C++ stack dump, then abort.)"""
+    pytest.importorskip("ray")
+    spec = gbm_spec(tmp_path, "ray", "out", limit=48, shard=4)
+    out = tmp_path / "out"
+    proc = start_run(spec, "--backend", "ray", "--workers", "1",
+                     env={"RAY_USAGE_STATS_ENABLED": "0"})  # no network from tests
+    wait_for(lambda: _journal_lines(out) >= 1 or proc.poll() is not None, 240,
+             "the first shard")
+    kids = descendants(proc.pid)
+    proc.send_signal(signum)
+    stdout, err = proc.communicate(timeout=60)
+    assert proc.returncode == code, err
+    name = signal.Signals(signum).name
+    assert err.strip().splitlines() == [
+        f"error: interrupted by {name}; the finished shards are kept in {out}; "
+        f"resume with: robustscope run {spec} --resume {out}"], err
+    assert "Aborted" not in err and "received at time" not in err
+    assert stdout == ""  # nor Ray's notes on the tasks cut short
+    assert wait_gone(kids, 30) == set(), "processes of the Ray cluster survived the run"
+    assert 1 <= _journal_lines(out) < 24
+    # the printed command completes the run (here in-process, on the local backend)
+    outcome = run_spec_file(spec, quiet=True, out_dir=out, resume=True)
+    assert outcome.manifest["provenance"]["execution"]["resumed"] is True
+    assert _journal_lines(out) == 24
+    for threat in ("linf", "l2"):
+        assert len(table(out, threat)) == 48

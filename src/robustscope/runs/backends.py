@@ -27,6 +27,7 @@ from robustscope.runs.inputs import LoadedInputs, load_inputs
 from robustscope.runs.lifeline import die_with_parent, ignore_interrupts
 from robustscope.runs.shards import Shard, ShardOutput, ThreatJob
 from robustscope.runs.spec import EvaluationSpec
+from robustscope.runs.stopping import handlers_kept
 
 #: Shards in flight per worker (keeps memory bounded and every worker busy).
 IN_FLIGHT_PER_WORKER = 2
@@ -203,19 +204,23 @@ def _ray(spec: EvaluationSpec, jobs: dict[str, ThreatJob], shards: list[Shard],
          workers: int | None, address: str | None) -> Iterator[tuple[Shard, object]]:
     ray = _import_ray()
     started_here = False
-    if not ray.is_initialized():
-        quiet = logging.getLogger("robustscope").getEffectiveLevel() >= logging.ERROR
-        kwargs = ray_init_options(workers, address, quiet)
-        if quiet:  # Ray logs its banner (and notes) before init applies logging_level
-            logging.getLogger("ray").setLevel(logging.ERROR)
-        try:
-            ray.init(**kwargs)
-        except (ConnectionError, RuntimeError, ValueError) as exc:
-            raise InputError(f"cannot start or reach the Ray cluster"
-                             f"{' at ' + address if address else ''}: {exc}") from exc
-        started_here = True
     actors: list = []
+    running: dict = {}                          # object ref -> (shard, actor number)
     try:
+        if not ray.is_initialized():
+            quiet = logging.getLogger("robustscope").getEffectiveLevel() >= logging.ERROR
+            kwargs = ray_init_options(workers, address, quiet)
+            if quiet:  # Ray logs its banner (and notes) before init applies logging_level
+                logging.getLogger("ray").setLevel(logging.ERROR)
+            started_here = True                 # shut down below, even if init fails midway
+            try:
+                # ray.init installs SIGTERM handlers of its own (the driver's exits, the
+                # core worker's dumps a C++ stack and aborts): this process's are put back
+                with handlers_kept():
+                    ray.init(**kwargs)
+            except (ConnectionError, RuntimeError, ValueError) as exc:
+                raise InputError(f"cannot start or reach the Ray cluster"
+                                 f"{' at ' + address if address else ''}: {exc}") from exc
         gpu = any(str(j.device).startswith("cuda") for j in jobs.values())
         actor_class = ray.remote(num_cpus=1, num_gpus=1 if gpu else 0,
                                  max_restarts=RAY_MAX_RETRIES,
@@ -224,7 +229,6 @@ def _ray(spec: EvaluationSpec, jobs: dict[str, ThreatJob], shards: list[Shard],
         actors = [actor_class.remote(spec, jobs) for _ in range(min(width, len(shards)))]
         load = [0] * len(actors)                # shards in flight per actor
         todo = list(shards)
-        running: dict = {}                      # object ref -> (shard, actor number)
         while todo or running:
             while todo and min(load) < IN_FLIGHT_PER_WORKER:
                 k = load.index(min(load))
@@ -241,7 +245,11 @@ def _ray(spec: EvaluationSpec, jobs: dict[str, ThreatJob], shards: list[Shard],
                     cause = getattr(exc, "cause", None)
                     yield shard, cause if isinstance(cause, BaseException) else exc
     finally:
-        for actor in actors:
-            ray.kill(actor)
-        if started_here:
-            ray.shutdown()
+        try:
+            for ref in running:   # interrupted: not retried on the killed actors (nor noted)
+                ray.cancel(ref)
+            for actor in actors:
+                ray.kill(actor)
+        finally:
+            if started_here:
+                ray.shutdown()

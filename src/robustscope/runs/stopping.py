@@ -6,6 +6,11 @@ worker processes, the store is closed, and the finished shards (each written ato
 journalled with an fsync) stay on disk for ``robustscope run SPEC --resume DIR``.
 :class:`RunInterrupted` is what the run raises then: the signal and the exact command that
 resumes it.
+
+Libraries that install their own handlers (``ray.init`` does, for SIGTERM: its handlers end
+the process with ``SystemExit``, and the Ray core worker's crash handler dumps a C++ stack
+and aborts) are started within :func:`handlers_kept`, which puts back the handlers in place
+before.
 """
 
 from __future__ import annotations
@@ -66,3 +71,33 @@ def terminate_raises() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+#: The signals whose handlers :func:`handlers_kept` keeps.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def handlers_kept(signums: tuple[int, ...] = STOP_SIGNALS) -> Iterator[None]:
+    """Within the block, code may install handlers for ``signums``; afterwards (however the
+    block ends) the Python handlers in place before are back, for the signal and at the C
+    level, where a library's own handler is replaced. Outside the main thread, and for a
+    signal whose handler was not set from Python, nothing changes.
+
+    Under :func:`terminate_raises`, a ``SystemExit`` out of the block is raised as
+    :class:`Terminated`: it is what the handlers such code installs (Ray's) raise when
+    SIGTERM arrives meanwhile."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {s: signal.getsignal(s) for s in signums}
+    try:
+        yield
+    except SystemExit as exc:
+        if previous.get(signal.SIGTERM) is _raise_terminated:
+            raise Terminated(signal.SIGTERM) from exc
+        raise
+    finally:
+        for signum, handler in previous.items():
+            if handler is not None:
+                signal.signal(signum, handler)
