@@ -186,7 +186,7 @@ def test_resume_errors(reference, tmp_path):
     code = run_subprocess(spec, kill_after=1, wait=120)
     assert code == -signal.SIGKILL
     other = gbm_spec(tmp_path, "e3", "out", limit=18)
-    with pytest.raises(InputError, match="different spec"):
+    with pytest.raises(InputError, match=r"cannot be resumed: the spec changed \(data.limit\)"):
         run_spec_file(other, quiet=True)
 
 

@@ -48,7 +48,7 @@ def test_relative_paths_resolve_against_the_spec_folder(tmp_path: Path):
     (tmp_path / "spec.yaml").write_text(VALID)
     spec = load_spec(tmp_path / "spec.yaml")
     assert spec.outputs.dir == tmp_path / "out"
-    assert spec.outputs.store == tmp_path / "results.sqlite"
+    assert spec.outputs.store == str(tmp_path / "results.sqlite")
     assert spec.scores.cr.reference == str(tmp_path / "acc.json")
 
 

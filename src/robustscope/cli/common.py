@@ -60,8 +60,8 @@ class ExitCode(IntEnum):
 EXIT_CODES: dict[int, str] = {
     ExitCode.OK: "success",
     ExitCode.FAILURE: "runtime failure: the model raised while being evaluated, a full disk or "
-                      "other I/O error while writing, an unexpected exception (--verbose shows "
-                      "the traceback)",
+                      "other I/O error while writing, a results store that went away, an "
+                      "unexpected exception (--verbose shows the traceback)",
     ExitCode.BAD_INPUT: "bad input: a missing or unreadable file, invalid data, labels, "
                         "features, spec or model file, a bad option value",
     ExitCode.INTERRUPTED: "interrupted (Ctrl-C)",

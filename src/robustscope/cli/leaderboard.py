@@ -190,7 +190,7 @@ def register(app: typer.Typer) -> None:
             if figures is not None:
                 from robustscope.core.fileio import check_output_folder
                 from robustscope.report.multiattack_figures import FIGURE_FILES
-                from robustscope.runs.store import is_store_url
+                from robustscope.runs.locations import is_store_url
 
                 sources = {f"--accuracies {p.name}": p for p in accuracies or []}
                 if db is not None and not is_store_url(db):

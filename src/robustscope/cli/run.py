@@ -97,14 +97,20 @@ def register(app: typer.Typer) -> None:
         resume: Path | None = typer.Option(None, "--resume", help="Continue the incomplete run "
                                            "in this folder (only missing or failed shards "
                                            "run). Without it, an incomplete run in the output "
-                                           "folder is continued too."),
+                                           "folder is continued too, when its model, data and "
+                                           "spec are unchanged."),
+        restart: bool = typer.Option(False, "--restart", help="Start a new run even if the "
+                                     "output folder holds an incomplete one (its shards are "
+                                     "deleted)."),
     ) -> None:
         """Run an evaluation spec: radii per threat, scores, run folder, store, HTML report.
 
         The inputs are split into shards (execution.shard_size inputs x one threat) that run
         on local worker processes or a Ray cluster; each finished shard is written at once,
         so a run that stops (killed, a full disk, a failing worker) continues where it
-        stopped when started again. A run that stops part-way exits with code 1 and says how
+        stopped when started again - unless its model, data, feature file or spec changed
+        since (then it is refused with what changed; --restart starts afresh). One run at a
+        time uses a folder. A run that stops part-way exits with code 1 and says how
         to resume it (Ctrl-C: code 130, SIGTERM: code 143, with the same line); inputs on
         which the model raises get status `failed` and the run goes on."""
         from robustscope.runs.runner import RunIncomplete, run_spec_file
@@ -116,12 +122,15 @@ def register(app: typer.Typer) -> None:
                 if resume is not None and out_dir is not None and \
                         Path(resume).resolve() != Path(out_dir).resolve():
                     fail("give --resume DIR or --out-dir DIR, not two different folders")
+                if resume is not None and restart:
+                    fail("give --resume or --restart, not both")
                 # a model error here comes from loading the spec's model (bad input); one raised
                 # while evaluating marks its inputs `failed` instead of stopping the run
                 try:
                     with computing(RunIncomplete):
                         outcome = run_spec_file(spec, quiet=quiet, out_dir=resume or out_dir,
-                                                resume=True if resume is not None else None,
+                                                resume=True if resume is not None else
+                                                False if restart else None,
                                                 backend=backend and backend.value, workers=workers,
                                                 address=address)
                 except RunInterrupted as exc:

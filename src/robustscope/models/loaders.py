@@ -38,6 +38,25 @@ MODEL_SUFFIXES = (".json", ".ubj", ".txt", ".skops", ".pt", ".pth", ".pt2", ".on
 _NATIVE_PREFIX = re.compile(r"^\[[0-9:]+\]\s+\S+:\d+:\s*")
 
 
+#: How the command line lets a user trust a pickled file (a spec says it its own way).
+TRUST_OPTION = "pass --trust-pickle"
+
+
+class UntrustedModel(ModelError):
+    """A model file that loads only if its source is trusted (it can run code when read).
+
+    ``template`` is the message with ``{trust}`` where the way to trust it goes: the command
+    line's :data:`TRUST_OPTION` in ``str(exc)``; :meth:`telling` gives another way."""
+
+    def __init__(self, template: str) -> None:
+        super().__init__(template.replace("{trust}", TRUST_OPTION))
+        self.template = template
+
+    def telling(self, trust: str) -> str:
+        """The message with ``trust`` as the way to trust the file."""
+        return self.template.replace("{trust}", trust)
+
+
 def native_reason(exc: BaseException) -> str:
     """The first line of a library's error, without the native log prefix and stack trace
     that XGBoost and LightGBM append (a user needs the reason, not C++ frames)."""
@@ -57,8 +76,10 @@ def load_model(path: str | Path, trust_pickle: bool = False, device: str = "cpu"
     path = Path(path)
     if path.is_dir():
         raise ModelError(f"model file {path}: is a folder, not a model file")
-    if not path.is_file():
+    if not path.exists():
         raise ModelError(f"model file {path} does not exist")
+    if not path.is_file():
+        raise ModelError(f"model file {path}: not a regular file (a pipe, socket or device)")
     check_device(device)
     suffix = path.suffix.lower()
     loaders = {".json": _load_xgboost, ".ubj": _load_xgboost, ".txt": _load_lightgbm,
@@ -83,9 +104,9 @@ def load_model(path: str | Path, trust_pickle: bool = False, device: str = "cpu"
         return _wrap_fitted(program.module(), example, device, exported=True)
     if suffix in PICKLE_SUFFIXES:
         if not trust_pickle:
-            raise ModelError(f"{path}: refusing to unpickle a {suffix} file, which can run "
-                             "arbitrary code; pass --trust-pickle if you trust its source, or "
-                             "save the model with skops (.skops)")
+            raise UntrustedModel(f"{path}: refusing to unpickle a {suffix} file, which can "
+                                 "run arbitrary code; {trust} if you trust its source, or "
+                                 "save the model with skops (.skops)")
         import joblib
 
         return wrap_model(joblib.load(path), device=device, example=example)
@@ -194,9 +215,9 @@ def _load_skops(path: Path, trust_pickle: bool):
         raise ModelError(f"{path}: not a valid skops file ({native_reason(exc)})") from exc
     unknown = [t for t in untrusted if t not in SKOPS_SKLEARN_TYPES]
     if unknown and not trust_pickle:
-        raise ModelError(f"{path}: the file holds types that are neither trusted by skops nor "
-                         f"scikit-learn's own ({', '.join(unknown)}); pass --trust-pickle if "
-                         "you trust its source")
+        raise UntrustedModel(f"{path}: the file holds types that are neither trusted by skops "
+                             f"nor scikit-learn's own ({', '.join(unknown)}); {{trust}} if "
+                             "you trust its source")
     return sio.load(path, trusted=untrusted)
 
 
@@ -216,9 +237,10 @@ def _load_torch(path: Path, trust_pickle: bool, device: str, example) -> Classif
         module = load_torchscript(path, device)
     except RuntimeError as exc:
         if not trust_pickle:
-            raise ModelError(f"{path}: not a TorchScript file ({str(exc).splitlines()[0]}); "
-                             "save it with torch.jit.script / torch.jit.trace, or pass "
-                             "--trust-pickle to unpickle a full torch.save'd module") from exc
+            first = str(exc).splitlines()[0]
+            raise UntrustedModel(f"{path}: not a TorchScript file ({first}); save it with "
+                                 "torch.jit.script / torch.jit.trace, or {trust} to unpickle "
+                                 "a full torch.save'd module") from exc
         module = torch.load(str(path), map_location=device, weights_only=False)
     return _wrap_fitted(module, example, device)
 

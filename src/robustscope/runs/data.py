@@ -38,8 +38,10 @@ def load_data(path: str | Path, label_column: str = "label",
     path = Path(path)
     if not path.exists():
         raise InputError(f"data file {path} does not exist")
-    if not path.is_file():
+    if path.is_dir():
         raise InputError(f"data file {path} is a folder, not a file")
+    if not path.is_file():
+        raise InputError(f"data file {path}: not a regular file (a pipe, socket or device)")
     suffix = path.suffix.lower()
     if suffix not in DATA_SUFFIXES:
         raise InputError(f"{path}: unknown data file type '{suffix}'; use "

@@ -16,6 +16,7 @@ import numpy as np
 from robustscope.core.checks import column_order
 from robustscope.core.errors import InputError
 from robustscope.core.space import FeatureSpace
+from robustscope.models.loaders import UntrustedModel, native_reason
 from robustscope.runs.columns import load_model_for, match_columns
 from robustscope.runs.data import Dataset, load_data
 from robustscope.runs.demo import LOGISTIC, TREES, demo_space, train_models
@@ -96,14 +97,35 @@ def load_inputs(spec: EvaluationSpec) -> LoadedInputs:
     if spec.model.builtin is not None:
         inputs.model = builtin()[0]
     else:
-        inputs.model = load_model_for(spec.model.path, Dataset(inputs.X, inputs.y),
-                                      f"data.path {spec.data.path}",
-                                      trust_pickle=spec.model.trust_pickle,
-                                      device=spec.model.device)
+        try:
+            inputs.model = load_model_for(spec.model.path, Dataset(inputs.X, inputs.y),
+                                          f"data.path {spec.data.path}",
+                                          trust_pickle=spec.model.trust_pickle,
+                                          device=spec.model.device)
+        except UntrustedModel as exc:
+            raise InputError(exc.telling("set model.trust_pickle: true in the spec")) from None
     if spec.data.builtin is None:
         _match_columns(spec, inputs, reference)
+    if spec.model.path is not None:
+        _probe(spec, inputs)
     inputs.space = _space(spec, inputs)
     return inputs
+
+
+def _probe(spec: EvaluationSpec, inputs: LoadedInputs) -> None:
+    """Call the model once on the first two inputs, as the search will call it: inputs it
+    cannot take stop the run before any shard runs, with both shapes named (an
+    :class:`InputError`), rather than failing every row."""
+    model = inputs.model
+    rows = np.asarray(inputs.X[:2])
+    try:
+        model.predict(model.as_tensor(rows))
+    except Exception as exc:
+        takes = getattr(model, "input_shape", None)
+        wants = "" if not takes else f"; the model takes N×{'×'.join(map(str, takes))}"
+        raise InputError(f"model.path {spec.model.path} cannot be evaluated on the inputs of "
+                         f"data.path {spec.data.path}: X has shape {tuple(inputs.X.shape)}"
+                         f"{wants} ({native_reason(exc)})") from None
 
 
 def _match_columns(spec: EvaluationSpec, inputs: LoadedInputs,

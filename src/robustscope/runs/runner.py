@@ -33,11 +33,15 @@ from robustscope.core.result import STORED_COLUMNS, RadiusResult, join_meta
 from robustscope.report.html import render_report
 from robustscope.runs import journal
 from robustscope.runs.backends import run_shards
+from robustscope.runs.binding import input_identity
 from robustscope.runs.inputs import load_inputs
+from robustscope.runs.locations import hide_password
+from robustscope.runs.lock import run_folder_lock
 from robustscope.runs.outputs import check_run_outputs
 from robustscope.runs.progress import RunProgress, run_progress
 from robustscope.runs.shards import (
     Shard,
+    ShardDamaged,
     ShardOutput,
     ThreatJob,
     plan_shards,
@@ -47,7 +51,7 @@ from robustscope.runs.shards import (
 )
 from robustscope.runs.spec import EvaluationSpec, load_spec
 from robustscope.runs.stopping import RunInterrupted, Terminated, resume_command
-from robustscope.runs.store import open_store
+from robustscope.runs.store import STORE_FAILURES, open_store
 from robustscope.scores.evaluation import Evaluation, ReadingOptions, build_evaluation
 from robustscope.threats.registry import implemented_threat
 
@@ -81,15 +85,39 @@ def run_spec(spec: EvaluationSpec, spec_text: str | None = None, quiet: bool = F
     """
     started = time.time()
     check_run_outputs(spec)
-    inputs = load_inputs(spec)
+    out_dir = Path(spec.outputs.dir)
+    again = resume_command(spec_path, out_dir)
+    with run_folder_lock(out_dir):
+        # hashed before the model and data are read: a file replaced in between gives
+        # shards of the new file under the old hash, which the next resume refuses
+        identity = input_identity(spec)
+        inputs = load_inputs(spec)
+        identity["n"] = len(inputs.X)
+        try:
+            return _run_locked(spec, spec_text, quiet, progress, resume, identity, inputs,
+                               again, started)
+        except STORE_FAILURES as exc:
+            raise RunIncomplete(f"the results store {hide_password(str(spec.outputs.store))} "
+                                f"failed ({_first_line(exc)}); the shards written so far are "
+                                f"kept in {out_dir}: resume with: {again}") from exc
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
+
+
+def _run_locked(spec: EvaluationSpec, spec_text: str | None, quiet: bool,
+                progress: RunProgress | None, resume: bool | None, identity: dict,
+                inputs, again: str, started: float) -> RunOutcome:
+    """:func:`run_spec` once the run folder is locked and the inputs are loaded."""
     out_dir = Path(spec.outputs.dir)
     ex = spec.execution
     log.info("evaluating %s on %d inputs of %s", inputs.model_name, len(inputs.X),
              inputs.data_name)
     _check_channels(spec, inputs.X.shape)
     jobs = _threat_jobs(spec)
-    again = resume_command(spec_path, out_dir)
-    plan = journal.open_run(out_dir, spec, len(inputs.X), resume)
+    plan = journal.open_run(out_dir, spec, len(inputs.X), resume, identity)
     if plan.get("resumed"):
         log.info("resuming the run in %s", out_dir)
     if plan.get("replaced"):
@@ -131,6 +159,25 @@ def run_spec(spec: EvaluationSpec, spec_text: str | None = None, quiet: bool = F
         lines = "\n".join(errors.values())
         raise RunIncomplete(f"{len(errors)} of {len(shards)} shard(s) failed; the others are "
                             f"kept in {out_dir}:\n{lines}\nresume with: {again}")
+    try:
+        return _finish(spec, spec_text, plan, shards, inputs, store, started)
+    except ShardDamaged as exc:
+        exc.path.unlink(missing_ok=True)
+        raise RunIncomplete(f"{exc}; it was removed: resume the run to compute its rows "
+                            f"again: {again}") from exc
+    except OSError as exc:
+        where = exc.filename or out_dir
+        raise RunIncomplete(f"cannot write {where} ({exc.strerror or exc}); every shard is "
+                            f"kept in {out_dir}: free space, then resume with: {again}"
+                            ) from exc
+
+
+def _finish(spec: EvaluationSpec, spec_text: str | None, plan: dict, shards: list[Shard],
+            inputs, store: _StoreWriter, started: float) -> RunOutcome:
+    """Every shard done: assemble the tables, compute the readings, write the run folder and
+    the report, finish the store runs and mark the plan complete."""
+    out_dir = Path(spec.outputs.dir)
+    ex = spec.execution
     results, seconds = assemble(out_dir, spec, shards, inputs.X.shape[1:], inputs.y)
     strengths = {}
     for t in spec.threats:
@@ -156,6 +203,7 @@ def run_spec(spec: EvaluationSpec, spec_text: str | None = None, quiet: bool = F
                           inputs.X_reference, options, strengths, seconds, started,
                           provenance_extra={"run_uid": uid, "model": inputs.model_name,
                                             "data": inputs.data_name,
+                                            "inputs": plan["inputs"]["files"],
                                             "execution": {"backend": ex.backend,
                                                           "workers": ex.workers,
                                                           "shard_size": ex.shard_size,
@@ -171,7 +219,8 @@ def run_spec(spec: EvaluationSpec, spec_text: str | None = None, quiet: bool = F
                                    "'failed' and left out of the readings")
     store.finish(results, {sec.name: sec.summary() for sec in ev.sections})
     manifest = _write_run_dir(spec, ev, out_dir, uid, results)
-    report = render_report(ev, out_dir / spec.outputs.report, spec_text)
+    report = render_report(ev, out_dir / spec.outputs.report,
+                           None if spec_text is None else hide_password(spec_text))
     journal.mark_complete(out_dir, plan)
     log.info("report written to %s", report)
     return RunOutcome(out_dir, report, manifest, ev)
@@ -340,6 +389,7 @@ class _StoreWriter:
                     solver="grid-bisection" if job.is_grid else job.solver,
                     source=str(out_dir.resolve()),
                     config={"evaluation": plan["uid"], "seed": spec.seed,
+                            "inputs": plan["inputs"]["files"],
                             "budget": job.budget, "rtol": None if job.is_grid else job.rtol,
                             "shard_size": spec.execution.shard_size})
             journal.save_plan(out_dir, plan)
@@ -535,10 +585,11 @@ def _write_run_dir(spec: EvaluationSpec, ev: Evaluation, out_dir: Path, uid: str
         }
     manifest = {
         "robustscope_run": MANIFEST_VERSION, "uid": uid, "title": ev.title,
-        "spec": json.loads(spec.model_dump_json()), "threats": threats, "cr": ev.cr,
+        "spec": json.loads(hide_password(spec.model_dump_json())), "threats": threats,
+        "cr": ev.cr,
         "notes": dict(ev.notes),
         "provenance": ev.provenance, "report": spec.outputs.report,
-        "store": None if spec.outputs.store is None else str(spec.outputs.store),
+        "store": None if spec.outputs.store is None else hide_password(spec.outputs.store),
         "complete": True,
         "execution": {"shard_size": spec.execution.shard_size,
                       "shards_dir": journal.SHARDS, "journal": journal.JOURNAL},

@@ -21,6 +21,7 @@ failed rows' errors by sample). Searching a shard is :mod:`robustscope.runs.exec
 from __future__ import annotations
 
 import json
+import zipfile
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from robustscope.core.errors import InputError
 from robustscope.core.fileio import atomic_write
 from robustscope.core.result import STORED_COLUMNS, RadiusResult
 from robustscope.search.options import RadiusOptions
@@ -168,18 +170,49 @@ def write_shard(root: Path, out: ShardOutput, writer: Callable | None = None) ->
     return path
 
 
+class ShardDamaged(InputError):
+    """A shard file that cannot be read back (cut short, overwritten); ``path`` names it."""
+
+    def __init__(self, path: Path, reason: str) -> None:
+        super().__init__(f"shard file {path} is damaged ({reason})")
+        self.path, self.reason = Path(path), reason
+
+
+#: What a damaged shard file raises while being read.
+_DAMAGE = (zipfile.BadZipFile, EOFError, ValueError, KeyError, OSError, json.JSONDecodeError)
+
+
+def shard_damage(path: Path) -> str | None:
+    """Why the shard file at ``path`` cannot be opened (its zip directory is unreadable or
+    lacks an array every shard has), or ``None`` when it opens. Reads the directory only,
+    not the arrays."""
+    try:
+        with zipfile.ZipFile(path) as zf:
+            names = set(zf.namelist())
+    except _DAMAGE as exc:
+        return f"{type(exc).__name__}: {exc}"
+    missing = sorted({"info.npy", "sample.npy"} - names)
+    return f"no {', '.join(missing)} in it" if missing else None
+
+
 def read_shard(path: Path, light: bool = False) -> tuple[RadiusResult, float]:
     """A shard file back as ``(result, seconds)``; ``light`` skips ``x_adv`` (an empty
-    ``(n, 0)`` array instead) to keep memory small."""
-    with np.load(path, allow_pickle=False) as z:
-        info = json.loads(str(z["info"]))
-        arrays = {}
-        for c in STORED_COLUMNS:
-            if light and c.name == "x_adv":
-                arrays[c.name] = np.zeros((len(z["sample"]), 0))
-                continue
-            arrays[c.name] = z[c.name]
-        classes = z["classes"] if "classes" in z.files else None
+    ``(n, 0)`` array instead) to keep memory small. A file that cannot be read raises
+    :class:`ShardDamaged` (a missing one :class:`FileNotFoundError`)."""
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            info = json.loads(str(z["info"]))
+            arrays = {}
+            for c in STORED_COLUMNS:
+                if light and c.name == "x_adv":
+                    arrays[c.name] = np.zeros((len(z["sample"]), 0))
+                    continue
+                arrays[c.name] = z[c.name]
+            classes = z["classes"] if "classes" in z.files else None
+    except FileNotFoundError:
+        raise
+    except _DAMAGE as exc:
+        raise ShardDamaged(path, f"{type(exc).__name__}: {exc}") from exc
     for c in STORED_COLUMNS:
         if c.dtype == "str":
             # one Python string per distinct value, shared by every row (not one per row)

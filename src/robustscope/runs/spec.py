@@ -39,6 +39,7 @@ from pydantic import (
 )
 
 from robustscope.core.errors import InputError
+from robustscope.runs.locations import is_store_url
 from robustscope.search.options import (
     OPTIONS,
     Boolean,
@@ -314,7 +315,8 @@ class OutputsSpec(_Strict):
 
     dir: Path = Path("robustscope-run")
     report: str = "report.html"
-    store: Path | None = None
+    store: str | None = Field(None, description="Results store: a SQLite file path or a "
+                              "database URL (postgresql://user:password@host:port/db).")
     adversarial: bool = True
 
     @field_validator("report")
@@ -377,8 +379,9 @@ class EvaluationSpec(_Strict):
         if spec.features is not None and spec.features.file is not None:
             spec.features.file = fix(spec.features.file)
         spec.outputs.dir = fix(spec.outputs.dir) or spec.outputs.dir
-        if spec.outputs.store is not None:
-            spec.outputs.store = fix(spec.outputs.store)
+        store = spec.outputs.store
+        if store is not None and store != ":memory:" and not is_store_url(store):
+            spec.outputs.store = str(fix(Path(store)))
         if spec.scores.cr is not None and spec.scores.cr.reference != "published":
             spec.scores.cr.reference = str(fix(Path(spec.scores.cr.reference)))
         return spec

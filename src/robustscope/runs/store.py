@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import uuid
 import zlib
 from collections.abc import Iterable, Iterator, Mapping
@@ -42,6 +41,7 @@ from sqlalchemy.pool import StaticPool
 
 from robustscope.core.errors import InputError
 from robustscope.core.result import ROW_SCHEMA, STATUSES, Column, RadiusResult
+from robustscope.runs.locations import is_store_url
 from robustscope.scores.accuracy_grid import (
     AccuracyGrid,
     ModelAccuracies,
@@ -152,18 +152,19 @@ _RUN_SELECT = (sa.select(_r.c.id, _r.c.uid, _m.c.name.label("model"), _t.c.name.
                .select_from(_r.join(_m, _m.c.id == _r.c.model_id)
                             .outerjoin(_t, _t.c.id == _r.c.threat_id)))
 
+class StoreUnreachable(InputError):
+    """The store's database cannot be opened or connected to (a bad location given, or a
+    server that has gone away)."""
+
+
+#: What a store that cannot be reached (a server gone, a file's folder removed) raises.
+STORE_FAILURES: tuple[type[BaseException], ...] = (sa.exc.DBAPIError, StoreUnreachable)
+
 _RADII_INSERT = ("run_id", *(c.name for c in RADII_COLUMNS))
 _ACCURACY_INSERT = ("run_id", "attack", "eps", "eps_key", "accuracy", "n_inputs")
 
 # Key of the PostgreSQL advisory lock that serialises creating the schema in a new database.
 _PG_INIT_LOCK = zlib.crc32(b"robustscope.runs.store schema")
-
-_URL_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
-
-
-def is_store_url(location: str | Path) -> bool:
-    """True when ``location`` is a database URL (``scheme://...``) rather than a file path."""
-    return isinstance(location, str) and bool(_URL_RE.match(location))
 
 
 def _now() -> str:
@@ -366,7 +367,8 @@ class ResultStore:
             conn = self._engine.connect()
         except sa.exc.OperationalError as err:
             verb = "open" if self.backend == "sqlite" else "connect"
-            raise InputError(f"store {self.path}: cannot {verb} ({_reason(err)})") from err
+            raise StoreUnreachable(f"store {self.path}: cannot {verb} ({_reason(err)})"
+                                   ) from err
         try:
             conn.info["robustscope_begin"] = "BEGIN IMMEDIATE" if write else "BEGIN"
             with conn.begin():
