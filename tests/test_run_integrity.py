@@ -177,9 +177,9 @@ def test_a_resume_with_changed_data_is_refused(files, clean_runs, tmp_path):
 def test_a_resume_by_another_version_or_spec_is_refused(files, tmp_path, monkeypatch):
     spec = csv_spec(tmp_path, files)
     run_until_stopped(spec, 1)
-    import robustscope
+    from robustscope.runs import binding
 
-    monkeypatch.setattr(robustscope, "__version__", "0.0.0-other", raising=False)
+    monkeypatch.setattr(binding, "installed_version", lambda: "0.0.0-other")
     with pytest.raises(InputError, match=r"planned by robustscope .* \(this is 0.0.0-other\)"):
         run_spec_file(spec, quiet=True)
     monkeypatch.undo()

@@ -10,10 +10,12 @@ folder (a model saved as a directory) is hashed over its files in name order.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
 import stat
+from importlib import metadata
 from pathlib import Path
 
 from robustscope.core.errors import InputError
@@ -54,6 +56,16 @@ def spec_document(spec) -> dict:
     return doc
 
 
+@functools.cache
+def installed_version() -> str:
+    """The installed robustscope's version (``0+unknown`` from a source tree that is not
+    installed)."""
+    try:
+        return metadata.version("robustscope")
+    except metadata.PackageNotFoundError:
+        return "0+unknown"
+
+
 def input_files(spec) -> dict[str, Path]:
     """The files a run of ``spec`` reads its model and data from, by their spec key (paths
     resolved; built-in models and data have none)."""
@@ -69,8 +81,6 @@ def input_identity(spec, n: int | None = None) -> dict:
     yet), and ``files``: spec key -> ``{"path", "sha256"}`` of every input file. A file that
     cannot be read (or is not a regular file or folder) is an :class:`InputError` naming its
     key."""
-    from robustscope import __version__
-
     files = {}
     for key, path in input_files(spec).items():
         try:
@@ -79,7 +89,7 @@ def input_identity(spec, n: int | None = None) -> dict:
             files[key] = {"path": str(path), "sha256": file_digest(path)}
         except OSError as exc:
             raise InputError(f"{key} {path}: cannot read it ({exc.strerror or exc})") from exc
-    return {"robustscope": __version__, "spec": spec_document(spec), "n": n, "files": files}
+    return {"robustscope": installed_version(), "spec": spec_document(spec), "n": n, "files": files}
 
 
 def what_changed(recorded: dict | None, now: dict) -> str | None:

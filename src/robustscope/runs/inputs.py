@@ -112,20 +112,41 @@ def load_inputs(spec: EvaluationSpec) -> LoadedInputs:
     return inputs
 
 
+#: Rows tried one at a time when the first probe of the model fails.
+PROBE_ROWS = 8
+
+
 def _probe(spec: EvaluationSpec, inputs: LoadedInputs) -> None:
-    """Call the model once on the first two inputs, as the search will call it: inputs it
-    cannot take stop the run before any shard runs, with both shapes named (an
-    :class:`InputError`), rather than failing every row."""
+    """Call the model once on the first two inputs, as the search will call it. Where that
+    fails, up to :data:`PROBE_ROWS` inputs spread over the data are tried one at a time: if
+    none can be evaluated, the model cannot take these inputs, and the run stops before any
+    shard runs, with both shapes named (an :class:`InputError`), rather than failing every
+    row; if some can, the others are the model's own failures, which the run marks
+    ``failed`` row by row."""
     model = inputs.model
-    rows = np.asarray(inputs.X[:2])
+    n = len(inputs.X)
+
+    def evaluate(rows: np.ndarray) -> None:
+        model.predict(model.as_tensor(np.asarray(inputs.X[rows])))
+
     try:
-        model.predict(model.as_tensor(rows))
+        evaluate(np.arange(min(n, 2)))
+        return
     except Exception as exc:
-        takes = getattr(model, "input_shape", None)
-        wants = "" if not takes else f"; the model takes N×{'×'.join(map(str, takes))}"
-        raise InputError(f"model.path {spec.model.path} cannot be evaluated on the inputs of "
-                         f"data.path {spec.data.path}: X has shape {tuple(inputs.X.shape)}"
-                         f"{wants} ({native_reason(exc)})") from None
+        first = exc
+    for i in np.unique(np.linspace(0, n - 1, min(n, PROBE_ROWS)).astype(int)):
+        try:
+            evaluate(np.array([i]))
+            return
+        except Exception:
+            continue
+    takes = getattr(model, "input_shape", None)
+    wants = "" if not takes else f"; the model takes N×{'×'.join(map(str, takes))}"
+    source = (f"data.path {spec.data.path}" if spec.data.path is not None
+              else f"data.builtin {spec.data.builtin}")
+    raise InputError(f"model.path {spec.model.path} cannot be evaluated on the inputs of "
+                     f"{source}: X has shape {tuple(inputs.X.shape)}"
+                     f"{wants} ({native_reason(first)})") from None
 
 
 def _match_columns(spec: EvaluationSpec, inputs: LoadedInputs,

@@ -46,8 +46,8 @@ def check_run_outputs(spec: EvaluationSpec, spec_path: str | Path | None = None)
     """Raise :class:`~robustscope.core.errors.InputError` when the run folder or the store
     of ``spec`` cannot be written or would overwrite one of the run's inputs."""
     inputs = run_inputs(spec, spec_path)
-    check_run_folder(spec, inputs)
     check_output_folder("outputs.dir", spec.outputs.dir, inputs, run_entries(spec))
+    check_run_folder(spec, inputs)
     store = spec.outputs.store
     if store is not None and not is_store_url(str(store)) and str(store) != ":memory:":
         check_outputs([("outputs.store", Path(store), None)], inputs)
