@@ -3,8 +3,8 @@
 :class:`SearchSettings` holds what one :func:`robustscope.radius` call resolved (model,
 space, threat, statement, strategy, exact kind, ``max_radius``, ``rtol``, plan settings,
 ledger, generator, certifier), passed down as one object; :func:`search_batch` runs the
-stages on a batch (clean pass, exact stage, attack cascade, the network MILP, certification)
-and writes the batch's rows of :class:`Outputs`.
+stages on a batch (clean pass, exact stage, attack cascade, the network MILP, certification,
+the check of each counterexample alone) and writes the batch's rows of :class:`Outputs`.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from robustscope.search.cascade import run_attacks
 from robustscope.search.certification import Certifier, certify_bounds
 from robustscope.search.exact import certify_relu, run_exact
 from robustscope.search.metering import charged
-from robustscope.search.plan import AttackPlan, SearchConfig, StageLedger
+from robustscope.search.plan import ALONE_PASSES, AttackPlan, SearchConfig, StageLedger
 from robustscope.search.state import BatchState
 from robustscope.threats import LpThreat
 
@@ -105,17 +105,23 @@ def search_batch(settings: SearchSettings, X: np.ndarray, labels: np.ndarray, id
                        config=s.config, stages=s.stages)
     active = ~wrong
     if active.any():
-        # linear models and trees: exact by default; networks: a MILP only when asked for
-        if kind in ("linear", "trees") and solver in ("exact", "auto"):
-            with state.stage("exact"):
-                active = run_exact(state, kind, active)
-        if active.any():
-            run_attacks(state, "auto" if solver == "exact" else solver, active)
-        if kind == "relu" and solver == "exact":
-            with state.stage("exact"):
-                certify_relu(state, active)
-        if s.certifier is not None:
-            certify_bounds(state, active, s.certifier)
+        # under a budget the search leaves each input the passes of its calls alone
+        with state.keeping_aside(ALONE_PASSES):
+            # linear models and trees: exact by default; networks: a MILP only when asked for
+            if kind in ("linear", "trees") and solver in ("exact", "auto"):
+                with state.stage("exact"):
+                    active = run_exact(state, kind, active)
+            if active.any():
+                run_attacks(state, "auto" if solver == "exact" else solver, active)
+            if kind == "relu" and solver == "exact":
+                with state.stage("exact"):
+                    certify_relu(state, active)
+            if s.certifier is not None:
+                certify_bounds(state, active, s.certifier)
+        # float32 rounding differs between batch sizes: each counterexample verified in a
+        # batch is called again alone, pushed outward or withdrawn where that call disagrees
+        with state.stage("check alone"):
+            state.confirm_alone(torch.nonzero(~wrong).reshape(-1), ALONE_PASSES)
     out.plan = state.plan or out.plan
 
     r = state.forget_beyond(s.max_radius)  # beyond the largest strength tried: censored

@@ -41,14 +41,15 @@ def run_attacks(state: BatchState, solver: str, active: torch.Tensor) -> None:
     """The attack cascade on the inputs ``active``: gradient-free for black boxes under
     ``auto``, else the parts planned by :func:`~robustscope.search.plan.plan_attack` from the
     per-input budget (minimum-norm runs, line search, PGD bisection)."""
-    model, ledger = state.model, state.ledger
+    model = state.model
     grad_cost = model.gradient_cost(state.space.n_features)
     sub = torch.nonzero(active).reshape(-1)
     if solver == "auto" and not model.differentiable:
         with state.stage("gradient-free"):
             _run_gradient_free(state, sub)
         return
-    plan = plan_attack(ledger.budget, grad_cost, model.n_classes, state.config, solver,
+    # planned from the whole budget, which keeps plan.ALONE_PASSES aside itself
+    plan = plan_attack(state.budget, grad_cost, model.n_classes, state.config, solver,
                        l1=state.threat.p == 1, aim=state.statement.target is None)
     state.use_plan(plan)
     with state.stage("starts"):

@@ -11,7 +11,9 @@ For each batch the search
    best counterexample, restarts aimed at the runner-up classes) until
    ``(hi - lo) / hi <= rtol`` or the budget is spent;
 4. verifies **every** candidate by projecting it into the feature space and calling the model
-   again; only verified candidates ever define a radius.
+   again; only verified candidates ever define a radius. Each input's final counterexample,
+   if it was verified in a batch only, is called again on its row alone (float32 rounding
+   differs between batch sizes), pushed outward or withdrawn where that call disagrees;
 5. certifies a lower bound of torch networks by bound propagation below the verified radius
    (``certify=``; see ``docs/certified.md``), and under ``solver="exact"`` runs the network
    MILP over the ball of that radius.

@@ -41,8 +41,16 @@ from dataclasses import asdict, dataclass
 
 from robustscope.models.base import QueryLedger
 
-#: Passes kept aside for the clean prediction and the verification calls of the runs.
+#: Passes kept aside for the clean prediction and one to spare (under a budget, the check
+#: alone below).
 RESERVED_PASSES = 2
+#: Most passes per input for the model calls on its final counterexample alone
+#: (:meth:`~robustscope.search.verify.Verifier.confirm_alone`: the check, and where it fails
+#: one push outward; none where the counterexample was verified alone already). Under a
+#: budget they are kept aside from it while a batch is searched
+#: (``BatchState.keeping_aside``), the check in the spare pass of ``RESERVED_PASSES``, the
+#: push beside it; without one they come on top of the plan's passes.
+ALONE_PASSES = 2
 #: Fewest probes worth planning: one probe moves the bracket by half at most, and below four
 #: the passes do more in the untargeted run (default plan, LeNet-5 Linf: median ratio to the
 #: best known radius 1.0041 with room for two probes, 1.0033 without them).
@@ -179,13 +187,15 @@ def plan_attack(budget: int | None, grad_cost: int, n_classes: int, config: Sear
     Linf / L2 (and ``aim``: an untargeted statement) ``config.aim_classes`` of them pay for
     aiming it.
 
-    The planned parts never add up to more than the budget: ranking the candidate classes
+    The planned parts never add up to more than the budget (less the clean pass and, under
+    a budget, :data:`ALONE_PASSES`): ranking the candidate classes
     costs ``ranked · grad_cost``, each run its steps times ``grad_cost`` plus one
     verification pass, each probe ``pgd_restarts · (pgd_steps ·
     grad_cost + 1) + 1``.
     """
     total = budget if budget is not None else config.default_gradients * grad_cost
-    avail = max(0, total - RESERVED_PASSES)
+    kept = RESERVED_PASSES + (ALONE_PASSES - 1 if budget is not None else 0)
+    avail = max(0, total - kept)
     probe_cost = config.pgd_restarts * (config.pgd_steps * grad_cost + 1) + 1
     if solver == "pgd":
         return AttackPlan(total, 0, 0, 0, 0, config.pgd_steps, config.pgd_restarts)

@@ -11,9 +11,10 @@ the registry (:func:`registered`).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import torch
@@ -66,10 +67,14 @@ class BatchState:
     best_r = _verifier_attribute("best_r")
     best_logits = _verifier_attribute("best_logits")
     rejected = _verifier_attribute("rejected")
+    alone = _verifier_attribute("alone")
 
     def __init__(self, *args, max_radius: float, rtol: float, generator: torch.Generator,
                  config: SearchConfig, stages: StageLedger) -> None:
         self.verifier = Verifier(*args)
+        #: passes allowed per input (``None``: no limit), the check alone included, also
+        #: while :meth:`keeping_aside` lowers the ledger's budget
+        self.budget = self.ledger.budget
         self.max_radius, self.rtol = max_radius, rtol
         self.generator, self.config, self.stages = generator, config, stages
         self.started = time.perf_counter()  # the search's time on the batch starts here
@@ -104,6 +109,31 @@ class BatchState:
                params: torch.Tensor | None = None):
         """:meth:`Verifier.verify`: ``(classes, logits, size)``."""
         return self.verifier.verify(sub, candidates, params)
+
+    def confirm_alone(self, sub: torch.Tensor, passes: int) -> None:
+        """:meth:`Verifier.confirm_alone` on the inputs ``sub`` (at most ``passes`` calls
+        each): each counterexample confirmed by a model call on its row alone, else pushed
+        outward or withdrawn; a pushed one stays ``exact`` only where it still meets the
+        certified bound within ``BRACKET_RTOL``."""
+        moved = self.verifier.confirm_alone(sub, passes)
+        if len(moved):
+            r = self.best_r[moved]
+            met = torch.isfinite(r) & (r - self.lower[moved] <= BRACKET_RTOL * r)
+            self.exact[moved] = self.exact[moved] & met
+
+    @contextlib.contextmanager
+    def keeping_aside(self, passes: int) -> Iterator[None]:
+        """Inside the block the ledger's budget (if any) is ``passes`` lower, so that what
+        the search spends leaves each input that many passes for :meth:`confirm_alone`."""
+        ledger = self.ledger
+        if ledger.budget is None:
+            yield
+            return
+        ledger.budget -= passes
+        try:
+            yield
+        finally:
+            ledger.budget += passes
 
     # -- reading ---------------------------------------------------------------------------
 
