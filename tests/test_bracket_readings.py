@@ -6,7 +6,11 @@ import numpy as np
 import pytest
 
 from robustscope.core.result import RadiusResult
-from robustscope.report.bracket_figures import bracket_figure, has_brackets
+from robustscope.report.bracket_figures import (
+    bracket_figure,
+    certified_accuracy_figure,
+    has_brackets,
+)
 from robustscope.scores.certified import bracket_summary, certified_accuracy
 
 
@@ -41,14 +45,19 @@ def test_bracket_summary_ratio_and_closed():
     assert s.ratio_p90 == np.inf
 
 
-def test_bracket_figure_draws_both_panels():
+def test_bracket_figures_are_two_figures_of_the_reports_size():
+    """#43 item 11: the brackets and the two accuracy curves are two figures, each the
+    report's usual 6 in wide (one slot each), not two panels squeezed into one slot."""
     n = 6
     r = np.linspace(0.1, 0.6, n)
     res = _attacked(r, r * 0.8, max_radius=1.0)
     assert has_brackets(res)
-    fig = bracket_figure(res, "t")
-    assert len(fig.axes) == 2
-    assert "0/6 closed" in fig.axes[0].get_title()
+    brackets, curves = bracket_figure(res, "t"), certified_accuracy_figure(res, "t")
+    assert len(brackets.axes) == 1 and len(curves.axes) == 1
+    assert "0/6 closed" in brackets.axes[0].get_title()
+    labels = [line.get_label() for line in curves.axes[0].get_lines()]
+    assert labels == ["empirical (verified radii)", "certified (lower bounds)"]
+    assert tuple(brackets.get_size_inches()) == tuple(curves.get_size_inches()) == (6, 4.2)
 
 
 

@@ -58,6 +58,15 @@ def figure_to_data_uri(fig: Figure, dpi: int = 96) -> str:
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
 
 
+def png_size(uri: str) -> tuple[int, int]:
+    """``(width, height)`` in pixels of the PNG in a ``data:image/png;base64,...`` URI (read
+    from its IHDR header)."""
+    head = base64.b64decode(uri.split(",", 1)[1][:32])
+    if head[:8] != b"\x89PNG\r\n\x1a\n" or head[12:16] != b"IHDR":
+        raise ValueError("not a PNG data URI")
+    return int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
+
+
 @dataclass
 class Curve:
     """One accuracy curve: a label, per-input radii and statuses, and the largest strength

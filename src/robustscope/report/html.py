@@ -20,7 +20,11 @@ import numpy as np
 from robustscope.core.fileio import atomic_write
 from robustscope.core.result import CENSORED, MISCLASSIFIED
 from robustscope.core.statuses import AT_ZERO, STATUSES
-from robustscope.report.bracket_figures import bracket_figure, has_brackets
+from robustscope.report.bracket_figures import (
+    bracket_figure,
+    certified_accuracy_figure,
+    has_brackets,
+)
 from robustscope.report.figures import (
     Curve,
     accuracy_vs_strength_figure,
@@ -28,6 +32,7 @@ from robustscope.report.figures import (
     figure_to_data_uri,
     fragile_images_figure,
     fragile_indices,
+    png_size,
     radius_distribution_figure,
 )
 from robustscope.report.intrinsic_figures import plot_radius_vs_g
@@ -76,9 +81,12 @@ _ENV.filters["pct"] = pct
 
 def _figure(figures: list[dict], notes: list[str], caption: str, make: Callable[[], object]
             ) -> None:
-    """Append ``{caption, uri}`` made by ``make()``; on a failure, a note."""
+    """Append ``{caption, uri, width, height}`` made by ``make()`` (the PNG's size in pixels:
+    the template sizes the figure's slot by it); on a failure, a note."""
     try:
-        figures.append({"caption": caption, "uri": figure_to_data_uri(make())})
+        uri = figure_to_data_uri(make())
+        width, height = png_size(uri)
+        figures.append({"caption": caption, "uri": uri, "width": width, "height": height})
     except Exception as exc:  # noqa: BLE001 - one failed figure must not sink the report
         notes.append(f"{caption}: could not be drawn ({type(exc).__name__}: {exc})")
 
@@ -108,9 +116,10 @@ def _section_context(ev: Evaluation, sec: Section) -> dict:
             lambda: accuracy_vs_strength_figure([Curve.of(sec.name, res, sec.strengths)],
                                                 title=f"Accuracy vs strength — {sec.name}"))
     if has_brackets(res):
-        _figure(figures, notes, "Certified lower bound beside the verified radius; certified "
-                "against empirical robust accuracy",
+        _figure(figures, notes, "Certified lower bound beside the verified radius, per input",
                 lambda: bracket_figure(res, title=sec.name))
+        _figure(figures, notes, "Certified against empirical robust accuracy (the true curve "
+                "lies between)", lambda: certified_accuracy_figure(res, title=sec.name))
 
     scores = None
     if sec.scores is not None:
