@@ -88,10 +88,14 @@ def run_spec(spec: EvaluationSpec, spec_text: str | None = None, quiet: bool = F
     out_dir = Path(spec.outputs.dir)
     again = resume_command(spec_path, out_dir)
     with run_folder_lock(out_dir):
-        # hashed before the model and data are read: a file replaced in between gives
-        # shards of the new file under the old hash, which the next resume refuses
+        # hashed before and after the model and data are read: what was loaded is what
+        # the hashes say unless a file changed while being read, which is refused
         identity = input_identity(spec)
         inputs = load_inputs(spec)
+        for key, now in input_identity(spec)["files"].items():
+            if now != identity["files"].get(key):
+                raise InputError(f"{key} {now['path']} changed while it was being read; "
+                                 "run again once it is written")
         identity["n"] = len(inputs.X)
         try:
             return _run_locked(spec, spec_text, quiet, progress, resume, identity, inputs,
