@@ -36,6 +36,8 @@ class QueryLedger:
         self.forward = np.zeros(n, dtype=np.int64)
         self.backward = np.zeros(n, dtype=np.int64)
         self.budget = budget
+        #: Called after every charge (a search's progress watch), or ``None``.
+        self.watch: Callable[[], None] | None = None
 
     def used(self, idx: np.ndarray | None = None) -> np.ndarray:
         """Passes used so far, forward + backward, shape ``(n,)`` or ``(len(idx),)``."""

@@ -136,6 +136,8 @@ class MeteredModel(Classifier):
                         f"query budget of {ledger.budget} passes per input exceeded")
             counts = ledger.backward if backward else ledger.forward
             np.add.at(counts, self.owners, rows // m)
+            if ledger.watch is not None:
+                ledger.watch()
         if backward:
             self.backward_rows += rows
         else:

@@ -9,6 +9,8 @@ the check of each counterexample alone) and writes the batch's rows of :class:`O
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,11 +21,12 @@ from robustscope.core.result import ATTACKED, CENSORED, EXACT, INVALID, MISCLASS
 from robustscope.core.space import FeatureSpace
 from robustscope.core.statement import Statement
 from robustscope.models.base import Classifier, QueryLedger
-from robustscope.search.cascade import run_attacks
+from robustscope.search.cascade import BLACKBOX_BUDGET, run_attacks
 from robustscope.search.certification import Certifier, certify_bounds
 from robustscope.search.exact import certify_relu, run_exact
 from robustscope.search.metering import charged
 from robustscope.search.plan import ALONE_PASSES, AttackPlan, SearchConfig, StageLedger
+from robustscope.search.progress import BatchWatch, SearchProgress
 from robustscope.search.state import BatchState
 from robustscope.threats import LpThreat
 
@@ -34,7 +37,8 @@ class SearchSettings:
     ``threat``, ``statement``), how (``solver``: the strategy; ``kind``: the exact solver
     that serves the model, see :func:`~robustscope.search.exact.exact_kind`;
     ``max_radius``; ``rtol``; ``config``), and what every batch shares (``ledger`` of all
-    inputs, ``generator``, ``stages``, ``certifier`` or ``None``)."""
+    inputs, ``generator``, ``stages``, ``certifier`` or ``None``, and ``progress``: told of
+    inputs as they finish within a batch and of the open inputs' passes, or ``None``)."""
 
     model: Classifier
     space: FeatureSpace
@@ -49,6 +53,36 @@ class SearchSettings:
     generator: torch.Generator
     stages: StageLedger
     certifier: Certifier | None = None
+    progress: SearchProgress | None = None
+
+    def finished(self, k: int) -> None:
+        """Report ``k`` more inputs of the batch finished (nothing when ``k`` is 0)."""
+        if self.progress is not None and k > 0:
+            self.progress.finished(int(k))
+
+    def planned_passes(self) -> int:
+        """Model passes one input is expected to take: the budget, else the default plan's
+        (gradients) or the black-box cascade's queries."""
+        if self.ledger.budget is not None:
+            return int(self.ledger.budget)
+        if self.model.differentiable:
+            return int(self.config.default_gradients
+                       * self.model.gradient_cost(self.space.n_features))
+        return BLACKBOX_BUDGET
+
+    @contextlib.contextmanager
+    def watching(self, owners: np.ndarray) -> Iterator[BatchWatch | None]:
+        """While the block runs, report how far inputs ``owners`` are (every model call
+        checks the clock; ``None`` when nobody listens)."""
+        if self.progress is None:
+            yield None
+            return
+        watch = BatchWatch(self.progress, self.ledger, owners, self.planned_passes())
+        self.ledger.watch = watch
+        try:
+            yield watch
+        finally:
+            self.ledger.watch = None
 
 
 class Outputs:
@@ -104,13 +138,19 @@ def search_batch(settings: SearchSettings, X: np.ndarray, labels: np.ndarray, id
                        max_radius=s.max_radius, rtol=s.rtol, generator=s.generator,
                        config=s.config, stages=s.stages)
     active = ~wrong
+    s.finished(int(wrong.sum()))  # misclassified inputs are done after the clean pass
     if active.any():
         # under a budget the search leaves each input the passes of its calls alone
-        with state.keeping_aside(ALONE_PASSES):
+        with state.keeping_aside(ALONE_PASSES), \
+                s.watching(idx[active.cpu().numpy()]) as watch:
             # linear models and trees: exact by default; networks: a MILP only when asked for
             if kind in ("linear", "trees") and solver in ("exact", "auto"):
                 with state.stage("exact"):
+                    open_before = int(active.sum())
                     active = run_exact(state, kind, active)
+                s.finished(open_before - int(active.sum()))
+                if watch is not None:
+                    watch.follow(idx[active.cpu().numpy()])
             if active.any():
                 run_attacks(state, "auto" if solver == "exact" else solver, active)
             if kind == "relu" and solver == "exact":
@@ -123,6 +163,7 @@ def search_batch(settings: SearchSettings, X: np.ndarray, labels: np.ndarray, id
         with state.stage("check alone"):
             state.confirm_alone(torch.nonzero(~wrong).reshape(-1), ALONE_PASSES)
     out.plan = state.plan or out.plan
+    s.finished(int(active.sum()))
 
     r = state.forget_beyond(s.max_radius)  # beyond the largest strength tried: censored
     found = np.isfinite(r)

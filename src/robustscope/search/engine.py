@@ -60,6 +60,7 @@ from robustscope.search.preamble import (
     resolve_max_radius,
     wrap_inputs,
 )
+from robustscope.search.progress import SearchProgress, as_search_progress
 from robustscope.search.threads import AUTO, limited_threads
 from robustscope.threats import LpThreat, get_threat
 
@@ -79,7 +80,7 @@ def radius(
     device: str | torch.device = "cpu",
     batch_size: int = 512,
     config: SearchConfig | None = None,
-    progress: Callable[[int], None] | None = None,
+    progress: Callable[[int], None] | SearchProgress | None = None,
     threads: str | int | None = AUTO,
     invalid: str = "error",
     compare_unconstrained: bool = False,
@@ -110,7 +111,12 @@ def radius(
     budget : model passes (forward + backward) allowed per input; ``None`` = no limit.
     rtol : relative width of the bracket at which bisection stops.
     seed : seeds every random choice; the same seed gives the same numbers.
-    progress : optional callback, called with the number of inputs finished per batch.
+    progress : optional callback, called with the number of inputs finished, as they finish
+        (misclassified ones after the clean pass, exactly solved ones after the exact solver,
+        the others when their batch ends); the calls sum to ``len(X)``. A
+        :class:`~robustscope.search.progress.SearchProgress` also hears, a few times a
+        second, how many inputs of the batch are open and the share of their planned
+        passes spent (an estimate for an ETA).
     threads : thread use while searching. ``"auto"``: one thread (torch, BLAS / OpenMP pools,
         the model's own ``n_jobs`` / ``nthread``) for model calls and solver batches under
         ``SMALL_WORK`` = 2^18 elements (rows × features), the caller's settings above; an
@@ -189,19 +195,17 @@ def _radius(model, X, y, threat, space, solver, max_radius, budget, rtol, seed, 
     settings = SearchSettings(model=model, space=space, threat=threat, statement=statement,
                               solver=solver, kind=kind, max_radius=max_radius, rtol=rtol,
                               config=config, ledger=ledger, generator=make_generator(seed),
-                              stages=stages, certifier=certifier)
+                              stages=stages, certifier=certifier,
+                              progress=as_search_progress(progress))
     out = Outputs(n, X.shape[1:], model.n_classes)
     searched = np.flatnonzero(~broken)
     out.mark_invalid(np.flatnonzero(broken), X)
-    if progress is not None and broken.any():
-        progress(int(broken.sum()))
+    settings.finished(int(broken.sum()))
     for start in range(0, len(searched), batch_size):
         idx = searched[start:start + batch_size]
         t0 = time.perf_counter()
         search_batch(settings, X[idx], labels[idx], idx, out)
         out.seconds[idx] = (time.perf_counter() - t0) / len(idx)
-        if progress is not None:
-            progress(len(idx))
     return RadiusResult(
         radius=out.radius, lower_bound=out.lower, status=out.status, x_adv=out.x_adv,
         label=labels, prediction=out.prediction, adv_prediction=out.adv_prediction,
