@@ -51,6 +51,21 @@ class BlackBox:
         return self.model.predict_proba(np.asarray(X))
 
 
+class SlowBlackBox(BlackBox):
+    """A :class:`BlackBox` that sleeps ``delay`` seconds per call (same numbers): a search
+    long enough for progress reports to arrive while its shard is in flight."""
+
+    def __init__(self, model, delay: float) -> None:
+        super().__init__(model)
+        self.delay = delay
+
+    def predict_proba(self, X):
+        import time
+
+        time.sleep(self.delay)
+        return super().predict_proba(X)
+
+
 class DiesOnce(BlackBox):
     """A :class:`BlackBox` whose ``predict_proba``, called in any process but the one that
     made it (a worker), creates ``marker`` and exits that process at once with
@@ -89,6 +104,13 @@ def black_box_file(tmp: Path) -> Path:
     path = tmp / "bb.pkl"
     if not path.exists():
         path.write_bytes(pickle.dumps(BlackBox(_fitted_gbm())))
+    return path
+
+
+def slow_black_box_file(tmp: Path, delay: float) -> Path:
+    """The model of :func:`black_box_file` as a :class:`SlowBlackBox` of ``delay`` s/call."""
+    path = tmp / "slow.pkl"
+    path.write_bytes(pickle.dumps(SlowBlackBox(_fitted_gbm(), delay)))
     return path
 
 

@@ -2,7 +2,11 @@
 
 Every backend takes the same shard list and yields ``(shard, ShardOutput | BaseException)``
 as shards finish (any order; the runner assembles by shard index). At most a few shards per
-worker are in flight at once, so results stream to the driver instead of piling up.
+worker are in flight at once, so results stream to the driver instead of piling up. With
+``on_progress``, the shards in flight also report how many of their inputs are done
+(``on_progress(shard.key, done, working)``, a few times a second, called in the driver
+between results; see :class:`~robustscope.runs.execute.ShardReporter`): directly in this
+process, through a queue from a process pool or a Ray cluster.
 
 - ``local`` with 1 worker: in this process, one shard after the other.
 - ``local`` with N > 1 workers: a ``spawn`` process pool; each worker process holds one
@@ -17,9 +21,11 @@ worker are in flight at once, so results stream to the driver instead of piling 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
-from collections.abc import Iterator
+import queue as queue_module
+from collections.abc import Callable, Iterator
 
 from robustscope.core.errors import InputError
 from robustscope.runs.execute import run_shard
@@ -35,6 +41,10 @@ IN_FLIGHT_PER_WORKER = 2
 RAY_MAX_RETRIES = 3
 
 BACKENDS = ("local", "ray")
+#: Seconds the driver waits for a result before it reads the progress reports again.
+PROGRESS_TICK = 0.5
+
+log = logging.getLogger("robustscope.runs.backends")
 
 
 def default_workers() -> int:
@@ -64,16 +74,54 @@ class ShardWorker:
             self._inputs = load_inputs(self.spec)
         return self._inputs
 
-    def run(self, shard: Shard) -> ShardOutput:
-        return run_shard(self.inputs, self.jobs[shard.threat], shard)
+    def run(self, shard: Shard, sink: object = None) -> ShardOutput:
+        """The shard's output; ``sink`` (a queue with ``put_nowait``, or ``None``) receives
+        ``(shard.key, done, working)`` as the search goes."""
+        return run_shard(self.inputs, self.jobs[shard.threat], shard,
+                         None if sink is None else _reporting_to(sink, shard.key))
+
+
+def _reporting_to(sink: object, key: str) -> Callable[[int, float], None]:
+    """A shard's progress callback that puts ``(key, done, working)`` into ``sink``; a report
+    that cannot be delivered is dropped (progress never fails a shard)."""
+    def report(done: int, working: float) -> None:
+        try:
+            sink.put_nowait((key, done, working))
+        except Exception as exc:  # a full or closed queue, a dead queue actor
+            log.debug("progress report of shard %s dropped: %s", key, exc)
+    return report
+
+
+def _deliver(reports: list, running_keys: set[str],
+             on_progress: Callable[[str, int, float], None]) -> None:
+    """Pass each ``(key, done, working)`` of ``reports`` on, for shards still in flight only
+    (a report may arrive after its shard's result)."""
+    for key, done, working in reports:
+        if key in running_keys:
+            on_progress(key, done, working)
+
+
+def _drain(q: object) -> list:
+    """Everything waiting in the multiprocessing queue ``q`` now."""
+    out = []
+    while True:
+        try:
+            out.append(q.get_nowait())
+        except (queue_module.Empty, OSError, ValueError, EOFError):
+            return out
 
 
 def run_shards(inputs: LoadedInputs, jobs: dict[str, ThreatJob], shards: list[Shard],
                backend: str = "local", workers: int | None = None, address: str | None = None,
-               spec: EvaluationSpec | None = None) -> Iterator[tuple[Shard, object]]:
+               spec: EvaluationSpec | None = None,
+               on_progress: Callable[[str, int, float], None] | None = None
+               ) -> Iterator[tuple[Shard, object]]:
     """Run ``shards`` and yield ``(shard, ShardOutput or the exception it raised)`` as each
     finishes. ``inputs`` serve the in-process backend; worker processes load ``spec``'s
-    inputs themselves (``spec`` is required for them)."""
+    inputs themselves (``spec`` is required for them). ``on_progress(shard.key, done,
+    working)``, when given, hears how far each shard in flight is (inputs finished, and that
+    plus the open inputs' share of planned passes; cumulative, at most ``len(shard)``; not
+    for a shard already yielded)."""
     if backend not in BACKENDS:
         raise InputError(f"backend '{backend}' is not known; choose one of {', '.join(BACKENDS)}")
     if workers is not None and workers < 1:
@@ -83,20 +131,23 @@ def run_shards(inputs: LoadedInputs, jobs: dict[str, ThreatJob], shards: list[Sh
     if spec is None and (backend == "ray" or (workers or default_workers()) > 1):
         raise InputError("worker processes need the spec to load the model and data")
     if backend == "ray":
-        return _ray(spec, jobs, shards, workers, address)
+        return _ray(spec, jobs, shards, workers, address, on_progress)
     if address is not None:
         raise InputError("--address applies to the ray backend only")
     workers = workers or default_workers()
     if workers == 1 or len(shards) == 1:
-        return _in_process(inputs, jobs, shards)
-    return _pool(spec, jobs, shards, workers)
+        return _in_process(inputs, jobs, shards, on_progress)
+    return _pool(spec, jobs, shards, workers, on_progress)
 
 
-def _in_process(inputs: LoadedInputs, jobs: dict[str, ThreatJob], shards: list[Shard]
+def _in_process(inputs: LoadedInputs, jobs: dict[str, ThreatJob], shards: list[Shard],
+                on_progress: Callable[[str, int, float], None] | None
                 ) -> Iterator[tuple[Shard, object]]:
     for shard in shards:
+        report = (None if on_progress is None else
+                  (lambda done, working, key=shard.key: on_progress(key, done, working)))
         try:
-            out = run_shard(inputs, jobs[shard.threat], shard)
+            out = run_shard(inputs, jobs[shard.threat], shard, report)
         except Exception as exc:  # reported per shard; the run goes on
             yield shard, exc
             continue
@@ -107,27 +158,36 @@ def _in_process(inputs: LoadedInputs, jobs: dict[str, ThreatJob], shards: list[S
 #: The worker of this pool process (set by the pool's initializer; a process pool hands its
 #: tasks plain functions, so the worker object lives in the process).
 _pool_worker: list[ShardWorker] = []
+#: The progress queue of this pool process, or ``None`` (set with the worker).
+_pool_sink: list = [None]
 
 
-def _pool_init(spec: EvaluationSpec, jobs: dict[str, ThreatJob], parent_pid: int) -> None:
+def _pool_init(spec: EvaluationSpec, jobs: dict[str, ThreatJob], parent_pid: int,
+               sink: object = None) -> None:
     die_with_parent(parent_pid)
     ignore_interrupts()
+    if sink is not None:
+        sink.cancel_join_thread()  # reports not yet sent never hold up the process's exit
     _pool_worker[:] = [ShardWorker(spec, jobs)]
+    _pool_sink[0] = sink
 
 
 def _pool_task(shard: Shard) -> ShardOutput:
-    return _pool_worker[0].run(shard)
+    return _pool_worker[0].run(shard, _pool_sink[0])
 
 
 def _pool(spec: EvaluationSpec, jobs: dict[str, ThreatJob], shards: list[Shard],
-          workers: int) -> Iterator[tuple[Shard, object]]:
+          workers: int, on_progress: Callable[[str, int, float], None] | None
+          ) -> Iterator[tuple[Shard, object]]:
     import multiprocessing as mp
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
     ctx = mp.get_context("spawn")
     todo = list(shards)
+    sink = ctx.Queue() if on_progress is not None else None
     pool = ProcessPoolExecutor(max_workers=min(workers, len(shards)), mp_context=ctx,
-                               initializer=_pool_init, initargs=(spec, jobs, os.getpid()))
+                               initializer=_pool_init,
+                               initargs=(spec, jobs, os.getpid(), sink))
     try:
         running: dict = {}
         while todo or running:
@@ -139,7 +199,10 @@ def _pool(spec: EvaluationSpec, jobs: dict[str, ThreatJob], shards: list[Shard],
                     yield shard, exc
             if not running:
                 continue
-            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            done, _ = wait(running, return_when=FIRST_COMPLETED,
+                           timeout=None if sink is None else PROGRESS_TICK)
+            if sink is not None:
+                _deliver(_drain(sink), {s.key for s in running.values()}, on_progress)
             for fut in done:
                 shard = running.pop(fut)
                 exc = fut.exception()
@@ -152,6 +215,8 @@ def _pool(spec: EvaluationSpec, jobs: dict[str, ThreatJob], shards: list[Shard],
         raise
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+        if sink is not None:
+            sink.close()
 
 
 def stop_workers(pool: object, timeout: float = 5.0) -> None:
@@ -201,11 +266,14 @@ def ray_init_options(workers: int | None, address: str | None, quiet: bool) -> d
 
 
 def _ray(spec: EvaluationSpec, jobs: dict[str, ThreatJob], shards: list[Shard],
-         workers: int | None, address: str | None) -> Iterator[tuple[Shard, object]]:
+         workers: int | None, address: str | None,
+         on_progress: Callable[[str, int, float], None] | None = None
+         ) -> Iterator[tuple[Shard, object]]:
     ray = _import_ray()
     started_here = False
     actors: list = []
     running: dict = {}                          # object ref -> (shard, actor number)
+    sink = None                                 # the progress queue (an actor)
     try:
         if not ray.is_initialized():
             quiet = logging.getLogger("robustscope").getEffectiveLevel() >= logging.ERROR
@@ -227,15 +295,20 @@ def _ray(spec: EvaluationSpec, jobs: dict[str, ThreatJob], shards: list[Shard],
                                  max_task_retries=RAY_MAX_RETRIES)(ShardWorker)
         width = workers or max(1, int(ray.cluster_resources().get("CPU", 1)))
         actors = [actor_class.remote(spec, jobs) for _ in range(min(width, len(shards)))]
+        if on_progress is not None:
+            sink = _ray_progress_queue()
         load = [0] * len(actors)                # shards in flight per actor
         todo = list(shards)
         while todo or running:
             while todo and min(load) < IN_FLIGHT_PER_WORKER:
                 k = load.index(min(load))
                 shard = todo.pop(0)
-                running[actors[k].run.remote(shard)] = (shard, k)
+                running[actors[k].run.remote(shard, sink)] = (shard, k)
                 load[k] += 1
-            done, _ = ray.wait(list(running), num_returns=1)
+            done, _ = ray.wait(list(running), num_returns=1,
+                               timeout=None if sink is None else PROGRESS_TICK)
+            if sink is not None:
+                _deliver(_drain_ray(sink), {s.key for s, _ in running.values()}, on_progress)
             for ref in done:
                 shard, k = running.pop(ref)
                 load[k] -= 1
@@ -250,6 +323,32 @@ def _ray(spec: EvaluationSpec, jobs: dict[str, ThreatJob], shards: list[Shard],
                 ray.cancel(ref)
             for actor in actors:
                 ray.kill(actor)
+            if sink is not None:
+                with contextlib.suppress(Exception):
+                    sink.shutdown()
         finally:
             if started_here:
                 ray.shutdown()
+
+
+def _ray_progress_queue() -> object | None:
+    """A Ray queue for progress reports (an actor that takes no CPU, so it never holds a
+    worker's slot), or ``None`` when it cannot be made (the run goes on, its bar advancing
+    per shard)."""
+    try:
+        from ray.util.queue import Queue
+
+        return Queue(actor_options={"num_cpus": 0})
+    except Exception as exc:
+        log.warning("no progress within shards on this Ray cluster: %s", exc)
+        return None
+
+
+def _drain_ray(sink: object) -> list:
+    """Everything waiting in the Ray queue ``sink`` now (nothing when it cannot be read)."""
+    try:
+        n = sink.qsize()
+        return sink.get_nowait_batch(n) if n else []
+    except Exception as exc:
+        log.debug("progress reports not read: %s", exc)
+        return []

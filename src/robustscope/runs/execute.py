@@ -24,14 +24,50 @@ from robustscope.runs.shards import Shard, ShardOutput, ThreatJob
 from robustscope.search.engine import radius
 from robustscope.search.grid import grid_robustness
 
+#: Seconds between two progress reports of a shard (the bar needs no more; a pool's queue
+#: and Ray's queue actor carry fewer messages).
+REPORT_EVERY = 0.25
 
-def run_shard(inputs: LoadedInputs, job: ThreatJob, shard: Shard) -> ShardOutput:
+
+class ShardReporter:
+    """A :class:`~robustscope.search.progress.SearchProgress` for one shard of ``size``
+    inputs: passes ``report(done, working)`` on, at most every :data:`REPORT_EVERY` seconds
+    (the first report at once). ``done``: inputs finished so far; ``working``: ``done`` plus
+    the open inputs of the batch in search times the share of their planned passes spent
+    (a float, for the bar and its ETA). Neither exceeds ``size``, also when rows are
+    searched again after a model error."""
+
+    def __init__(self, report: Callable[[int, float], None], size: int) -> None:
+        self.report = report
+        self.size = size
+        self.done = 0
+        self._last = -math.inf
+
+    def finished(self, k: int) -> None:
+        self.done = min(self.size, self.done + int(k))
+        self._send(float(self.done))
+
+    def searching(self, n_open: int, fraction: float) -> None:
+        self._send(self.done + n_open * fraction)
+
+    def _send(self, working: float) -> None:
+        now = time.monotonic()
+        if now - self._last >= REPORT_EVERY:
+            self._last = now
+            self.report(self.done, min(float(self.size), working))
+
+
+def run_shard(inputs: LoadedInputs, job: ThreatJob, shard: Shard,
+              report: Callable[[int, float], None] | None = None) -> ShardOutput:
     """Search the radius of rows ``shard.start:shard.stop`` of ``inputs`` under ``job``.
     A :class:`ModelError` bisects the rows until the failing ones are isolated; any other
-    error propagates (the whole shard fails)."""
+    error propagates (the whole shard fails). ``report(done, working)``, when given, hears
+    how far the shard is as it goes (throttled, see :class:`ShardReporter`; image-grid
+    threats report nothing before the shard ends)."""
     t0 = time.perf_counter()
     rows = np.arange(shard.start, shard.stop)
-    pieces = _search_rows(lambda r: _search(inputs, job, shard.seed, r), rows)
+    progress = None if report is None else ShardReporter(report, len(shard))
+    pieces = _search_rows(lambda r: _search(inputs, job, shard.seed, r, progress), rows)
     parts = [res for _, res in pieces if isinstance(res, RadiusResult)]
     errors = {int(r[0]): str(res) for r, res in pieces if isinstance(res, ModelError)}
     if errors:
@@ -61,8 +97,10 @@ def _search_rows(fn: Callable[[np.ndarray], RadiusResult], rows: np.ndarray
         return _search_rows(fn, rows[:mid]) + _search_rows(fn, rows[mid:])
 
 
-def _search(inputs: LoadedInputs, job: ThreatJob, seed: int, rows: np.ndarray) -> RadiusResult:
-    """One radius search over ``rows`` (consecutive global indices) with ``seed``."""
+def _search(inputs: LoadedInputs, job: ThreatJob, seed: int, rows: np.ndarray,
+            progress: ShardReporter | None = None) -> RadiusResult:
+    """One radius search over ``rows`` (consecutive global indices) with ``seed``, telling
+    ``progress`` how far it is."""
     # a copy: the data may be a read-only memory map, which torch will not wrap
     X = np.array(inputs.X[rows[0]:rows[-1] + 1])
     y = np.array(inputs.y[rows[0]:rows[-1] + 1])
@@ -70,7 +108,8 @@ def _search(inputs: LoadedInputs, job: ThreatJob, seed: int, rows: np.ndarray) -
         res = grid_threat_result(inputs.model, X, y, job.threat, job.grid, seed,
                                  job.batch_size, job.device, f"threat {job.threat}")
     else:
-        res = radius(inputs.model, X, y, space=inputs.space, **job.radius_kwargs(seed))
+        res = radius(inputs.model, X, y, space=inputs.space, progress=progress,
+                     **job.radius_kwargs(seed))
     res.sample = rows.copy()
     return res
 

@@ -138,9 +138,12 @@ def _run_locked(spec: EvaluationSpec, spec_text: str | None, quiet: bool,
         with (run_progress(1, quiet) if progress is None else _given(progress)) as prog, \
                 prog.stage(f"inputs ({len(todo)} shards)", n_rows) as advance, \
                 contextlib.closing(run_shards(inputs, jobs, todo, ex.backend, ex.workers,
-                                              ex.address, spec)) as outputs:
+                                              ex.address, spec,
+                                              on_progress=(prog.searching if prog.reports
+                                                           else None))) as outputs:
             store.catch_up(shards, todo)
             for shard, out in outputs:
+                prog.searching(shard.key, None)  # committed below, or failed: not in flight
                 if isinstance(out, BaseException):
                     errors[shard.key] = _shard_error(shard, out)
                     log.error("%s", errors[shard.key])
