@@ -203,23 +203,22 @@ def test_handlers_kept_puts_back_the_handlers_a_library_replaced():
 
 
 # -- the same, in this process: fast -----------------------------------------------------------
-class _StopAfterOneShard:
-    """A silent RunProgress stand-in whose stage raises ``exc`` after the first shard."""
+def _stop_after_one_shard(exc: BaseException):
+    """A silent RunProgress whose stage raises ``exc`` when the first shard is committed."""
+    import contextlib
 
-    def __init__(self, exc: BaseException) -> None:
-        self.exc = exc
+    from robustscope.runs.progress import RunProgress
 
-    def stage(self, name, total):
-        import contextlib
-
+    class StopAfterOneShard(RunProgress):
         @contextlib.contextmanager
-        def stage():
-            def advance(k):
-                raise self.exc
+        def stage(self, name, total):
+            with super().stage(name, total):
+                def advance(k):
+                    raise exc
 
-            yield advance
+                yield advance
 
-        return stage()
+    return StopAfterOneShard(1, None)
 
 
 @pytest.mark.parametrize(("exc", "signum", "code"), [
@@ -234,7 +233,7 @@ def test_interrupted_run_gives_the_resume_command(tmp_path, monkeypatch, exc, si
     exc = exc if exc is not None else Terminated(signum)
     real = runner.run_spec
     monkeypatch.setattr(runner, "run_spec", lambda *a, **k: real(
-        *a, **{**k, "progress": _StopAfterOneShard(exc)}))
+        *a, **{**k, "progress": _stop_after_one_shard(exc)}))
     spec = gbm_spec(tmp_path, "s", "out", limit=8, shard=4)
     res = CliRunner().invoke(app, ["run", str(spec), "-q", "--workers", "1"])
     out = tmp_path / "out"
