@@ -271,7 +271,7 @@ def test_targeted_runs_skip_the_class_already_reached():
     sub = torch.arange(len(X))
     minnorm_runs.minnorm_runs(state, sub, 20, 0, 2)
     reached = state.best_logits.argmax(1)
-    targets = minnorm_runs._targets_beyond_best(state, sub, 2)
+    targets = minnorm_runs.targets_beyond_best(state, sub, 2)
     assert not (targets == state.y[:, None]).any()
     has = torch.isfinite(state.best_r)
     assert not (targets[has] == reached[has][:, None]).any()
@@ -420,7 +420,7 @@ def test_targets_follow_the_ranking_and_skip_label_and_reached_class():
     state = _state(net, X, y, budget=None)
     sub = torch.arange(4)
     ranking = torch.tensor([[3, 1, 2]] * 4)  # labels are 0..3; ranking excludes nothing yet
-    targets = minnorm_runs._targets_beyond_best(state, sub, 2, ranking)
+    targets = minnorm_runs.targets_beyond_best(state, sub, 2, ranking)
     for i in range(4):
         expected = [c for c in (3, 1, 2, 0) if c != int(state.y[i])][:2]
         assert targets[i].tolist() == expected

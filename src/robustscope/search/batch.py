@@ -23,6 +23,7 @@ from robustscope.core.statement import Statement
 from robustscope.models.base import Classifier, QueryLedger
 from robustscope.search.cascade import BLACKBOX_BUDGET, run_attacks
 from robustscope.search.certification import Certifier, certify_bounds
+from robustscope.search.convergence import converge
 from robustscope.search.exact import certify_relu, run_exact
 from robustscope.search.metering import charged
 from robustscope.search.plan import ALONE_PASSES, AttackPlan, SearchConfig, StageLedger
@@ -99,6 +100,8 @@ class Outputs:
         self.proba_adv = np.zeros((n, k))
         self.loss = np.zeros(n)
         self.seconds = np.zeros(n)
+        #: the radius converged by the convergence rounds' evidence (where they ran)
+        self.converged = np.zeros(n, dtype=bool)
         self.plan: AttackPlan | None = None
 
     def mark_invalid(self, rows: np.ndarray, X: np.ndarray) -> None:
@@ -158,6 +161,12 @@ def search_batch(settings: SearchSettings, X: np.ndarray, labels: np.ndarray, id
                     certify_relu(state, active)
             if s.certifier is not None:
                 certify_bounds(state, active, s.certifier)
+            # after the certificates: a bracket they closed takes no round
+            if s.config.converge_ceiling is not None and state.plan is not None \
+                    and model.differentiable and solver in ("auto", "exact"):
+                with state.stage("convergence rounds"):
+                    converge(state, torch.nonzero(active).reshape(-1), state.plan,
+                             model.gradient_cost(s.space.n_features))
         # float32 rounding differs between batch sizes: each counterexample verified in a
         # batch is called again alone, pushed outward or withdrawn where that call disagrees
         with state.stage("check alone"):
@@ -174,6 +183,7 @@ def search_batch(settings: SearchSettings, X: np.ndarray, labels: np.ndarray, id
     status[misclassified.cpu().numpy()] = MISCLASSIFIED
     status[satisfied.cpu().numpy()] = SATISFIED
     out.status[idx] = status
+    out.converged[idx] = (state.converged | state.exact | wrong).cpu().numpy() & found
     out.x_adv[idx] = state.best_x.cpu().numpy().reshape(len(idx), *X.shape[1:])
     out.proba_adv[idx] = torch.softmax(state.best_logits, dim=1).cpu().numpy()
     out.adv_prediction[idx] = state.best_logits.argmax(dim=1).cpu().numpy()

@@ -219,7 +219,9 @@ def _radius(model, X, y, threat, space, solver, max_radius, budget, rtol, seed, 
               "attack_plan": None if out.plan is None else out.plan.as_dict(),
               "certify": None if certifier is None else certifier.method,
               "certify_seconds_per_input": None if certifier is None
-              else certifier.seconds_per_input},
+              else certifier.seconds_per_input,
+              **({} if config.converge_ceiling is None
+                 else {"converged": out.converged.tolist()})},
     )
 
 

@@ -101,7 +101,7 @@ def minnorm_runs(state: BatchState, sub: torch.Tensor, steps: int, targets: int,
     first, see :func:`rank_targets`), else the runner-ups by clean logit — skipping the
     class the best counterexample already reached, all in one batch; with ``refine`` (and
     ``targets=1``) the run refines the class reached instead, from its best counterexample
-    (:func:`_refine_best_class`). ``aim`` ``(len(state.x),)`` aims the untargeted run of each
+    (:func:`refine_best_class`). ``aim`` ``(len(state.x),)`` aims the untargeted run of each
     input at a class (-1: untargeted; see :func:`aim_untargeted`). ``step_start`` (Linf /
     L2; ``None``: the solver's) is the run's first step relative to its strength. Inputs
     whose bracket is closed (certified, or within ``rtol``), or whose budget cannot pay
@@ -113,9 +113,9 @@ def minnorm_runs(state: BatchState, sub: torch.Tensor, steps: int, targets: int,
         return
     towards = init = None
     if targets:
-        order = _targets_beyond_best(state, sub, targets, ranking)
+        order = targets_beyond_best(state, sub, targets, ranking)
         if refine:
-            order, init = _refine_best_class(state, sub, order)
+            order, init = refine_best_class(state, sub, order)
         sub = sub.repeat(targets)
         towards = order.T.reshape(-1)  # target k of every input, then target k + 1, ...
     elif aim is not None:
@@ -128,7 +128,7 @@ def minnorm_runs(state: BatchState, sub: torch.Tensor, steps: int, targets: int,
         state.check(sub[rows], out.x_adv[rows])
 
 
-def _refine_best_class(state: BatchState, sub: torch.Tensor,
+def refine_best_class(state: BatchState, sub: torch.Tensor,
                        order: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The plan's refining L1 run (``plan.refine_steps``): aimed at the class of each input's
     best counterexample, warm-started from that counterexample (inputs without one keep their
@@ -151,7 +151,7 @@ def _refine_best_class(state: BatchState, sub: torch.Tensor,
     return order, init
 
 
-def _targets_beyond_best(state: BatchState, sub: torch.Tensor, count: int,
+def targets_beyond_best(state: BatchState, sub: torch.Tensor, count: int,
                          ranking: torch.Tensor | None = None) -> torch.Tensor:
     """``(len(sub), count)`` classes to aim at, without the label and without the class of
     each input's best counterexample (already searched): in the order of ``ranking`` where an
@@ -185,7 +185,7 @@ def spend_leftover(state: BatchState, sub: torch.Tensor, grad_cost: int,
     against their certified lower bound alone (a failed probe proves nothing: the nearer
     counterexample may lie in another class's basin), without one as elsewhere. Round
     ``r`` aims at the class of priority ``plan.targets + r`` beyond the best counterexample's
-    (:func:`_targets_beyond_best`: the classes the targeted runs did not aim at), or, where
+    (:func:`targets_beyond_best`: the classes the targeted runs did not aim at), or, where
     the network has no such class, at the reached class again from its best counterexample.
     A round's run gets the steps that the smallest leftover among its inputs pays for (at
     least ``config.min_run_steps``); inputs with less stop. Certified brackets are never
@@ -206,10 +206,10 @@ def spend_leftover(state: BatchState, sub: torch.Tensor, grad_cost: int,
         rank = plan.targets + r
         init = None
         if rank < k - 2:  # a class beyond the best one's and the targeted runs'
-            towards = _targets_beyond_best(state, sub, rank + 1)[:, rank]
+            towards = targets_beyond_best(state, sub, rank + 1)[:, rank]
         else:  # no other class left: the reached class again, from its counterexample
-            towards, init = _refine_best_class(
-                state, sub, _targets_beyond_best(state, sub, 1))
+            towards, init = refine_best_class(
+                state, sub, targets_beyond_best(state, sub, 1))
             towards = towards[:, 0]
         out = MINNORM(state.problem(sub), steps=steps, towards=towards, init=init)
         state.check(sub, out.x_adv)

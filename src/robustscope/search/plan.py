@@ -93,7 +93,7 @@ class SearchConfig:
     aim_ratio: float = 0.9
     #: Under L1, the share of the untargeted run's steps given to a second, refining run: dense
     #: steps in the class the first run reached, from its best counterexample (see
-    #: ``minnorm_runs._refine_best_class``); only where each of the two gets ``2 * min_run_steps``
+    #: ``minnorm_runs.refine_best_class``); only where each of the two gets ``2 * min_run_steps``
     #: (below, a run of 15 steps often finds no counterexample at all).
     l1_refine_share: float = 0.5
     #: Linf / L2: this share of the untargeted run's steps goes to a second untargeted run
@@ -131,6 +131,18 @@ class SearchConfig:
     first_probe: float = 0.9
     #: Seconds per input for a MILP (tree ensembles, ReLU networks).
     exact_time_limit: float = 10.0
+    #: Convergence rounds after the planned cascade (:mod:`robustscope.search.convergence`,
+    #: issue #39, opt-in): the most passes per input they may take it to (``None``: none).
+    converge_ceiling: int | None = None
+    #: Gradient calls of each round's minimum-norm run.
+    converge_steps: int = 50
+    #: Rounds in a row without a relative improvement of ``converge_tol`` that, with two
+    #: rounds within ``converge_tol`` of the best, mark a radius as converged.
+    converge_patience: int = 9
+    #: Relative change of the best radius below which a round has not improved it.
+    converge_tol: float = 0.01
+    #: Most rounds (the ceiling usually ends them first).
+    converge_max_rounds: int = 100
 
 
 #: Models without gradients (finite differences: ``2d + 1`` queries per gradient) under

@@ -83,6 +83,9 @@ class BatchState:
         n = len(x)
         self.lower = torch.zeros(n, dtype=torch.float64, device=x.device)
         self.exact = torch.zeros(n, dtype=torch.bool, device=x.device)
+        #: the radius converged by the evidence of the convergence rounds (only where
+        #: ``config.converge_ceiling`` is set, see :mod:`robustscope.search.convergence`)
+        self.converged = torch.zeros(n, dtype=torch.bool, device=x.device)
         self.attack_lo = torch.zeros(n, dtype=torch.float64, device=x.device)
         self.probes = torch.zeros(n, dtype=torch.int64, device=x.device)
         #: scaled iterate ``(n, d)`` of the last probe that failed (lowest margin), valid
