@@ -33,7 +33,7 @@ from robustscope.core.errors import InputError
 from robustscope.solvers.registry import CERTIFY_CHOICES, SEARCH_SOLVERS
 from robustscope.threats.registry import threat_entry, threat_names
 
-#: The default thread policy (the same value as :data:`robustscope.search.threads.AUTO`).
+#: The default thread policy (:mod:`robustscope.search.threads` reads it from here).
 AUTO = "auto"
 
 #: Arguments of :func:`robustscope.radius` that are not plain values, so not declared here.

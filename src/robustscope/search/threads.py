@@ -50,13 +50,14 @@ from collections.abc import Callable, Iterator
 
 import torch
 
-from robustscope.core.errors import InputError
 from robustscope.models.threads import Setter, native_thread_setter
+from robustscope.search.options import AUTO, Threads
 
 log = logging.getLogger(__name__)
 
-#: The default policy: one thread for small work, the caller's settings for large work.
-AUTO = "auto"
+#: The default policy (one thread for small work, the caller's settings for large work) and
+#: the one check of a ``threads`` value, both declared with the options.
+THREADS = Threads()
 #: Work (elements: rows × features of one model call or solver batch) from which threads pay.
 #: A black-box call of 60 tabular rows is ~10^3, a finite-difference batch ~10^5; a CNN
 #: forward at batch 512 on 3×32×32 images is 1.6·10^6, the exact linear solver on 10^5 rows
@@ -68,12 +69,10 @@ _ACTIVE: contextvars.ContextVar[ThreadScope | None] = contextvars.ContextVar(
 
 
 def check_threads(threads: object, name: str = "threads") -> str | int | None:
-    """``threads`` as ``"auto"``, ``None`` or an int >= 1; :class:`InputError` otherwise."""
-    if threads is None or threads == AUTO:
-        return threads
-    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-        raise InputError(f"{name} must be 'auto', None or an int >= 1, got {threads!r}")
-    return int(threads)
+    """``threads`` as ``"auto"``, ``None`` or an int >= 1; :class:`InputError` otherwise.
+    The rule is the options declaration's (:class:`~robustscope.search.options.Threads`), so
+    ``radius()``, ``grid_robustness`` and ``random_directions_radius`` accept the same values."""
+    return THREADS.check(threads, name)
 
 
 class ThreadScope:
