@@ -163,12 +163,23 @@ def print_summary(result, title: str) -> None:
     columns = (Col("inputs"), Col("clean acc."), Col("exact"), Col("attacked"),
                Col("censored"), Col("misclassified", priority=1),
                Col("satisfied", priority=1), Col("median radius"),
-               Col("min radius", priority=2), Col("mean queries", priority=3))
+               Col("min radius", priority=2), Col("mean queries", priority=3),
+               Col("not converged", priority=1))
     row = [str(s["n"]), f"{s['clean_accuracy']:.3f}", str(s["exact"]), str(s["attacked"]),
            str(s["censored"]), str(s["misclassified"]), str(s["satisfied"]),
-           f"{s['median_radius']:.4g}", f"{s['min_radius']:.4g}", f"{s['mean_queries']:.0f}"]
+           f"{s['median_radius']:.4g}", f"{s['min_radius']:.4g}", f"{s['mean_queries']:.0f}",
+           str(s["not_converged"])]
     console = Console()
     console.print(fitted_table(title, columns, [row], console))
+    if s["not_converged"]:
+        console.print(not_converged_note(s["not_converged"]))
+
+
+def not_converged_note(count: int) -> str:
+    """The line that tells a user what to do about radii still falling at the ceiling."""
+    return (f"{count} radius/radii still falling when the search stopped at its ceiling: "
+            "they may be too large. Raise --budget (the ceiling of passes per input) and "
+            "run again; see docs/budget.md, 'Stop on evidence'.")
 
 
 @app.command("demo")

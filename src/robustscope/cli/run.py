@@ -26,7 +26,7 @@ def print_run_summary(outcome, console: Console) -> None:
     columns = (Col("threat", "left"), Col("solver", "left", 2), Col("inputs", priority=3),
                Col("clean acc."), Col("median r"), Col("worst r", priority=1), Col("R_ν"),
                Col("R_ν interval", priority=4), Col("censored", priority=1),
-               Col("queries/input", priority=2),
+               Col("queries/input", priority=2), Col("not conv.", priority=1),
                Col("shard time (s)", priority=5, note="shard time: the threat's shards' "
                    "durations, summed over workers"))
     rows = []
@@ -36,6 +36,7 @@ def print_run_summary(outcome, console: Console) -> None:
                      fmt(s["median_radius"]), fmt(s["worst_radius"]), fmt(s["R_nu"]),
                      f"[{fmt(s['R_nu_low'])}, {fmt(s['R_nu_high'])}]",
                      pct(s["censored_share"]), fmt(s["mean_queries"], 5),
+                     str(s["not_converged"]),
                      fmt(sec.seconds, 3)])
     console.print(fitted_table(outcome.evaluation.title, columns, rows, console))
     print_relation_summary(outcome, console)

@@ -85,6 +85,11 @@ ROW_SCHEMA: tuple[Column, ...] = (
     Column("seconds", "float64", "batch average: wall time of the batch the input was "
            "searched in, divided by the batch's size (s); not a per-input measurement",
            fill=0.0),
+    Column("converged", "int64", "1: the radius converged (exact, a closed certified bracket, "
+           "or attacks from independent starts failed to beat it by rtol); -1: still moving "
+           "when the search reached its ceiling or budget (raise it); 0: not assessed (a "
+           "search without convergence rounds, e.g. a black box, or censored)",
+           table=EXTRA, store=False, derived=True, fill=0),
     Column("forward_queries", "int64", "forward model passes", table=EXTRA, fill=0),
     Column("backward_queries", "int64", "backward (gradient) passes", table=EXTRA, fill=0),
     Column("adv_prediction", "int64", "predicted class of the counterexample (index)",
@@ -109,7 +114,9 @@ CSV_COLUMNS: list[str] = [c.name for c in ROW_SCHEMA if c.table == LEAD]
 #: ``unconstrained_radius`` / ``unconstrained_breaks``: the radius found without the feature
 #: space's relations and whether that counterexample breaks one (``radius(...,
 #: compare_unconstrained=True)``).
-PER_INPUT_META: tuple[str, ...] = ("attack_runs", "unconstrained_radius", "unconstrained_breaks")
+#: ``converged``: the :attr:`RadiusResult.converged` column.
+PER_INPUT_META: tuple[str, ...] = ("attack_runs", "unconstrained_radius", "unconstrained_breaks",
+                                   "converged")
 
 
 def join_meta(template: Mapping, parts: Sequence[tuple[Mapping, int]]) -> dict:
@@ -192,6 +199,18 @@ class RadiusResult:
     def queries(self) -> np.ndarray:
         """Forward + backward passes per input."""
         return self.forward_queries + self.backward_queries
+
+    @property
+    def converged(self) -> np.ndarray:
+        """``(n,)`` int64 per input: 1 its radius converged (exact, a closed certified
+        bracket, or ``converge_patience`` attacks from independent starts failed to beat it by
+        ``rtol``), -1 the search stopped at its ceiling or budget while the radius could still
+        fall, 0 not assessed (no convergence rounds ran: black boxes, ``converge_ceiling=None``;
+        censored and failed rows)."""
+        values = self.meta.get("converged")
+        if values is None or len(values) != len(self):
+            return np.zeros(len(self), dtype=np.int64)
+        return np.asarray(values, dtype=np.int64)
 
     @property
     def found(self) -> np.ndarray:
@@ -343,6 +362,8 @@ class RadiusResult:
             "median_radius": float(np.median(r)) if len(r) else float("nan"),
             "min_radius": float(r.min()) if len(r) else float("nan"),
             "mean_queries": float(self.queries.mean()) if len(self) else 0.0,
+            # radii still moving when the search stopped at its ceiling or budget
+            "not_converged": int((self.converged < 0).sum()),
         }
 
     # -- export -----------------------------------------------------------------------------

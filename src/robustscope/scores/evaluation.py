@@ -89,6 +89,8 @@ class Section:
             "exact_share": float((res.status == "exact").mean()),
             "mean_queries": s["mean_queries"],
             "total_queries": int(res.queries.sum()),
+            # radii still falling when the search reached its ceiling or budget
+            "not_converged": s["not_converged"],
             "R_nu": math.nan, "R_nu_low": math.nan, "R_nu_high": math.nan,
         }
         effect = relation_effect(res)

@@ -86,6 +86,13 @@ class SearchSettings:
             self.ledger.watch = None
 
 
+def rounds_ran(settings: SearchSettings, state: BatchState) -> bool:
+    """Whether the convergence rounds searched the batch (a differentiable model under
+    ``solver="auto"`` or ``"exact"``, with a ceiling)."""
+    return (settings.config.converge_ceiling is not None and state.plan is not None
+            and settings.model.differentiable and settings.solver in ("auto", "exact"))
+
+
 class Outputs:
     """The per-input arrays of a search's result, filled batch by batch."""
 
@@ -100,8 +107,11 @@ class Outputs:
         self.proba_adv = np.zeros((n, k))
         self.loss = np.zeros(n)
         self.seconds = np.zeros(n)
-        #: the radius converged by the convergence rounds' evidence (where they ran)
-        self.converged = np.zeros(n, dtype=bool)
+        #: per input (``RadiusResult.converged``): 1 the radius converged (exact, a closed
+        #: certified bracket, no search needed, or the evidence of the convergence rounds),
+        #: -1 the rounds ran and stopped at the ceiling or the budget first, 0 not assessed
+        #: (no rounds ran, or censored)
+        self.converged = np.zeros(n, dtype=np.int64)
         self.plan: AttackPlan | None = None
 
     def mark_invalid(self, rows: np.ndarray, X: np.ndarray) -> None:
@@ -162,8 +172,7 @@ def search_batch(settings: SearchSettings, X: np.ndarray, labels: np.ndarray, id
             if s.certifier is not None:
                 certify_bounds(state, active, s.certifier)
             # after the certificates: a bracket they closed takes no round
-            if s.config.converge_ceiling is not None and state.plan is not None \
-                    and model.differentiable and solver in ("auto", "exact"):
+            if rounds_ran(s, state):
                 with state.stage("convergence rounds"):
                     converge(state, torch.nonzero(active).reshape(-1), state.plan,
                              model.gradient_cost(s.space.n_features))
@@ -183,7 +192,11 @@ def search_batch(settings: SearchSettings, X: np.ndarray, labels: np.ndarray, id
     status[misclassified.cpu().numpy()] = MISCLASSIFIED
     status[satisfied.cpu().numpy()] = SATISFIED
     out.status[idx] = status
-    out.converged[idx] = (state.converged | state.exact | wrong).cpu().numpy() & found
+    settled = (state.converged | state.exact | wrong).cpu().numpy()
+    settled |= ~state.still_open(torch.arange(len(idx), device=state.x.device),
+                                 probes=False).cpu().numpy()
+    out.converged[idx] = np.where(found & settled, 1,
+                                  np.where(found & rounds_ran(s, state), -1, 0))
     out.x_adv[idx] = state.best_x.cpu().numpy().reshape(len(idx), *X.shape[1:])
     out.proba_adv[idx] = torch.softmax(state.best_logits, dim=1).cpu().numpy()
     out.adv_prediction[idx] = state.best_logits.argmax(dim=1).cpu().numpy()

@@ -48,8 +48,15 @@ def run_attacks(state: BatchState, solver: str, active: torch.Tensor) -> None:
         with state.stage("gradient-free"):
             _run_gradient_free(state, sub)
         return
-    # planned from the whole budget, which keeps plan.ALONE_PASSES aside itself
-    plan = plan_attack(state.budget, grad_cost, model.n_classes, state.config, solver,
+    # planned from the whole budget, which keeps plan.ALONE_PASSES aside itself; under
+    # solver="auto" with convergence rounds, a budget above the default plan's passes is the
+    # rounds' ceiling: the cascade is the default's and the rounds spend the rest
+    config = state.config
+    budget = state.budget
+    if (solver == "auto" and config.converge_ceiling is not None and budget is not None
+            and budget > config.default_gradients * grad_cost):
+        budget = None
+    plan = plan_attack(budget, grad_cost, model.n_classes, config, solver,
                        l1=state.threat.p == 1, aim=state.statement.target is None)
     state.use_plan(plan)
     with state.stage("starts"):

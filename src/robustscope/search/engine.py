@@ -220,8 +220,7 @@ def _radius(model, X, y, threat, space, solver, max_radius, budget, rtol, seed, 
               "certify": None if certifier is None else certifier.method,
               "certify_seconds_per_input": None if certifier is None
               else certifier.seconds_per_input,
-              **({} if config.converge_ceiling is None
-                 else {"converged": out.converged.tolist()})},
+              "converged": out.converged.tolist()},
     )
 
 
