@@ -174,3 +174,26 @@ def test_rounds_on_images_keep_their_shape():
                     certify="none")
     assert res.meta["passes_by_part"].get("convergence rounds", 0) > 0
     assert res.x_adv.shape == X.shape
+
+
+def test_the_command_line_counts_and_explains_radii_still_falling(tmp_path, digits):
+    import pandas as pd
+    from typer.testing import CliRunner
+
+    from robustscope.cli.app import app
+
+    net, X, y = digits
+    path = tmp_path / "net.pt"
+    torch.jit.script(net).save(str(path))
+    np.savez(tmp_path / "data.npz", X=X, y=y)
+    out = tmp_path / "radii.csv"
+    # 400 passes: the cascade and less than a whole cycle of rounds
+    result = CliRunner().invoke(app, ["radius", "--model", str(path), "--data",
+                                      str(tmp_path / "data.npz"), "--threat", "linf",
+                                      "--budget", "400", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    table = pd.read_csv(out)
+    still = int((table["converged"] == -1).sum())
+    assert still == int((table["status"] == "attacked").sum()) > 0
+    assert f"{still} radius/radii still falling" in " ".join(result.output.split())
+    assert "--budget" in result.output
