@@ -23,7 +23,8 @@ from robustscope.runs.store import open_store
 
 #: What the README documents for a radius table, in order.
 README_COLUMNS = ["sample", "label", "prediction", "radius", "lower_bound", "status", "loss",
-                  "queries", "seconds", "forward_queries", "backward_queries", "adv_prediction"]
+                  "queries", "seconds", "converged", "forward_queries", "backward_queries",
+                  "adv_prediction"]
 
 
 def _result(n: int = 6, seed: int = 0, start: int = 0) -> RadiusResult:

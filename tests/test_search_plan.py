@@ -106,7 +106,9 @@ def test_the_long_step_run_starts_from_the_input_aimed_like_the_first(monkeypatc
         return real(*args, **kwargs)
 
     monkeypatch.setattr(minnorm_runs, "MINNORM", spy)
-    res = radius(net, X, y, threat="linf", space=FeatureSpace.box(6), certify="none")
+    # the planned cascade alone (without the convergence rounds that follow it by default)
+    res = radius(net, X, y, threat="linf", space=FeatureSpace.box(6), certify="none",
+                 config=SearchConfig(converge_ceiling=None))
     plan = res.meta["attack_plan"]
     assert plan["wide_steps"] > 0
     first, wide = seen[0], seen[1]
@@ -122,7 +124,8 @@ def test_the_long_step_run_starts_from_the_input_aimed_like_the_first(monkeypatc
 
 def test_l1_search_spends_passes_on_the_refining_run():
     X, y, net = _data()
-    res = radius(net, X, y, threat="l1", space=FeatureSpace.box(6), certify="none")
+    res = radius(net, X, y, threat="l1", space=FeatureSpace.box(6), certify="none",
+                 config=SearchConfig(converge_ceiling=None))
     parts = res.meta["passes_by_part"]
     assert parts["refine"] > 0 and sum(parts.values()) == res.queries.sum()
     assert res.meta["attack_plan"]["refine_steps"] > 0
@@ -165,7 +168,8 @@ def test_no_input_spends_more_than_its_budget(budget):
 
 def test_parts_add_up_without_a_budget_and_the_default_stays_near_its_plan():
     X, y, net = _data()
-    res = radius(net, X, y, threat="l2", space=FeatureSpace.box(6), certify="none")
+    res = radius(net, X, y, threat="l2", space=FeatureSpace.box(6), certify="none",
+                 config=SearchConfig(converge_ceiling=None))
     parts = res.meta["passes_by_part"]
     assert sum(parts.values()) == res.queries.sum()
     assert {"clean", "minnorm", "targeted minnorm", "line search"} <= set(parts)
@@ -257,8 +261,9 @@ def test_leftover_without_a_budget_stops_at_the_plan_and_at_closed_brackets():
 
 def test_leftover_is_a_part_of_the_search_where_the_plan_leaves_passes():
     X, y, net = _data()
+    # a budget plans the cascade only where no convergence rounds follow it
     res = radius(net, X, y, threat="l1", space=FeatureSpace.box(6), budget=3000,
-                 certify="none")
+                 certify="none", config=SearchConfig(converge_ceiling=None))
     parts = res.meta["passes_by_part"]
     assert parts.get("leftover", 0) > 0
     assert sum(parts.values()) == res.queries.sum()

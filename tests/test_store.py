@@ -129,7 +129,7 @@ def _result(seed=0, n=5):
 def test_new_store_has_versioned_schema(new_store):
     loc = new_store()
     with open_store(loc) as store:
-        assert store.schema_version == SCHEMA_VERSION == 2
+        assert store.schema_version == SCHEMA_VERSION == 3
     with raw(loc) as con:
         tables = set(sa.inspect(con).get_table_names())
         assert {"schema_version", "models", "threats", "runs", "radii", "accuracies"} <= tables
@@ -371,8 +371,8 @@ def test_sqlite_files_of_the_first_store_still_open(tmp_path):
         con.close()
         return out
 
-    with open_store(old) as store:  # migrated to version 2 on opening
-        assert store.schema_version == 2
+    with open_store(old) as store:  # migrated to version 3 on opening
+        assert store.schema_version == 3
     assert columns(new) == columns(old)  # same tables, columns, types and keys
     with open_store(old) as store:
         run = store.start_run("net", threat="linf")
@@ -509,9 +509,10 @@ def test_version_1_store_is_migrated_and_takes_satisfied_rows(new_store):
     loc = new_store()
     _make_version_1(loc)
     with open_store(loc) as store:
-        assert store.schema_version == SCHEMA_VERSION == 2
+        assert store.schema_version == SCHEMA_VERSION == 3
         old = store.radii(1)  # the old rows kept, values unchanged
         assert old["status"].tolist() == ["misclassified", "attacked"]
+        assert old["converged"].tolist() == [0, 0]  # not assessed before version 3
         np.testing.assert_array_equal(old["radius"], [0.0, 0.5])
         assert old["queries"].tolist() == [1, 11]
         run = store.start_run("net", threat="linf")
@@ -526,8 +527,28 @@ def test_version_1_store_is_migrated_and_takes_satisfied_rows(new_store):
         with pytest.raises(sa.exc.IntegrityError):
             con.exec_driver_sql("UPDATE radii SET status = 'nonsense' WHERE sample = 0")
     with open_store(loc) as store:  # opening again: nothing more to migrate
-        assert store.schema_version == 2
+        assert store.schema_version == 3
     with raw(loc) as con:
         versions = [r[0] for r in con.exec_driver_sql("SELECT version FROM schema_version "
                                                        "ORDER BY version")]
-    assert versions == [1, 2]
+    assert versions == [1, 2, 3]
+
+
+def test_version_2_store_gains_the_converged_column(new_store):
+    loc = new_store()
+    with open_store(loc) as store:
+        run = store.start_run("net", threat="linf")
+        store.record_radii(run, _result())
+    with raw(loc) as con:  # the store as version 2 left it: no converged column
+        con.exec_driver_sql("ALTER TABLE radii DROP COLUMN converged")
+        con.exec_driver_sql("UPDATE schema_version SET version = 2")
+    with open_store(loc) as store:
+        assert store.schema_version == 3
+        old = store.radii(run)
+        assert old["converged"].tolist() == [0] * len(_result())
+        np.testing.assert_array_equal(old["radius"], _result().radius)
+        res = _result()
+        res.meta["converged"] = [1, -1, 0, 1, -1]
+        again = store.start_run("net", threat="linf")
+        store.record_radii(again, res)
+        assert store.radii(again)["converged"].tolist() == res.meta["converged"]

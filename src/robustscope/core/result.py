@@ -89,7 +89,7 @@ ROW_SCHEMA: tuple[Column, ...] = (
            "or attacks from independent starts failed to beat it by rtol); -1: still moving "
            "when the search reached its ceiling or budget (raise it); 0: not assessed (a "
            "search without convergence rounds, e.g. a black box, or censored)",
-           table=EXTRA, store=False, derived=True, fill=0),
+           table=EXTRA, derived=True, fill=0),
     Column("forward_queries", "int64", "forward model passes", table=EXTRA, fill=0),
     Column("backward_queries", "int64", "backward (gradient) passes", table=EXTRA, fill=0),
     Column("adv_prediction", "int64", "predicted class of the counterexample (index)",

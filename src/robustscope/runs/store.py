@@ -54,8 +54,9 @@ from robustscope.threats.registry import benchmark_name
 
 #: Version of the schema this code writes and reads. Version 2 lets ``radii.status`` hold
 #: every status of :data:`robustscope.core.statuses.STATUSES` (version 1 refused
-#: ``satisfied`` and ``invalid``); a version-1 store is migrated when it is opened.
-SCHEMA_VERSION = 2
+#: ``satisfied`` and ``invalid``); version 3 adds ``radii.converged`` (issue #39; 0, not
+#: assessed, on the rows of older stores). An older store is migrated when it is opened.
+SCHEMA_VERSION = 3
 
 #: Kinds of run.
 RUN_KINDS = ("radius", "accuracy", "import")
@@ -127,11 +128,16 @@ def _radii_type(col: Column) -> sa.types.TypeEngine:
     return sa.Integer() if col.classes else _BIGINT
 
 
+#: ``radii`` columns added by schema version 3 (filled with 0 on older rows).
+_ADDED_IN_3 = ("converged",)
+
 radii_table = sa.Table(
     "radii", metadata,
     sa.Column("run_id", _BIGINT, sa.ForeignKey("runs.id"), primary_key=True),
     *(sa.Column(c.name, _radii_type(c), primary_key=c.name == "sample",
-                nullable=c.nullable) for c in RADII_COLUMNS),
+                nullable=c.nullable,
+                server_default=sa.text("0") if c.name in _ADDED_IN_3 else None)
+      for c in RADII_COLUMNS),
     sa.CheckConstraint(f"status IN {STATUSES!r}"),
 )
 accuracies_table = sa.Table(
@@ -317,6 +323,9 @@ class ResultStore:
         if version == 1:
             self._migrate_from_1()
             version = self.schema_version
+        if version == 2:
+            self._migrate_from_2()
+            version = self.schema_version
         if version != SCHEMA_VERSION:
             raise InputError(f"store {self.path}: schema version {version}, this robustscope "
                              f"reads version {SCHEMA_VERSION}")
@@ -340,7 +349,7 @@ class ResultStore:
                     conn.exec_driver_sql("ALTER TABLE radii ADD CONSTRAINT radii_status_check "
                                          f"CHECK (status IN {STATUSES!r})")
                 else:  # SQLite cannot change a constraint: the table is rebuilt
-                    names = ", ".join(_RADII_INSERT)
+                    names = ", ".join(n for n in _RADII_INSERT if n not in _ADDED_IN_3)
                     conn.exec_driver_sql("ALTER TABLE radii RENAME TO radii_v1")
                     radii_table.create(conn)
                     conn.exec_driver_sql(f"INSERT INTO radii ({names}) SELECT {names} "
@@ -350,6 +359,27 @@ class ResultStore:
                                                                     applied_at=_now()))
         except sa.exc.OperationalError as err:
             raise InputError(f"store {self.path}: schema version 1 needs an upgrade to "
+                             f"version {SCHEMA_VERSION}, which failed ({_reason(err)})") from err
+
+    def _migrate_from_2(self) -> None:
+        """Version 2 -> 3: ``radii`` gains the ``converged`` column (issue #39), 0 (not
+        assessed) on the rows already stored. One transaction under the write lock; a process
+        that finds the store already migrated does nothing."""
+        try:
+            with self._tx(write=True) as conn:
+                if self.backend == "postgresql":  # several openers: one migrates
+                    conn.execute(sa.select(sa.func.pg_advisory_xact_lock(_PG_INIT_LOCK)))
+                if self.schema_version != 2:
+                    return
+                have = {c["name"] for c in sa.inspect(conn).get_columns("radii")}
+                for name in _ADDED_IN_3:
+                    if name not in have:
+                        conn.exec_driver_sql(f"ALTER TABLE radii ADD COLUMN {name} BIGINT "
+                                             "NOT NULL DEFAULT 0")
+                conn.execute(sa.insert(schema_version_table).values(version=3,
+                                                                    applied_at=_now()))
+        except sa.exc.OperationalError as err:
+            raise InputError(f"store {self.path}: schema version 2 needs an upgrade to "
                              f"version {SCHEMA_VERSION}, which failed ({_reason(err)})") from err
 
     @contextmanager
