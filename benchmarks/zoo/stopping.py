@@ -67,7 +67,8 @@ def run_setting(case, threat: str, setting: str) -> dict:
     res = rs.radius(case.module, case.X, case.y, threat=threat, space=_space(case),
                     **_kwargs(setting))
     return {"radius": _radii(res).tolist(), "passes": _passes(res).tolist(),
-            "converged": (res.converged > 0).tolist(), "seconds": time.perf_counter() - t0}
+            "converged": (res.converged > 0).tolist(), "seconds": time.perf_counter() - t0,
+            "measured_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
 
 
 def run_reference(case, threat: str) -> dict:
@@ -80,7 +81,8 @@ def run_reference(case, threat: str) -> dict:
         with Z.one_thread():
             r_pgd, _ = pgd_radius(case.module, case.X, case.y, threat)
     return {"strong": _radii(strong).tolist(), "pgd": np.asarray(r_pgd, float).tolist(),
-            "seconds": time.perf_counter() - t0}
+            "seconds": time.perf_counter() - t0,
+            "measured_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
 
 
 def _q(a: np.ndarray, q: float) -> float:
@@ -165,9 +167,12 @@ def main() -> None:
                       f"max {s['max']:.3f} cens {s['censored']} passes {s['passes']:.0f} "
                       f"conv {s['converged']} false {s['false']} {s['seconds']:.0f}s",
                       file=sys.stderr, flush=True)
-    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    stamps = sorted({rows[k][s].get("measured_at", "?") for k in keys
+                     for s in ("reference", *args.setting)})
     head = (f"Split `{args.split}` ({len(names)} networks x {len(args.threats)} threats, the "
-            f"first {args.n} correctly classified test inputs each), finished {when}. Settings: "
+            f"first {args.n} correctly classified test inputs each); runs measured "
+            f"{', '.join(stamps)} (read back from `.cache/stopping_{args.split}.json` where "
+            "cached). Settings: "
             + "; ".join(f"`{s}` = {SETTINGS[s] or 'rs.radius defaults'}" for s in args.setting)
             + ". *converged (false)*: inputs the search marked converged, and how many of "
             "them are more than 2% above the best known radius.")
