@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import copy
 import importlib
+import inspect
 import logging
 import re
 import traceback
@@ -255,12 +256,26 @@ class OneLineErrorsGroup(TyperGroup):
                 command.params.extend(_version_flags(self.params))
             inner = command.get_params
             command.get_params = lambda c: _untyped_flags(inner(c))
+            command.help = reflowed(command.help)
             command._flags_untyped = True
         return command
 
     def invoke(self, ctx: Any) -> Any:
         with _one_line_usage_errors():
             return super().invoke(ctx)
+
+
+def reflowed(text: str | None) -> str | None:
+    """``text`` (a command's docstring) with the line breaks inside each paragraph made
+    spaces, so that the terminal wraps it at its own width: typer's rich help keeps a
+    docstring's own breaks, which at 80 columns left half-empty lines ("... that run" /
+    "on local worker processes ..."). Paragraphs (separated by a blank line) stay apart; a
+    paragraph that starts with ``\\b`` (click's "do not rewrap" mark) is kept as written."""
+    if text is None:
+        return None
+    paragraphs = inspect.cleandoc(text).split("\n\n")
+    return "\n\n".join(p if p.startswith("\b") else " ".join(p.split("\n"))
+                        for p in paragraphs)
 
 
 def _version_flags(params: list[Any]) -> list[Any]:
