@@ -405,18 +405,75 @@ def _tmpfs(folder: Path, size: str) -> bool:
     return done.returncode == 0
 
 
-def test_a_full_tmpfs_stops_the_run_with_the_resume_command(files, tmp_path):
+def test_a_full_tmpfs_stops_the_run_with_the_resume_command(files, clean_runs, tmp_path):
+    """A real full disk (a 160 kB tmpfs): exit 1, the folder and the resume command named;
+    given room (the tmpfs remounted larger), the printed resume completes the run to the
+    rows of an uninterrupted one."""
     disk = tmp_path / "disk"
     if not _tmpfs(disk, "160k"):
         pytest.skip("this machine does not let the tests mount a small tmpfs")
     try:
-        spec = csv_spec(tmp_path, files, out=str(disk / "out"))
+        out = disk / "out"
+        spec = csv_spec(tmp_path, files, out=str(out))
         result = CliRunner().invoke(app, ["run", str(spec), "-q"])
         assert result.exit_code == 1, result.stderr
         assert "No space left on device" in result.stderr
-        assert "resume with: robustscope run" in result.stderr
+        assert f"error: cannot write {out}/" in result.stderr   # the file that did not fit
+        resume = f"robustscope run {spec} --resume {out}"
+        assert f"resume with: {resume}" in result.stderr
+        assert not (out / "report.html").exists()
+        subprocess.run(["mount", "-o", "remount,size=8m", str(disk)], check=True)
+        result = CliRunner().invoke(app, resume.split()[1:] + ["-q"])
+        assert result.exit_code == 0, result.stderr
+        assert_same_run(out, clean_runs["a.pkl"])
     finally:
         # lazy: the failed run's traceback may still hold memory maps of files in it
+        subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def test_a_write_that_fails_without_a_file_name_is_named_by_its_path(tmp_path):
+    """A full disk while writing to an open file raises an OSError with no file name; the
+    atomic writer names the file the user asked for (not its temporary)."""
+    from robustscope.core.fileio import atomic_write
+
+    def write(tmp):
+        tmp.write_text("x")
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    with pytest.raises(OSError) as caught:
+        atomic_write(tmp_path / "report.html", write)
+    assert caught.value.filename == str(tmp_path / "report.html")
+    assert caught.value.errno == errno.ENOSPC
+    assert list(tmp_path.iterdir()) == []   # the temporary is gone
+
+
+COLUMN_ON_A_FULL_DISK = """
+import sys
+from pathlib import Path
+from robustscope.runs.runner import _column_file
+try:
+    column = _column_file(Path(sys.argv[1]), "radius", "float64", (131072,))  # 1 MB
+    column[:] = 1.0
+    column.flush()
+except OSError as exc:
+    print(f"OSError {exc.errno} {exc.filename}")
+"""
+
+
+def test_a_column_that_a_full_disk_cannot_hold_is_an_error_not_a_bus_error(tmp_path):
+    """The run's memory-mapped columns have their blocks reserved: on a disk without room the
+    run stops with an error naming the file (numpy's sparse file, mapped and written, was
+    killed by SIGBUS: exit 135 and no message)."""
+    disk = tmp_path / "disk"
+    if not _tmpfs(disk, "64k"):
+        pytest.skip("this machine does not let the tests mount a small tmpfs")
+    try:
+        done = subprocess.run([sys.executable, "-c", COLUMN_ON_A_FULL_DISK, str(disk)],
+                              capture_output=True, text=True, timeout=120,
+                              env={**os.environ, "PYTHONPATH": SRC})
+        assert done.returncode == 0, (done.returncode, done.stderr)
+        assert done.stdout.strip() == f"OSError {errno.ENOSPC} {disk / 'radius.npy'}"
+    finally:
         subprocess.run(["umount", "-l", str(disk)], check=False)
 
 
