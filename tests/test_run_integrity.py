@@ -203,6 +203,21 @@ def test_the_run_records_its_inputs_hashes(files, clean_runs):
     assert plan["inputs"]["files"] == recorded and plan["inputs"]["robustscope"]
 
 
+def test_the_store_records_the_inputs_hashes(files, clean_runs, tmp_path):
+    """The results store's run rows carry the same hashes as run.json (an SQLite store
+    here; PostgreSQL in test_a_run_stores_into_postgresql_from_a_spec)."""
+    from robustscope.runs.store import open_store
+
+    db = tmp_path / "runs.db"
+    outcome = run_spec_file(csv_spec(tmp_path, files, store=str(db)), quiet=True)
+    assert_same_run(outcome.out_dir, clean_runs["a.pkl"])
+    recorded = outcome.manifest["provenance"]["inputs"]
+    with open_store(db) as store:
+        for t in THREATS:
+            info = store.run(outcome.manifest["threats"][t]["store_run_id"])
+            assert info.config["inputs"] == recorded
+
+
 # -- 2. one run per folder --------------------------------------------------------------------
 def test_a_second_run_on_a_folder_in_use_stops_at_once(files, tmp_path):
     spec = csv_spec(tmp_path, files)
@@ -314,6 +329,8 @@ def test_a_run_stores_into_postgresql_from_a_spec(files, clean_runs, tmp_path, p
         for t in THREATS:
             rows = store.radii(manifest["threats"][t]["store_run_id"])
             assert len(rows) == 15 and rows["sample"].is_unique
+            info = store.run(manifest["threats"][t]["store_run_id"])
+            assert info.config["inputs"] == manifest["provenance"]["inputs"]
 
 
 def test_a_store_that_goes_away_mid_run_is_a_runtime_failure(files, tmp_path, postgres):
