@@ -35,6 +35,14 @@ def test_help_at_80_columns_cuts_no_option_name(name: str) -> None:
         for opt in [*getattr(param, "opts", ()), *getattr(param, "secondary_opts", ())]:
             if opt.startswith("-") and not getattr(param, "hidden", False):
                 assert opt in words, f"{name}: {opt} is not shown whole at 80 columns"
+        # an option's choices are shown (not <str>), each whole: <auto|none|ibp|crow / n|...
+        # was a choice folded where the type column ended
+        shown = param.display_type_rich(ctx=None) if hasattr(param, "display_type_rich") \
+            else None
+        for choice in (shown[1:-1].split("|") if shown and "|" in shown else ()):
+            word = re.escape(choice)  # whole, beside a | < or > (a line may start or end it)
+            assert re.search(rf"[<|]{word}(?![\w-])|(?<![\w-]){word}[|>]", res.output), \
+                f"{name}: choice {choice} of {param.name} is not shown whole at 80 columns"
 
 
 def _prose_lines(name: str | None) -> list[list[str]]:

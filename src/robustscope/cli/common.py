@@ -40,6 +40,7 @@ from enum import IntEnum
 from typing import Any, NoReturn
 
 import typer
+from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 from typer.core import TyperGroup
@@ -208,6 +209,32 @@ def quiet_logging(quiet: bool) -> None:
         logging.getLogger("robustscope").setLevel(logging.ERROR)
 
 
+class _Choices:
+    """A type cell of choices (``<auto|none|ibp|crown|alpha-crown|bab>``) that wraps after a
+    ``|`` only: as one word, rich folded it wherever the column ended (``<auto|none|ibp|crow``
+    / ``n|alpha-crown|bab>`` at 80 columns)."""
+
+    def __init__(self, text: Text) -> None:
+        self.text = text
+        plain, self.cuts = text.plain, [0]
+        self.cuts += [i + 1 for i, ch in enumerate(plain) if ch == "|"] + [len(plain)]
+
+    def _pieces(self) -> list[Text]:
+        return [self.text[a:b] for a, b in zip(self.cuts, self.cuts[1:], strict=False)]
+
+    def __rich_measure__(self, console: Any, options: Any) -> Measurement:
+        return Measurement(max(len(p) for p in self._pieces()), len(self.text))
+
+    def __rich_console__(self, console: Any, options: Any) -> Iterator[Text]:
+        line = Text()
+        for piece in self._pieces():
+            if len(line) and len(line) + len(piece) > options.max_width:
+                yield line
+                line = Text()
+            line.append_text(piece)
+        yield line
+
+
 class _OptionsTable(Table):
     """typer's options table in ``--help`` with the option names kept whole.
 
@@ -220,6 +247,9 @@ class _OptionsTable(Table):
 
     def add_row(self, *renderables: Any, **kwargs: Any) -> None:
         declared = bool(self.columns)
+        kind = renderables[-2] if len(renderables) > 1 else None
+        if isinstance(kind, Text) and "|" in kind.plain:  # the type column: choices
+            renderables = (*renderables[:-2], _Choices(kind), renderables[-1])
         for part in getattr(renderables[-1], "renderables", renderables[-1:]):
             if isinstance(part, Text):  # the help text: typer's Columns of Text parts
                 part.overflow = "fold"
