@@ -219,27 +219,49 @@ def test_the_store_records_the_inputs_hashes(files, clean_runs, tmp_path):
 
 
 # -- 2. one run per folder --------------------------------------------------------------------
-def test_a_second_run_on_a_folder_in_use_stops_at_once(files, tmp_path):
+def test_a_second_run_on_a_folder_in_use_stops_at_once(files, clean_runs, tmp_path):
+    """Two real `robustscope run`s on one folder: the second stops at once naming the first's
+    process, writes nothing, and the first finishes to the rows of an uninterrupted run.
+    The first is paused (SIGSTOP) once its plan is written, so it holds the folder."""
+    import signal
+    import time
+
     spec = csv_spec(tmp_path, files)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([SRC, TESTS])}
+    first = subprocess.Popen([sys.executable, "-m", "robustscope.cli.app", "run", str(spec),
+                              "-q"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (tmp_path / "out" / journal.PLAN).exists():
+            assert first.poll() is None and time.monotonic() < deadline, first.stderr.read()
+            time.sleep(0.01)
+        first.send_signal(signal.SIGSTOP)
+        journal_file = tmp_path / "out" / journal.JOURNAL
+        before = journal_file.read_text() if journal_file.exists() else ""
+        result = CliRunner().invoke(app, ["run", str(spec), "-q"])
+        assert result.exit_code == 2
+        assert result.stderr.strip() == (
+            f"error: run folder {tmp_path / 'out'} is in use by process {first.pid} (another "
+            "robustscope run); wait for it to end or use another --out-dir")
+        after = journal_file.read_text() if journal_file.exists() else ""
+        assert after == before                                  # the second wrote nothing
+    finally:
+        first.send_signal(signal.SIGCONT)
+    _, err = first.communicate(timeout=300)
+    assert first.returncode == 0, err
+    assert_same_run(tmp_path / "out", clean_runs["a.pkl"])     # rows in = rows out, model a's
+    # a lock left by a killed holder is stale: the next run takes it over
     holder = subprocess.Popen(
         [sys.executable, "-c",
          "import sys, time; from robustscope.runs.lock import run_folder_lock\n"
          "with run_folder_lock(sys.argv[1]):\n    print('held', flush=True); time.sleep(60)",
-         str(tmp_path / "out")],
-        env={**os.environ, "PYTHONPATH": os.pathsep.join([SRC, TESTS])},
-        stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout.readline().strip() == "held"
-        result = CliRunner().invoke(app, ["run", str(spec), "-q"])
-        assert result.exit_code == 2
-        assert f"is in use by process {holder.pid}" in result.stderr
-        assert not (tmp_path / "out" / journal.PLAN).exists()   # nothing started
-    finally:
-        holder.kill()
-        holder.wait()
-    # the holder was killed: its lock is stale, the next run takes it over
-    outcome = run_spec_file(spec, quiet=True)
-    assert len(table(outcome.out_dir, "linf")) == 15
+         str(tmp_path / "out")], env=env, stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    holder.kill()
+    holder.wait()
+    outcome = run_spec_file(spec, quiet=True, resume=False)
+    assert_same_run(outcome.out_dir, clean_runs["a.pkl"])
     assert (tmp_path / "out" / LOCK).read_text().strip() == str(os.getpid())
 
 
