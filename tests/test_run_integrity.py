@@ -355,18 +355,26 @@ def test_a_run_stores_into_postgresql_from_a_spec(files, clean_runs, tmp_path, p
             assert info.config["inputs"] == manifest["provenance"]["inputs"]
 
 
-def test_a_store_that_goes_away_mid_run_is_a_runtime_failure(files, tmp_path, postgres):
+def test_a_store_that_goes_away_mid_run_is_a_runtime_failure(files, clean_runs, tmp_path,
+                                                             postgres):
+    """The PostgreSQL server dies (immediate shutdown) after the first shard: exit 1 with the
+    store named (password hidden) and the resume command; with the server back, that command
+    finishes the run, and the store holds every row once, the uninterrupted run's."""
+    from robustscope.runs.store import open_store
+
     spec = csv_spec(tmp_path, files, store=f"'{postgres.url}'")
     original = RunProgress.stage
+    paused = []
 
     @contextlib.contextmanager
     def stage(self, name, total):
         with original(self, name, total) as advance:
             def advance_then_stop_server(k):
                 advance(k)
-                if postgres.root is not None and (tmp_path / "out" / "shards").is_dir() \
+                if not paused and (tmp_path / "out" / "shards").is_dir() \
                         and len(list((tmp_path / "out" / "shards").rglob("*.npz"))) == 1:
-                    postgres.stop()
+                    postgres.pause()
+                    paused.append(True)
             yield advance_then_stop_server
 
     RunProgress.stage = stage
@@ -376,10 +384,23 @@ def test_a_store_that_goes_away_mid_run_is_a_runtime_failure(files, tmp_path, po
         RunProgress.stage = original
     assert result.exit_code == 1, result.stderr
     assert "the results store postgresql://robustscope:***@" in result.stderr
-    assert f"resume with: robustscope run {spec} --resume {tmp_path / 'out'}" in result.stderr
+    resume = f"robustscope run {spec} --resume {tmp_path / 'out'}"
+    assert f"resume with: {resume}" in result.stderr
     assert postgres.password not in result.stderr
     shards = list((tmp_path / "out" / "shards").rglob("*.npz"))
     assert len(shards) == 2   # the one stored, and the one whose store transaction failed
+    postgres.resume()
+    result = CliRunner().invoke(app, resume.split()[1:] + ["-q"])
+    assert result.exit_code == 0, result.stderr
+    assert_same_run(tmp_path / "out", clean_runs["a.pkl"])
+    manifest = json.loads((tmp_path / "out" / "run.json").read_text())
+    with open_store(postgres.url) as store:
+        for t in THREATS:
+            rows = store.radii(manifest["threats"][t]["store_run_id"])
+            assert len(rows) == 15 and rows["sample"].is_unique
+            clean = table(clean_runs["a.pkl"], t)
+            np.testing.assert_array_equal(rows.sort_values("sample")["radius"].to_numpy(),
+                                          clean["radius"].to_numpy())
 
 
 # -- 5. failures named, with the way out ------------------------------------------------------
