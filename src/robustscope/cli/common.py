@@ -34,6 +34,7 @@ import inspect
 import logging
 import re
 import traceback
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from enum import IntEnum
@@ -45,7 +46,12 @@ from rich.table import Table
 from rich.text import Text
 from typer.core import TyperGroup
 
-from robustscope.core.errors import BudgetExhausted, ModelError, RobustscopeError
+from robustscope.core.errors import (
+    BudgetExhausted,
+    ModelError,
+    RobustscopeError,
+    RobustscopeWarning,
+)
 
 
 class ExitCode(IntEnum):
@@ -291,8 +297,29 @@ class OneLineErrorsGroup(TyperGroup):
         return command
 
     def invoke(self, ctx: Any) -> Any:
-        with _one_line_usage_errors():
+        with _one_line_usage_errors(), one_line_warnings():
             return super().invoke(ctx)
+
+
+@contextmanager
+def one_line_warnings() -> Iterator[None]:
+    """robustscope's own warnings (:class:`RobustscopeWarning`: a choice likely to give poor
+    results, a reference of another dataset) on stderr as one line ``warning: ...``, not in
+    Python's format (the source file and line, then the line of code). Other warnings keep
+    their format; warnings recorded (``pytest.warns``) are still recorded."""
+    python_format = warnings.formatwarning
+
+    def formatted(message: Any, category: type[Warning], filename: str, lineno: int,
+                  line: str | None = None) -> str:
+        if issubclass(category, RobustscopeWarning):
+            return f"warning: {message}\n"
+        return python_format(message, category, filename, lineno, line)
+
+    warnings.formatwarning = formatted
+    try:
+        yield
+    finally:
+        warnings.formatwarning = python_format
 
 
 def reflowed(text: str | None) -> str | None:
