@@ -197,8 +197,13 @@ def test_the_run_records_its_inputs_hashes(files, clean_runs):
     for key, name in (("model.path", "a.pkl"), ("data.path", "data.csv")):
         digest = hashlib.sha256((files / name).read_bytes()).hexdigest()
         assert recorded[key] == {"path": str(files / name), "sha256": f"sha256:{digest}"}
-    assert f"sha256:{hashlib.sha256((files / 'a.pkl').read_bytes()).hexdigest()}" in \
-        (out / "report.html").read_text()
+    report = (out / "report.html").read_text()
+    shown = report[report.index('id="provenance"'):report.index("Full provenance (JSON)")]
+    for key, name in (("model.path", "a.pkl"), ("data.path", "data.csv")):
+        # the report's provenance shows both in its Inputs table, not only in the JSON
+        digest = hashlib.sha256((files / name).read_bytes()).hexdigest()
+        assert (f'<tr><td class="l">{key}</td><td class="l">{files / name}</td><td class="l">'
+                f'<code class="hash">sha256:{digest}</code></td></tr>') in shown
     plan = json.loads((out / journal.PLAN).read_text())
     assert plan["inputs"]["files"] == recorded and plan["inputs"]["robustscope"]
 
