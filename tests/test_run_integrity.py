@@ -174,6 +174,22 @@ def test_a_resume_with_changed_data_is_refused(files, clean_runs, tmp_path):
     assert_same_run(tmp_path / "out", clean_runs["a.pkl"])
 
 
+def test_a_resume_with_a_changed_feature_file_is_refused(files, tmp_path):
+    """The feature file is an input as the model and data are: changed in place between a
+    stop and the resume, the resume is refused naming it."""
+    features = tmp_path / "features.yaml"
+    features.write_text("default: {type: real}\n")
+    spec = csv_spec(tmp_path, files)
+    spec.write_text(spec.read_text() + f"features: {{file: {features}}}\n")
+    run_until_stopped(spec, 2)
+    features.write_text("default: {type: real, scale: 2.0}\n")
+    result = CliRunner().invoke(app, ["run", str(spec), "-q"])
+    assert result.exit_code == 2
+    assert result.stderr.count("\n") == 1
+    assert f"features.file {features} has other contents than when the run started" \
+        in result.stderr
+
+
 def test_a_resume_by_another_version_or_spec_is_refused(files, tmp_path, monkeypatch):
     spec = csv_spec(tmp_path, files)
     run_until_stopped(spec, 1)
