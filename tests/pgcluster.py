@@ -126,6 +126,24 @@ class ThrowawayCluster:
         finally:
             admin.dispose()
 
+    def pause(self) -> None:
+        """Stop the server as a crash would take it away (``immediate``), keeping its data:
+        :meth:`resume` brings it back on the same port."""
+        assert self.root is not None
+        self._run(str(self.bindir / "pg_ctl"), "-D", str(self.root / "data"), "-m",
+                  "immediate", "-w", "stop")
+
+    def resume(self) -> None:
+        """Start a server stopped by :meth:`pause` again, with its data, on the same port."""
+        assert self.root is not None
+        opts = [f"-p {self.port}", f"-k {self.root}", "-c listen_addresses=127.0.0.1",
+                "-c max_connections=50"]
+        if not self.durable:
+            opts += ["-c fsync=off", "-c synchronous_commit=off", "-c full_page_writes=off"]
+        self._run(str(self.bindir / "pg_ctl"), "-D", str(self.root / "data"), "-l",
+                  str(self.root / "server.log"), "-o", " ".join(opts), "-w", "-t", "60",
+                  "start")
+
     def stop(self) -> None:
         if self.root is None:
             return

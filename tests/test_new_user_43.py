@@ -35,6 +35,52 @@ def test_help_at_80_columns_cuts_no_option_name(name: str) -> None:
         for opt in [*getattr(param, "opts", ()), *getattr(param, "secondary_opts", ())]:
             if opt.startswith("-") and not getattr(param, "hidden", False):
                 assert opt in words, f"{name}: {opt} is not shown whole at 80 columns"
+        # an option's choices are shown (not <str>), each whole: <auto|none|ibp|crow / n|...
+        # was a choice folded where the type column ended
+        shown = param.display_type_rich(ctx=None) if hasattr(param, "display_type_rich") \
+            else None
+        for choice in (shown[1:-1].split("|") if shown and "|" in shown else ()):
+            word = re.escape(choice)  # whole, beside a | < or > (a line may start or end it)
+            assert re.search(rf"[<|]{word}(?![\w-])|(?<![\w-]){word}[|>]", res.output), \
+                f"{name}: choice {choice} of {param.name} is not shown whole at 80 columns"
+
+
+def _prose_lines(name: str | None) -> list[list[str]]:
+    """The paragraphs of prose that ``robustscope [name] --help`` prints at 80 columns: the
+    description above the first panel, and each command's entry in the group's Commands
+    panel (its help column), as lists of stripped lines."""
+    args = [name, "--help"] if name else ["--help"]
+    res = CliRunner().invoke(app, args, env={"COLUMNS": "80", "TERM": "dumb"})
+    assert res.exit_code == 0, res.output
+    lines = res.output.splitlines()
+    top = lines[:next(i for i, x in enumerate(lines) if x.startswith("╭"))]
+    paragraphs: list[list[str]] = [[]]
+    for line in top:
+        if line.strip() and not line.strip().startswith("Usage:"):
+            paragraphs[-1].append(line.strip())
+        elif paragraphs[-1]:
+            paragraphs.append([])
+    if name is None:  # the Commands panel: '│ name   help... │', continued under the help
+        for line in lines:
+            inner = line.strip("│ ")
+            if not line.startswith("│") or not inner:
+                continue
+            if line[2] != " ":                       # a command's first line
+                paragraphs.append([inner.split(None, 1)[1]])
+            else:
+                paragraphs[-1].append(inner)
+    return [p for p in paragraphs if p]
+
+
+@pytest.mark.parametrize("name", [None, *(n for n, _ in _commands())])
+def test_help_prose_fills_its_lines_at_80_columns(name: str | None) -> None:
+    """A docstring's own line breaks are not kept: the terminal wraps the prose, so no line
+    of a paragraph but its last stops half-way ('... x one threat) that run' / 'on local
+    worker processes ...' at 80 columns before)."""
+    for paragraph in _prose_lines(name):
+        for line, after in zip(paragraph, paragraph[1:], strict=False):
+            # a line is short only where the next one's first word would not fit on it
+            assert len(line) + 1 + len(after.split()[0]) > 60, (name, line, after)
 
 
 def _words_whole(text: str, cells: list[str]) -> list[str]:

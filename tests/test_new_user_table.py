@@ -248,6 +248,10 @@ ISSUE_43: dict[str, Case] = {
         "9", "leaderboard --accuracies {d}/digits.json", 2,
         "model 'digits-cnn' was evaluated on digits (1×8×8 images), but the reference acc* "
         "(the published MultiRobustBench table) is of CIFAR-10 (3×32×32 images)"),
+    "9: images of the same shape but another dataset's name: a warning, and the table": _c(
+        "9", "leaderboard --accuracies {d}/digits.json --accuracies {d}/usps.json "
+        "--reference best --attacks linf", 0, "usps-cnn",
+        warns="model 'usps-cnn' was evaluated on usps .* is of digits"),
     "9: digits grids against each other": _c(
         "9", "leaderboard --accuracies {d}/digits.json --accuracies {d}/digits2.json "
         "--reference best --attacks linf", 0, "digits-cnn"),
@@ -347,10 +351,12 @@ def inputs(tmp_path_factory) -> Path:
     (d / "b.json").write_text(json.dumps({"NoAttack": 80.0, "AutoLinfAttack":
                                           {"0.005": 60.0, "0.5": 0.0}}))
     (d / "empty.json").write_text("")
-    for name, model, clean in (("digits", "digits-cnn", 97.0), ("digits2", "digits-mlp", 93.0)):
+    for name, model, clean, dataset in (("digits", "digits-cnn", 97.0, "digits"),
+                                        ("digits2", "digits-mlp", 93.0, "digits"),
+                                        ("usps", "usps-cnn", 91.0, "usps")):
         (d / f"{name}.json").write_text(json.dumps({
             "NoAttack": clean, "AutoLinfAttack": {"0.005": clean - 10, "0.5": 1.0},
-            "details": {"model": model, "dataset": "digits", "input_shape": [1, 8, 8],
+            "details": {"model": model, "dataset": dataset, "input_shape": [1, 8, 8],
                         "inputs": 100}}))
     (d / "runA").mkdir()
     (d / "runA" / "run.json").write_text('{"not": "a finished run"}')
@@ -409,6 +415,28 @@ def _check(case: Case, name: str, inputs: Path, tmp_path: Path) -> None:
     for path, digest in unchanged.items():
         assert _digest(path) == digest, f"{path} was changed"
     assert not list(inputs.glob(".*.tmp*")), "a temporary file was left behind"
+
+
+def test_a_warning_is_one_line_on_stderr(inputs: Path) -> None:
+    """#43 item 9: the leaderboard's dataset warning (any RobustscopeWarning) is printed as
+    one line 'warning: ...', not in Python's format (file, line number, source line)."""
+    import os
+    import subprocess
+    import sys
+
+    # a process of its own: pytest records warnings instead of showing them
+    done = subprocess.run(
+        [sys.executable, "-m", "robustscope.cli.app", "leaderboard", "--accuracies",
+         str(inputs / "digits.json"), "--accuracies", str(inputs / "usps.json"),
+         "--reference", "best", "--attacks", "linf"], capture_output=True, text=True,
+        timeout=120, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path),
+                          "COLUMNS": "80"})
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.splitlines() == [
+        "warning: model 'usps-cnn' was evaluated on usps (1×8×8 images), but the reference "
+        "acc* (best of the models, with 'digits-cnn') is of digits (1×8×8 images) (check that "
+        "they are the same data)"]
+    assert "usps-cnn" in done.stdout
 
 
 def test_every_item_has_a_case() -> None:

@@ -174,6 +174,22 @@ def test_a_resume_with_changed_data_is_refused(files, clean_runs, tmp_path):
     assert_same_run(tmp_path / "out", clean_runs["a.pkl"])
 
 
+def test_a_resume_with_a_changed_feature_file_is_refused(files, tmp_path):
+    """The feature file is an input as the model and data are: changed in place between a
+    stop and the resume, the resume is refused naming it."""
+    features = tmp_path / "features.yaml"
+    features.write_text("default: {type: real}\n")
+    spec = csv_spec(tmp_path, files)
+    spec.write_text(spec.read_text() + f"features: {{file: {features}}}\n")
+    run_until_stopped(spec, 2)
+    features.write_text("default: {type: real, scale: 2.0}\n")
+    result = CliRunner().invoke(app, ["run", str(spec), "-q"])
+    assert result.exit_code == 2
+    assert result.stderr.count("\n") == 1
+    assert f"features.file {features} has other contents than when the run started" \
+        in result.stderr
+
+
 def test_a_resume_by_another_version_or_spec_is_refused(files, tmp_path, monkeypatch):
     spec = csv_spec(tmp_path, files)
     run_until_stopped(spec, 1)
@@ -197,34 +213,76 @@ def test_the_run_records_its_inputs_hashes(files, clean_runs):
     for key, name in (("model.path", "a.pkl"), ("data.path", "data.csv")):
         digest = hashlib.sha256((files / name).read_bytes()).hexdigest()
         assert recorded[key] == {"path": str(files / name), "sha256": f"sha256:{digest}"}
-    assert f"sha256:{hashlib.sha256((files / 'a.pkl').read_bytes()).hexdigest()}" in \
-        (out / "report.html").read_text()
+    report = (out / "report.html").read_text()
+    shown = report[report.index('id="provenance"'):report.index("Full provenance (JSON)")]
+    for key, name in (("model.path", "a.pkl"), ("data.path", "data.csv")):
+        # the report's provenance shows both in its Inputs table, not only in the JSON
+        digest = hashlib.sha256((files / name).read_bytes()).hexdigest()
+        assert (f'<tr><td class="l">{key}</td><td class="l">{files / name}</td><td class="l">'
+                f'<code class="hash">sha256:{digest}</code></td></tr>') in shown
     plan = json.loads((out / journal.PLAN).read_text())
     assert plan["inputs"]["files"] == recorded and plan["inputs"]["robustscope"]
 
 
+def test_the_store_records_the_inputs_hashes(files, clean_runs, tmp_path):
+    """The results store's run rows carry the same hashes as run.json (an SQLite store
+    here; PostgreSQL in test_a_run_stores_into_postgresql_from_a_spec)."""
+    from robustscope.runs.store import open_store
+
+    db = tmp_path / "runs.db"
+    outcome = run_spec_file(csv_spec(tmp_path, files, store=str(db)), quiet=True)
+    assert_same_run(outcome.out_dir, clean_runs["a.pkl"])
+    recorded = outcome.manifest["provenance"]["inputs"]
+    with open_store(db) as store:
+        for t in THREATS:
+            info = store.run(outcome.manifest["threats"][t]["store_run_id"])
+            assert info.config["inputs"] == recorded
+
+
 # -- 2. one run per folder --------------------------------------------------------------------
-def test_a_second_run_on_a_folder_in_use_stops_at_once(files, tmp_path):
+def test_a_second_run_on_a_folder_in_use_stops_at_once(files, clean_runs, tmp_path):
+    """Two real `robustscope run`s on one folder: the second stops at once naming the first's
+    process, writes nothing, and the first finishes to the rows of an uninterrupted run.
+    The first is paused (SIGSTOP) once its plan is written, so it holds the folder."""
+    import signal
+    import time
+
     spec = csv_spec(tmp_path, files)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([SRC, TESTS])}
+    first = subprocess.Popen([sys.executable, "-m", "robustscope.cli.app", "run", str(spec),
+                              "-q"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (tmp_path / "out" / journal.PLAN).exists():
+            assert first.poll() is None and time.monotonic() < deadline, first.stderr.read()
+            time.sleep(0.01)
+        first.send_signal(signal.SIGSTOP)
+        journal_file = tmp_path / "out" / journal.JOURNAL
+        before = journal_file.read_text() if journal_file.exists() else ""
+        result = CliRunner().invoke(app, ["run", str(spec), "-q"])
+        assert result.exit_code == 2
+        assert result.stderr.strip() == (
+            f"error: run folder {tmp_path / 'out'} is in use by process {first.pid} (another "
+            "robustscope run); wait for it to end or use another --out-dir")
+        after = journal_file.read_text() if journal_file.exists() else ""
+        assert after == before                                  # the second wrote nothing
+    finally:
+        first.send_signal(signal.SIGCONT)
+    _, err = first.communicate(timeout=300)
+    assert first.returncode == 0, err
+    assert_same_run(tmp_path / "out", clean_runs["a.pkl"])     # rows in = rows out, model a's
+    # a lock left by a killed holder is stale: the next run takes it over
     holder = subprocess.Popen(
         [sys.executable, "-c",
          "import sys, time; from robustscope.runs.lock import run_folder_lock\n"
          "with run_folder_lock(sys.argv[1]):\n    print('held', flush=True); time.sleep(60)",
-         str(tmp_path / "out")],
-        env={**os.environ, "PYTHONPATH": os.pathsep.join([SRC, TESTS])},
-        stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout.readline().strip() == "held"
-        result = CliRunner().invoke(app, ["run", str(spec), "-q"])
-        assert result.exit_code == 2
-        assert f"is in use by process {holder.pid}" in result.stderr
-        assert not (tmp_path / "out" / journal.PLAN).exists()   # nothing started
-    finally:
-        holder.kill()
-        holder.wait()
-    # the holder was killed: its lock is stale, the next run takes it over
-    outcome = run_spec_file(spec, quiet=True)
-    assert len(table(outcome.out_dir, "linf")) == 15
+         str(tmp_path / "out")], env=env, stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    holder.kill()
+    holder.wait()
+    outcome = run_spec_file(spec, quiet=True, resume=False)
+    assert_same_run(outcome.out_dir, clean_runs["a.pkl"])
     assert (tmp_path / "out" / LOCK).read_text().strip() == str(os.getpid())
 
 
@@ -314,20 +372,30 @@ def test_a_run_stores_into_postgresql_from_a_spec(files, clean_runs, tmp_path, p
         for t in THREATS:
             rows = store.radii(manifest["threats"][t]["store_run_id"])
             assert len(rows) == 15 and rows["sample"].is_unique
+            info = store.run(manifest["threats"][t]["store_run_id"])
+            assert info.config["inputs"] == manifest["provenance"]["inputs"]
 
 
-def test_a_store_that_goes_away_mid_run_is_a_runtime_failure(files, tmp_path, postgres):
+def test_a_store_that_goes_away_mid_run_is_a_runtime_failure(files, clean_runs, tmp_path,
+                                                             postgres):
+    """The PostgreSQL server dies (immediate shutdown) after the first shard: exit 1 with the
+    store named (password hidden) and the resume command; with the server back, that command
+    finishes the run, and the store holds every row once, the uninterrupted run's."""
+    from robustscope.runs.store import open_store
+
     spec = csv_spec(tmp_path, files, store=f"'{postgres.url}'")
     original = RunProgress.stage
+    paused = []
 
     @contextlib.contextmanager
     def stage(self, name, total):
         with original(self, name, total) as advance:
             def advance_then_stop_server(k):
                 advance(k)
-                if postgres.root is not None and (tmp_path / "out" / "shards").is_dir() \
+                if not paused and (tmp_path / "out" / "shards").is_dir() \
                         and len(list((tmp_path / "out" / "shards").rglob("*.npz"))) == 1:
-                    postgres.stop()
+                    postgres.pause()
+                    paused.append(True)
             yield advance_then_stop_server
 
     RunProgress.stage = stage
@@ -337,10 +405,23 @@ def test_a_store_that_goes_away_mid_run_is_a_runtime_failure(files, tmp_path, po
         RunProgress.stage = original
     assert result.exit_code == 1, result.stderr
     assert "the results store postgresql://robustscope:***@" in result.stderr
-    assert f"resume with: robustscope run {spec} --resume {tmp_path / 'out'}" in result.stderr
+    resume = f"robustscope run {spec} --resume {tmp_path / 'out'}"
+    assert f"resume with: {resume}" in result.stderr
     assert postgres.password not in result.stderr
     shards = list((tmp_path / "out" / "shards").rglob("*.npz"))
     assert len(shards) == 2   # the one stored, and the one whose store transaction failed
+    postgres.resume()
+    result = CliRunner().invoke(app, resume.split()[1:] + ["-q"])
+    assert result.exit_code == 0, result.stderr
+    assert_same_run(tmp_path / "out", clean_runs["a.pkl"])
+    manifest = json.loads((tmp_path / "out" / "run.json").read_text())
+    with open_store(postgres.url) as store:
+        for t in THREATS:
+            rows = store.radii(manifest["threats"][t]["store_run_id"])
+            assert len(rows) == 15 and rows["sample"].is_unique
+            clean = table(clean_runs["a.pkl"], t)
+            np.testing.assert_array_equal(rows.sort_values("sample")["radius"].to_numpy(),
+                                          clean["radius"].to_numpy())
 
 
 # -- 5. failures named, with the way out ------------------------------------------------------
@@ -405,18 +486,75 @@ def _tmpfs(folder: Path, size: str) -> bool:
     return done.returncode == 0
 
 
-def test_a_full_tmpfs_stops_the_run_with_the_resume_command(files, tmp_path):
+def test_a_full_tmpfs_stops_the_run_with_the_resume_command(files, clean_runs, tmp_path):
+    """A real full disk (a 160 kB tmpfs): exit 1, the folder and the resume command named;
+    given room (the tmpfs remounted larger), the printed resume completes the run to the
+    rows of an uninterrupted one."""
     disk = tmp_path / "disk"
     if not _tmpfs(disk, "160k"):
         pytest.skip("this machine does not let the tests mount a small tmpfs")
     try:
-        spec = csv_spec(tmp_path, files, out=str(disk / "out"))
+        out = disk / "out"
+        spec = csv_spec(tmp_path, files, out=str(out))
         result = CliRunner().invoke(app, ["run", str(spec), "-q"])
         assert result.exit_code == 1, result.stderr
         assert "No space left on device" in result.stderr
-        assert "resume with: robustscope run" in result.stderr
+        assert f"error: cannot write {out}/" in result.stderr   # the file that did not fit
+        resume = f"robustscope run {spec} --resume {out}"
+        assert f"resume with: {resume}" in result.stderr
+        assert not (out / "report.html").exists()
+        subprocess.run(["mount", "-o", "remount,size=8m", str(disk)], check=True)
+        result = CliRunner().invoke(app, resume.split()[1:] + ["-q"])
+        assert result.exit_code == 0, result.stderr
+        assert_same_run(out, clean_runs["a.pkl"])
     finally:
         # lazy: the failed run's traceback may still hold memory maps of files in it
+        subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def test_a_write_that_fails_without_a_file_name_is_named_by_its_path(tmp_path):
+    """A full disk while writing to an open file raises an OSError with no file name; the
+    atomic writer names the file the user asked for (not its temporary)."""
+    from robustscope.core.fileio import atomic_write
+
+    def write(tmp):
+        tmp.write_text("x")
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    with pytest.raises(OSError) as caught:
+        atomic_write(tmp_path / "report.html", write)
+    assert caught.value.filename == str(tmp_path / "report.html")
+    assert caught.value.errno == errno.ENOSPC
+    assert list(tmp_path.iterdir()) == []   # the temporary is gone
+
+
+COLUMN_ON_A_FULL_DISK = """
+import sys
+from pathlib import Path
+from robustscope.runs.runner import _column_file
+try:
+    column = _column_file(Path(sys.argv[1]), "radius", "float64", (131072,))  # 1 MB
+    column[:] = 1.0
+    column.flush()
+except OSError as exc:
+    print(f"OSError {exc.errno} {exc.filename}")
+"""
+
+
+def test_a_column_that_a_full_disk_cannot_hold_is_an_error_not_a_bus_error(tmp_path):
+    """The run's memory-mapped columns have their blocks reserved: on a disk without room the
+    run stops with an error naming the file (numpy's sparse file, mapped and written, was
+    killed by SIGBUS: exit 135 and no message)."""
+    disk = tmp_path / "disk"
+    if not _tmpfs(disk, "64k"):
+        pytest.skip("this machine does not let the tests mount a small tmpfs")
+    try:
+        done = subprocess.run([sys.executable, "-c", COLUMN_ON_A_FULL_DISK, str(disk)],
+                              capture_output=True, text=True, timeout=120,
+                              env={**os.environ, "PYTHONPATH": SRC})
+        assert done.returncode == 0, (done.returncode, done.stderr)
+        assert done.stdout.strip() == f"OSError {errno.ENOSPC} {disk / 'radius.npy'}"
+    finally:
         subprocess.run(["umount", "-l", str(disk)], check=False)
 
 

@@ -307,5 +307,9 @@ def test_sigterm_and_sigint_end_a_run_on_ray_with_the_resume_command(tmp_path, s
     outcome = run_spec_file(spec, quiet=True, out_dir=out, resume=True)
     assert outcome.manifest["provenance"]["execution"]["resumed"] is True
     assert _journal_lines(out) == 24
+    # rows in = rows out, each once, and every row the one an uninterrupted run computes
+    clean = run_spec_file(gbm_spec(tmp_path, "clean", "clean", limit=48, shard=4),
+                          quiet=True).out_dir
     for threat in ("linf", "l2"):
-        assert len(table(out, threat)) == 48
+        assert len(table(out, threat)) == 48 and table(out, threat)["sample"].is_unique
+        pd.testing.assert_frame_equal(table(clean, threat), table(out, threat))

@@ -30,20 +30,28 @@ from __future__ import annotations
 
 import copy
 import importlib
+import inspect
 import logging
 import re
 import traceback
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from enum import IntEnum
 from typing import Any, NoReturn
 
 import typer
+from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 from typer.core import TyperGroup
 
-from robustscope.core.errors import BudgetExhausted, ModelError, RobustscopeError
+from robustscope.core.errors import (
+    BudgetExhausted,
+    ModelError,
+    RobustscopeError,
+    RobustscopeWarning,
+)
 
 
 class ExitCode(IntEnum):
@@ -207,6 +215,32 @@ def quiet_logging(quiet: bool) -> None:
         logging.getLogger("robustscope").setLevel(logging.ERROR)
 
 
+class _Choices:
+    """A type cell of choices (``<auto|none|ibp|crown|alpha-crown|bab>``) that wraps after a
+    ``|`` only: as one word, rich folded it wherever the column ended (``<auto|none|ibp|crow``
+    / ``n|alpha-crown|bab>`` at 80 columns)."""
+
+    def __init__(self, text: Text) -> None:
+        self.text = text
+        plain, self.cuts = text.plain, [0]
+        self.cuts += [i + 1 for i, ch in enumerate(plain) if ch == "|"] + [len(plain)]
+
+    def _pieces(self) -> list[Text]:
+        return [self.text[a:b] for a, b in zip(self.cuts, self.cuts[1:], strict=False)]
+
+    def __rich_measure__(self, console: Any, options: Any) -> Measurement:
+        return Measurement(max(len(p) for p in self._pieces()), len(self.text))
+
+    def __rich_console__(self, console: Any, options: Any) -> Iterator[Text]:
+        line = Text()
+        for piece in self._pieces():
+            if len(line) and len(line) + len(piece) > options.max_width:
+                yield line
+                line = Text()
+            line.append_text(piece)
+        yield line
+
+
 class _OptionsTable(Table):
     """typer's options table in ``--help`` with the option names kept whole.
 
@@ -219,6 +253,9 @@ class _OptionsTable(Table):
 
     def add_row(self, *renderables: Any, **kwargs: Any) -> None:
         declared = bool(self.columns)
+        kind = renderables[-2] if len(renderables) > 1 else None
+        if isinstance(kind, Text) and "|" in kind.plain:  # the type column: choices
+            renderables = (*renderables[:-2], _Choices(kind), renderables[-1])
         for part in getattr(renderables[-1], "renderables", renderables[-1:]):
             if isinstance(part, Text):  # the help text: typer's Columns of Text parts
                 part.overflow = "fold"
@@ -255,12 +292,47 @@ class OneLineErrorsGroup(TyperGroup):
                 command.params.extend(_version_flags(self.params))
             inner = command.get_params
             command.get_params = lambda c: _untyped_flags(inner(c))
+            command.help = reflowed(command.help)
             command._flags_untyped = True
         return command
 
     def invoke(self, ctx: Any) -> Any:
-        with _one_line_usage_errors():
+        with _one_line_usage_errors(), one_line_warnings():
             return super().invoke(ctx)
+
+
+@contextmanager
+def one_line_warnings() -> Iterator[None]:
+    """robustscope's own warnings (:class:`RobustscopeWarning`: a choice likely to give poor
+    results, a reference of another dataset) on stderr as one line ``warning: ...``, not in
+    Python's format (the source file and line, then the line of code). Other warnings keep
+    their format; warnings recorded (``pytest.warns``) are still recorded."""
+    python_format = warnings.formatwarning
+
+    def formatted(message: Any, category: type[Warning], filename: str, lineno: int,
+                  line: str | None = None) -> str:
+        if issubclass(category, RobustscopeWarning):
+            return f"warning: {message}\n"
+        return python_format(message, category, filename, lineno, line)
+
+    warnings.formatwarning = formatted
+    try:
+        yield
+    finally:
+        warnings.formatwarning = python_format
+
+
+def reflowed(text: str | None) -> str | None:
+    """``text`` (a command's docstring) with the line breaks inside each paragraph made
+    spaces, so that the terminal wraps it at its own width: typer's rich help keeps a
+    docstring's own breaks, which at 80 columns left half-empty lines ("... that run" /
+    "on local worker processes ..."). Paragraphs (separated by a blank line) stay apart; a
+    paragraph that starts with ``\\b`` (click's "do not rewrap" mark) is kept as written."""
+    if text is None:
+        return None
+    paragraphs = inspect.cleandoc(text).split("\n\n")
+    return "\n\n".join(p if p.startswith("\b") else " ".join(p.split("\n"))
+                        for p in paragraphs)
 
 
 def _version_flags(params: list[Any]) -> list[Any]:

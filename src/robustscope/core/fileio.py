@@ -46,7 +46,8 @@ def atomic_write_all(writes: Sequence[tuple[str | Path, Callable[[Path], None]]]
                     with open(tmp, "rb") as fh:
                         os.fsync(fh.fileno())
             except OSError as exc:  # name the file the user asked for, not the temporary
-                if exc.filename is None or Path(exc.filename).name != tmp.name:
+                # (a write to an open file, e.g. a full disk, raises without a file name)
+                if exc.filename is not None and Path(exc.filename).name != tmp.name:
                     raise
                 raise type(exc)(exc.errno, exc.strerror, str(path)) from exc
         for path, tmp, _ in pending:

@@ -18,6 +18,7 @@ import contextlib
 import json
 import logging
 import math
+import os
 import signal
 import time
 import zipfile
@@ -151,12 +152,15 @@ def _run_locked(spec: EvaluationSpec, spec_text: str | None, quiet: bool,
                         journal.record(out_dir, shard, "failed", error=errors[shard.key])
                     continue
                 try:
+                    where = shard_path(out_dir, shard)
                     write_shard(out_dir, out)
+                    where = out_dir / journal.JOURNAL
                     journal.record(out_dir, shard, "done", failed_rows=len(out.result.errors))
                 except OSError as exc:
                     raise RunIncomplete(
-                        f"cannot write shard {shard.key} to {out_dir} ({exc}); the shards "
-                        f"written so far are kept: free space, then resume with: {again}"
+                        f"cannot write {exc.filename or where} "
+                        f"({exc.strerror or exc}; shard {shard.key}); the shards written so far "
+                        f"are kept in {out_dir}: free space, then resume with: {again}"
                     ) from exc
                 store.record(out)
                 advance(len(shard))
@@ -289,9 +293,25 @@ _TEXT_WIDTH = 16
 
 def _column_file(folder: Path, name: str, dtype: str, shape: tuple[int, ...]) -> np.ndarray:
     """A new memory-mapped ``.npy`` column ``folder/<name>.npy`` of ``shape``; text as
-    fixed-width strings (no Python object per row)."""
+    fixed-width strings (no Python object per row).
+
+    The file's blocks are reserved before it is mapped (``posix_fallocate`` where the OS has
+    it): numpy creates it sparse, and a write into a mapped page that a full disk cannot back
+    kills the process with SIGBUS (exit 135, no message). A full disk is an ``OSError``
+    naming the file instead."""
     kind = f"<U{_TEXT_WIDTH}" if dtype == "str" else np.dtype(dtype)
-    return np.lib.format.open_memmap(folder / f"{name}.npy", mode="w+", dtype=kind, shape=shape)
+    path = folder / f"{name}.npy"
+    try:
+        del_me = np.lib.format.open_memmap(path, mode="w+", dtype=kind, shape=shape)
+        del del_me                                   # the header written, the rest sparse
+        if hasattr(os, "posix_fallocate"):
+            with open(path, "r+b") as fh:
+                size = os.fstat(fh.fileno()).st_size
+                if size:
+                    os.posix_fallocate(fh.fileno(), 0, size)
+        return np.lib.format.open_memmap(path, mode="r+")
+    except OSError as exc:  # numpy's writes and the reservation raise without a file name
+        raise OSError(exc.errno, exc.strerror, str(path)) from exc
 
 
 def _assemble_threat(out_dir: Path, mine: list[Shard], input_shape: tuple[int, ...] | None,
