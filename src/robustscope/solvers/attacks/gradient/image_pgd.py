@@ -113,20 +113,22 @@ def image_pgd(
                         objective = objective + threat.penalty_weight * threat.penalty(pg).sum()
                     (gp,) = torch.autograd.grad(objective, pg)
             margin = margin.to(x.dtype)
+            # keep the better iterates without asking the host which they are (a masked
+            # write: on a GPU, boolean indexing or .any() would wait for the device)
             better = margin < best_margin[rows]
-            if better.any():
-                sel = rows[better]
-                best_margin[sel] = margin[better]
-                best_params[sel] = pa[better].detach()
-                best_x[sel] = x_adv[better].detach()
+            best_margin[rows] = torch.where(better, margin, best_margin[rows])
+            best_params[rows] = torch.where(_rows_like(better, pa), pa.detach(),
+                                            best_params[rows])
+            best_x[rows] = torch.where(_rows_like(better, x_adv), x_adv.detach(),
+                                       best_x[rows])
             if last:
-                break
-            keep = margin >= 0
-            if not keep.any():
                 break
             new = threat.step(xa, pa.detach(), gp, eps[rows], size[rows])
             params[active] = threat.project(xa, new, eps[rows]).detach()
-            active = active[keep]
+            # the one host synchronisation of a step: drop the inputs already broken
+            active = active[margin >= 0]
+            if active.numel() == 0:
+                break
     found = (best_margin < 0).cpu().numpy()
     with torch.no_grad():
         strength = threat.strength(x, best_params, best_x).detach().cpu().double().numpy()
@@ -136,6 +138,11 @@ def image_pgd(
         status=np.where(found, ATTACKED, CENSORED).astype(object),
         adv_prediction=np.full(n, -1, dtype=np.int64), forward_queries=np.zeros(n, np.int64),
         seconds=np.zeros(n), meta={"params": best_params, "margin": best_margin})
+
+
+def _rows_like(mask: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """A per-row mask ``(m,)`` shaped to broadcast against ``like`` ``(m, ...)``."""
+    return mask.reshape((-1,) + (1,) * (like.ndim - 1))
 
 
 @torch.no_grad()
