@@ -69,7 +69,8 @@ def test_image_grid_all_runs_every_threat_and_corruption(files):
     d = files
     res = CliRunner().invoke(_app(), [
         "image-grid", "--model", str(d / "net.pt"), "--data", str(d / "data.npz"),
-        "--out", str(d / "all.json"), "--threats", "all", "--steps", "2"])
+        "--out", str(d / "all.json"), "--threats", "all", "--steps", "2", "--batch-size",
+        "auto"])
     assert res.exit_code == 0, res.output
     acc = json.loads((d / "all.json").read_text())
     from robustscope.threats.corruptions import CORRUPTIONS
@@ -80,3 +81,11 @@ def test_image_grid_all_runs_every_threat_and_corruption(files):
         {c for c in CORRUPTIONS if c != "frost"} | {"NoAttack", "details"}
     assert set(acc) == expected
     assert "skipped lpips" in res.output and "frost is not produced" in res.output
+
+
+def test_image_grid_bad_batch_size(files):
+    d = files
+    res = CliRunner().invoke(_app(), [
+        "image-grid", "--model", str(d / "net.pt"), "--data", str(d / "data.npz"),
+        "--out", str(d / "b.json"), "--threats", "linf", "--batch-size", "lots"])
+    assert res.exit_code == 2 and "--batch-size" in res.stderr

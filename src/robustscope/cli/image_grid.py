@@ -90,7 +90,8 @@ def run_image_grid(model: Path, data: Path, out: Path, threats: str = DEFAULT_TH
                    features: Path | None = None, method: str = "bisection", steps: int = 20,
                    restarts: int = 1, seed: int = 0, device: str = "cpu",
                    levels_out: Path | None = None, trust_pickle: bool = False,
-                   notes: list[str] | None = None, dataset: str | None = None) -> dict:
+                   notes: list[str] | None = None, dataset: str | None = None,
+                   batch_size: str = "256") -> dict:
     """Evaluate, write ``out`` (accuracy JSON) and optionally ``levels_out`` (CSV, one row per
     input and threat); return the accuracy dict.
 
@@ -118,6 +119,16 @@ def run_image_grid(model: Path, data: Path, out: Path, threats: str = DEFAULT_TH
     from robustscope.search.grid import evaluate_threats
 
     check_device(device, "--device")
+    batch = batch_size.strip().lower()
+    if batch != "auto":
+        try:
+            batch = int(batch)
+        except ValueError:
+            raise InputError(f"--batch-size: expected an integer >= 1 or 'auto', got "
+                             f"{batch_size!r}") from None
+        if batch < 1:
+            raise InputError(f"--batch-size: expected an integer >= 1 or 'auto', got "
+                             f"{batch_size!r}")
     check_outputs([("--out", out, (".json",)), ("--levels-out", levels_out, (".csv",))],
                   {"--model": model, "--data": data, "--features": features})
     names, corruptions = expand_threats(threats, features is not None, notes)
@@ -167,9 +178,10 @@ def run_image_grid(model: Path, data: Path, out: Path, threats: str = DEFAULT_TH
         if names:
             results, acc = evaluate_threats(clf, X, y, threats=names, features=feats,
                                             method=method, steps=steps, restarts=restarts,
-                                            seed=seed, device=device)
+                                            seed=seed, device=device, batch_size=batch)
         if corruptions:
-            corr = corruption_accuracies(clf, X, y, corruptions, seed=seed, device=device)
+            corr = corruption_accuracies(clf, X, y, corruptions, seed=seed, device=device,
+                                         batch_size=256 if batch == "auto" else batch)
             skipped: dict[str, list[str]] = {}
             for name, sev in corr.skipped:
                 skipped.setdefault(name, []).append(str(sev))
@@ -245,6 +257,9 @@ def register(app: typer.Typer) -> None:
         dataset: str = typer.Option(None, "--dataset", help="The images' dataset, recorded "
                                     "in the accuracy file (leaderboard compares it with "
                                     "the reference's); default: the --data file's name."),
+        batch_size: str = typer.Option("256", "--batch-size", help="Images attacked "
+                                       "together, or 'auto' (from free memory and the "
+                                       "network's activations)."),
     ) -> None:
         """Robust accuracy at the 20 benchmark strengths of each threat (per-input bisection
         over the grid; every counterexample verified), and accuracy under the corruptions."""
@@ -256,7 +271,7 @@ def register(app: typer.Typer) -> None:
             notes: list[str] = []
             acc = run_image_grid(model, data, out, threats, features, method.value, steps,
                                  restarts, seed, device, levels_out, trust_pickle, notes,
-                                 dataset)
+                                 dataset, batch_size)
             for note in notes:
                 typer.echo(f"note: {note}", err=True)
             typer.echo(f"clean accuracy {acc['NoAttack']:.2f}%; wrote {out}")
