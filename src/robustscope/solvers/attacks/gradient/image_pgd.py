@@ -80,9 +80,12 @@ def image_pgd(
         init = threat.project(x, init.to(device=x.device, dtype=x.dtype), eps)
 
     for restart in range(restarts):
-        todo = torch.nonzero(best_margin >= 0).flatten()
-        if len(todo) == 0:
+        # rows are kept on the host too: the ledger charges host rows, and a device index
+        # read back would wait for the device a second time per step
+        todo_host = np.flatnonzero((best_margin >= 0).cpu().numpy())
+        if len(todo_host) == 0:
             break
+        todo = torch.as_tensor(todo_host).to(x.device, non_blocking=True)
         xs = x[todo]
         if restart == 0 and init is not None:
             params = init[todo].clone()
@@ -92,12 +95,13 @@ def image_pgd(
             params = threat.zero_params(xs)
         else:
             params = threat.random_params(xs, eps[todo], generator)
-        active = torch.arange(len(todo), device=x.device)  # rows of todo still unbroken
+        active_host = np.arange(len(todo_host))  # rows of todo still unbroken
+        active = torch.arange(len(todo_host), device=x.device)
         for t in range(steps + 1):
             rows = todo[active]
             xa, pa, ya = xs[active], params[active], y[rows]
             last = t == steps
-            view = narrowed(model, rows)  # charged to these inputs only
+            view = narrowed(model, todo_host[active_host])  # charged to these inputs only
             with torch.enable_grad():
                 pg = pa.detach().requires_grad_(not last)
                 x_adv = threat.apply(xa, pg)
@@ -126,9 +130,10 @@ def image_pgd(
             new = threat.step(xa, pa.detach(), gp, eps[rows], size[rows])
             params[active] = threat.project(xa, new, eps[rows]).detach()
             # the one host synchronisation of a step: drop the inputs already broken
-            active = active[margin >= 0]
-            if active.numel() == 0:
+            active_host = active_host[(margin >= 0).cpu().numpy()]
+            if len(active_host) == 0:
                 break
+            active = torch.as_tensor(active_host).to(x.device, non_blocking=True)
     found = (best_margin < 0).cpu().numpy()
     with torch.no_grad():
         strength = threat.strength(x, best_params, best_x).detach().cpu().double().numpy()
