@@ -3,7 +3,9 @@
     python benchmarks/gpu_check.py                 # where torch.cuda.is_available()
     python benchmarks/gpu_check.py --tests         # also the CUDA branches of the tests
 
-Without CUDA it prints one line and exits 0. With CUDA, on ``--device`` (default ``cuda``):
+Without CUDA it prints one line and exits 0. With CUDA, on ``--device`` (default ``cuda``;
+``--device cpu`` runs the same calls on the CPU, without memory and sync counts, to check
+the script itself):
 
 - ``grid_robustness`` of a ResNet-18 (``robustscope.models.resnet``, random weights, labels =
   its own predictions so that every input is attacked) on ``--n`` stripe images per
@@ -50,7 +52,7 @@ def _count_syncs(fn):
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--device", default="cuda", help="cuda, cuda:N, or cpu (a dry run)")
     ap.add_argument("--n", type=int, default=64, help="images per call")
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--budget", type=int, default=200)
@@ -60,22 +62,24 @@ def main() -> int:
 
     import torch
 
-    if not torch.cuda.is_available():
+    dev = torch.device(args.device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
         print(f"gpu_check: no CUDA device here (torch {torch.__version__}, CUDA build "
               f"{torch.version.cuda}); nothing to check")
         return 0
+    cuda = dev.type == "cuda"
 
     from robustscope import radius
     from robustscope.models.resnet import resnet18
     from robustscope.models.toy import RandomTrunk, stripes_dataset
     from robustscope.search.grid import grid_robustness
 
-    dev = torch.device(args.device)
     net = resnet18().to(dev).to(memory_format=torch.channels_last)
     x, _ = stripes_dataset(args.n, size=32, seed=3)
     with torch.no_grad():
         y = net(x.to(dev)).argmax(1).cpu()
-    print(f"Device: {torch.cuda.get_device_name(dev)}; torch {torch.__version__}; ResNet-18 "
+    name = torch.cuda.get_device_name(dev) if cuda else str(dev)
+    print(f"Device: {name}; torch {torch.__version__}; ResNet-18 "
           f"(random weights, channels-last), {args.n} images per call, {args.steps} PGD "
           f"steps per grid run, radius budget {args.budget}.\n")
     print("| call | threat | images/s | wall (s) | peak memory (MiB) | host syncs | "
@@ -84,19 +88,21 @@ def main() -> int:
     failed = False
     calls = [("grid", t) for t in args.threats.split(",") if t] + \
         [("radius", "linf"), ("radius", "l2")]
+    count = _count_syncs if cuda else (lambda fn: (fn(), 0))
     for task, name in calls:
-        torch.cuda.reset_peak_memory_stats(dev)
-        torch.cuda.synchronize(dev)
+        if cuda:
+            torch.cuda.reset_peak_memory_stats(dev)
+            torch.cuda.synchronize(dev)
         t0 = time.perf_counter()
         try:
             if task == "grid":
                 opts = {"features": RandomTrunk().to(dev)} if name == "lpips" else {}
-                res, syncs = _count_syncs(lambda name=name, opts=opts: grid_robustness(
+                res, syncs = count(lambda name=name, opts=opts: grid_robustness(
                     net, x, y, name, steps=args.steps, device=dev, **opts))
                 steps_run = int(res.runs.sum()) * args.steps
-                on_device = res.x_adv.device.type == "cuda"
+                on_device = res.x_adv.device.type == dev.type
             else:
-                res, syncs = _count_syncs(lambda name=name: radius(
+                res, syncs = count(lambda name=name: radius(
                     net, x.numpy(), y.numpy(), threat=name, budget=args.budget, device=dev))
                 steps_run = int(res.queries.sum()) if hasattr(res, "queries") else 0
                 on_device = True
@@ -104,11 +110,14 @@ def main() -> int:
             print(f"| {task} | {name} | failed: {type(err).__name__}: {err} | | | | | |")
             failed = True
             continue
-        torch.cuda.synchronize(dev)
+        if cuda:
+            torch.cuda.synchronize(dev)
         wall = time.perf_counter() - t0
-        peak = torch.cuda.max_memory_allocated(dev) / 2 ** 20
-        per_step = f"{syncs / steps_run:.2f}" if task == "grid" and steps_run else "—"
-        print(f"| {task} | {name} | {args.n / wall:.1f} | {wall:.1f} | {peak:.0f} | {syncs} | "
+        peak = torch.cuda.max_memory_allocated(dev) / 2 ** 20 if cuda else float("nan")
+        per_step = (f"{syncs / steps_run:.2f}" if cuda and task == "grid" and steps_run
+                    else "—")
+        peak_s, syncs_s = (f"{peak:.0f}", str(syncs)) if cuda else ("—", "—")
+        print(f"| {task} | {name} | {args.n / wall:.1f} | {wall:.1f} | {peak_s} | {syncs_s} | "
               f"{steps_run if task == 'grid' else '—'} | {per_step} |")
         failed |= not on_device
     if args.tests:

@@ -42,3 +42,20 @@ def test_constants_are_built_once_per_device_and_dtype():
     a = constant(((1.0, 2.0), (3.0, 4.0)), like)
     assert a is constant([[1, 2], [3, 4]], like)
     assert constant([[1, 2], [3, 4]], like.double()).dtype == torch.float64
+
+
+@pytest.mark.slow
+def test_gpu_check_dry_run_on_the_cpu():
+    """The script's device path, on the CPU (no memory or sync counts there)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"),
+                          "--device", "cpu", "--n", "2", "--steps", "1", "--threats",
+                          "linf,snow", "--budget", "10"],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr
+    rows = [line for line in res.stdout.splitlines() if line.startswith("| grid")
+            or line.startswith("| radius")]
+    assert [r.split("|")[1:3] for r in rows] == [
+        [" grid ", " linf "], [" grid ", " snow "], [" radius ", " linf "],
+        [" radius ", " l2 "]]
+    assert "failed" not in res.stdout
