@@ -276,6 +276,19 @@ SECTIONS: tuple[Section, ...] = (
         "`robustscope demo`'s work in-process: training and radius search (`run_demo`), then "
         "the report (`build_demo_report`: scores with 1,000 bootstrap resamples, "
         "IsolationForest, Proxy-A distance, figures, HTML).", 2),
+    Section(
+        "resnet18", "A ResNet-18 end to end on 2 CPU cores (issue 45)",
+        ("benchmarks/resnet18_cost.py", "--n", "2", "--steps", "5", "--budget", "50"),
+        "What a user pays on the benchmark's kind of network: a ResNet-18 for 3x32x32 "
+        "(`robustscope.models.resnet`, 11.2M parameters, random weights, labels = its own "
+        "predictions so that every input is attacked), `grid_robustness` over the 9 ranked "
+        "threats (bisection over the 20 levels) and `radius` under Linf and L2, each call in "
+        "its own child process with 2 torch threads. Passes are the rows the network saw "
+        "(a wrapper counts them), the model share is the time inside its forward and "
+        "backward (wrapper and autograd hooks) over the call's wall time, and peak RSS is "
+        "the child's. Few images and steps keep it within minutes on a shared machine: "
+        "throughput per image does not depend on them, passes per image do (see "
+        "docs/scaling.md for the full benchmark's counts).", 15),
 )
 
 HEADER = """# Benchmark results

@@ -24,7 +24,8 @@ from robustscope.threats.registry import get_image_threat
 # tested at larger strengths, stated here.
 STRONG = {"linf": 0.1, "l2": 2.5, "l1": 30.0, "stadv": 0.1, "recolor": 0.1, "jpeg-l1": 20.0,
           "lpips": 0.5, "jpeg-linf": 0.8, "elastic": 3.0, "affine": 1.0, "perspective": 0.1,
-          "hue": 3.14, "saturation": 2.0, "brightness": 1.0, "contrast": 2.0}
+          "hue": 3.14, "saturation": 2.0, "brightness": 1.0, "contrast": 2.0,
+          "snow": 0.8, "fog": 200.0, "gabor": 60.0}
 
 
 @pytest.fixture(scope="module")

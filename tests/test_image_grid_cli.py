@@ -60,8 +60,32 @@ def test_image_grid_errors(files):
     res = CliRunner().invoke(_app(), base + ["--threats", "lpips"])
     assert res.exit_code == 2 and "feature network" in res.stderr
     assert len(res.stderr.splitlines()) == 1
-    res = CliRunner().invoke(_app(), base + ["--threats", "fog"])
-    assert res.exit_code == 2 and "does not implement" in res.stderr
     res = CliRunner().invoke(_app(), base + ["--threats", "linf,jpeg"])
     assert res.exit_code == 2 and "not known" in res.stderr and "jpeg-linf" in res.stderr
     assert not (d / "x.json").exists()
+
+
+def test_image_grid_all_runs_every_threat_and_corruption(files):
+    d = files
+    res = CliRunner().invoke(_app(), [
+        "image-grid", "--model", str(d / "net.pt"), "--data", str(d / "data.npz"),
+        "--out", str(d / "all.json"), "--threats", "all", "--steps", "2", "--batch-size",
+        "auto"])
+    assert res.exit_code == 0, res.output
+    acc = json.loads((d / "all.json").read_text())
+    from robustscope.threats.corruptions import CORRUPTIONS
+    from robustscope.threats.registry import THREATS
+
+    # every attack type but LPIPS (no feature network given), every corruption but frost
+    expected = {e.attack_name for e in THREATS if not e.needs_features} | \
+        {c for c in CORRUPTIONS if c != "frost"} | {"NoAttack", "details"}
+    assert set(acc) == expected
+    assert "skipped lpips" in res.output and "frost is not produced" in res.output
+
+
+def test_image_grid_bad_batch_size(files):
+    d = files
+    res = CliRunner().invoke(_app(), [
+        "image-grid", "--model", str(d / "net.pt"), "--data", str(d / "data.npz"),
+        "--out", str(d / "b.json"), "--threats", "linf", "--batch-size", "lots"])
+    assert res.exit_code == 2 and "--batch-size" in res.stderr

@@ -26,7 +26,8 @@ from robustscope.threats.jpeg import (
 from robustscope.threats.registry import THREATS, default_grid, get_image_threat, threat_names
 
 ALL = ["linf", "l2", "l1", "elastic", "stadv", "affine", "perspective", "recolor", "hue",
-       "saturation", "brightness", "contrast", "jpeg-linf", "jpeg-l1", "lpips"]
+       "saturation", "brightness", "contrast", "jpeg-linf", "jpeg-l1", "lpips", "snow", "fog",
+       "gabor"]
 
 
 Trunk = RandomTrunk
@@ -56,7 +57,7 @@ def test_default_grid_is_the_benchmark_grid(name):
     grids = {"linf": 0.005, "l2": 0.125, "l1": 1.5, "elastic": 0.05, "stadv": 0.005,
              "affine": 0.005, "perspective": 0.0001, "recolor": 0.005, "hue": 0.025,
              "saturation": 0.025, "brightness": 0.015, "contrast": 0.025, "jpeg-linf": 0.01,
-             "jpeg-l1": 1.0, "lpips": 0.025}
+             "jpeg-l1": 1.0, "lpips": 0.025, "snow": 0.005, "fog": 2.5, "gabor": 0.5}
     g = make(name).default_grid
     assert len(g) == 20
     np.testing.assert_allclose(g, grids[name] * np.arange(1, 21), rtol=1e-9)
@@ -226,16 +227,14 @@ def test_bad_images_are_input_errors(images):
         th.check_input((images * 255).to(torch.uint8))
     with pytest.raises(InputError, match="colour channels"):
         get_image_threat("recolor").check_input(images[:, :1])
-    with pytest.raises(InputError, match="does not implement"):
-        get_image_threat("fog")
+    with pytest.raises(InputError, match="colour channels"):
+        get_image_threat("snow").check_input(images[:, :1])
     with pytest.raises(InputError, match="not known"):
         get_image_threat("jpeg")
 
 
 def test_built_threats_carry_their_registry_entry():
     for entry in THREATS:
-        if not entry.implemented:  # snow, fog, gabor: benchmark names and grids only
-            continue
         th = make(entry.name)
         assert (th.name, th.attack_name) == (entry.name, entry.attack_name)
         np.testing.assert_array_equal(th.default_grid, default_grid(entry.name))

@@ -19,6 +19,7 @@ from robustscope.threats import L1, L2, LINF
 from robustscope.threats.registry import (
     RANKED_ATTACKS,
     THREATS,
+    ThreatEntry,
     benchmark_name,
     canonical_threat,
     get_image_threat,
@@ -83,12 +84,15 @@ def test_non_strings_are_input_errors():
             canonical_threat(bad)
 
 
-def test_benchmark_only_threats_are_named_but_not_searched():
-    assert [e.name for e in THREATS if not e.implemented] == ["snow", "fog", "gabor"]
+def test_every_benchmark_attack_type_is_searched():
+    # snow, fog and gabor were names only until #45; an entry without a class still says so
+    assert [e.name for e in THREATS if not e.implemented] == []
+    assert implemented_threat("FogAttack").name == "fog"
+    assert get_image_threat("snow").attack_name == "SnowAttack"
+    bare = ThreatEntry("rain", "image", None, attack_name="RainAttack", grid_step=0.1)
+    assert not bare.implemented and bare.factory is None
     with pytest.raises(InputError, match="does not implement"):
-        implemented_threat("FogAttack")
-    with pytest.raises(InputError, match="does not implement"):
-        get_image_threat("snow")
+        bare.make()
 
 
 def test_benchmark_names_come_from_the_registry():

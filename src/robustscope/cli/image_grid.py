@@ -1,5 +1,6 @@
 """``robustscope image-grid``: 20-point robust-accuracy curves of an image classifier under the
-MultiRobustBench threat models, written as the benchmark's accuracy JSON."""
+MultiRobustBench threat models, and its accuracy under the common corruptions (CIFAR-10-C),
+written as the benchmark's accuracy JSON."""
 
 from __future__ import annotations
 
@@ -18,6 +19,69 @@ DEFAULT_THREATS = ",".join(e.name for e in THREATS
                            if e.ranked and e.implemented and not e.needs_features)
 
 
+#: ``--threats`` words that name groups: every threat and corruption, or the corruptions.
+ALL, CORRUPTIONS_WORD, CORRUPTION_PREFIX = "all", "corruptions", "corruption:"
+
+
+def expand_threats(threats: str, have_features: bool,
+                   notes: list[str] | None) -> tuple[list[str], list[str]]:
+    """``--threats`` as (threat names, corruption names).
+
+    Words: a threat's name (any spelling of the registry); ``corruptions`` (the 19 of
+    CIFAR-10-C this version produces: all but frost); ``corruption:NAME`` or a corruption's
+    own name where no threat has it (``gaussian_noise``; ``snow``, ``fog``, ``brightness``
+    and ``contrast`` name the threats); ``all`` (every threat, then every corruption; LPIPS
+    only with a feature network, else skipped with a note)."""
+    from robustscope.threats.corruptions import CORRUPTIONS, available, check_corruption
+    from robustscope.threats.registry import find_threat
+
+    producible = [c for c in CORRUPTIONS if any(available(c, s) for s in range(1, 6))]
+    unproduced = [c for c in CORRUPTIONS if c not in producible]
+    words = [t.strip() for t in threats.split(",") if t.strip()]
+    if not words:
+        raise InputError("--threats: give at least one threat")
+    names: list[str] = []
+    corruptions: list[str] = []
+    for word in words:
+        low = word.lower()
+        if low == ALL:
+            for entry in THREATS:
+                if entry.needs_features and not have_features:
+                    if notes is not None:
+                        notes.append(f"skipped {entry.name}: it needs --feature-network")
+                    continue
+                names.append(entry.name)
+            corruptions += producible
+        elif low == CORRUPTIONS_WORD:
+            corruptions += producible
+        if low in (ALL, CORRUPTIONS_WORD) and notes is not None and unproduced:
+            notes.append(f"corruption {', '.join(unproduced)} is not produced (see "
+                         f"robustscope.threats.corruptions)")
+        elif low.startswith(CORRUPTION_PREFIX) or (find_threat(word) is None
+                                                   and _is_corruption(word)):
+            try:
+                corruptions.append(check_corruption(word.split(":", 1)[-1]))
+            except InputError as err:
+                raise InputError(f"--threats: {err}") from None
+        else:
+            try:
+                names.append(implemented_threat(word).name)
+            except InputError as err:
+                raise InputError(f"--threats: {err}; or 'all', 'corruptions', "
+                                 f"'corruption:NAME'") from None
+    return list(dict.fromkeys(names)), list(dict.fromkeys(corruptions))
+
+
+def _is_corruption(word: str) -> bool:
+    from robustscope.threats.corruptions import check_corruption
+
+    try:
+        check_corruption(word)
+    except InputError:
+        return False
+    return True
+
+
 #: Choices of ``--method``.
 GridMethod = Enum("GridMethod", {"bisection": "bisection", "full": "full"}, type=str)
 
@@ -26,7 +90,8 @@ def run_image_grid(model: Path, data: Path, out: Path, threats: str = DEFAULT_TH
                    features: Path | None = None, method: str = "bisection", steps: int = 20,
                    restarts: int = 1, seed: int = 0, device: str = "cpu",
                    levels_out: Path | None = None, trust_pickle: bool = False,
-                   notes: list[str] | None = None, dataset: str | None = None) -> dict:
+                   notes: list[str] | None = None, dataset: str | None = None,
+                   batch_size: str = "256") -> dict:
     """Evaluate, write ``out`` (accuracy JSON) and optionally ``levels_out`` (CSV, one row per
     input and threat); return the accuracy dict.
 
@@ -54,15 +119,19 @@ def run_image_grid(model: Path, data: Path, out: Path, threats: str = DEFAULT_TH
     from robustscope.search.grid import evaluate_threats
 
     check_device(device, "--device")
+    batch = batch_size.strip().lower()
+    if batch != "auto":
+        try:
+            batch = int(batch)
+        except ValueError:
+            raise InputError(f"--batch-size: expected an integer >= 1 or 'auto', got "
+                             f"{batch_size!r}") from None
+        if batch < 1:
+            raise InputError(f"--batch-size: expected an integer >= 1 or 'auto', got "
+                             f"{batch_size!r}")
     check_outputs([("--out", out, (".json",)), ("--levels-out", levels_out, (".csv",))],
                   {"--model": model, "--data": data, "--features": features})
-    names = [t.strip() for t in threats.split(",") if t.strip()]
-    if not names:
-        raise InputError("--threats: give at least one threat")
-    try:
-        names = [implemented_threat(t).name for t in names]
-    except InputError as err:
-        raise InputError(f"--threats: {err}") from None
+    names, corruptions = expand_threats(threats, features is not None, notes)
     ds = load_data(data)
     clf = None
     if ds.X.ndim == 2:  # flat rows: images where the model's input shape says how
@@ -74,7 +143,19 @@ def run_image_grid(model: Path, data: Path, out: Path, threats: str = DEFAULT_TH
     if ds.X.ndim != 4:
         raise InputError(f"--data {data}: images must be an NPZ array X of shape "
                          f"(n, C, H, W); got shape {ds.X.shape}")
-    names = _fitting_threats(names, int(ds.X.shape[1]), threats == DEFAULT_THREATS, notes)
+    channels = int(ds.X.shape[1])
+    lenient = threats == DEFAULT_THREATS or ALL in threats.lower().split(",")
+    names = _fitting_threats(names, channels, lenient, notes)
+    if corruptions and channels != 3:
+        if not lenient:
+            raise InputError(f"--threats: the corruptions need 3 colour channels (RGB); the "
+                             f"images have {channels}")
+        if notes is not None:
+            notes.append(f"skipped the corruptions: they need 3 colour channels (RGB); the "
+                         f"images have {channels}")
+        corruptions = []
+    if not names and not corruptions:
+        raise InputError("--threats: nothing left to evaluate on these images")
     X = torch.as_tensor(np.asarray(ds.X, dtype=np.float32))  # a copy: ds.X may be read-only
     y = np.asarray(ds.y)
     if clf is None:
@@ -90,10 +171,25 @@ def run_image_grid(model: Path, data: Path, out: Path, threats: str = DEFAULT_TH
             reason = (str(exc).splitlines() or [type(exc).__name__])[0]
             raise InputError(f"--feature-network {features}: not a TorchScript file "
                              f"({reason})") from exc
+    from robustscope.search.corruptions import corruption_accuracies
+
+    results, acc = [], {}
     with computing():
-        results, acc = evaluate_threats(clf, X, y, threats=names, features=feats,
-                                        method=method, steps=steps, restarts=restarts,
-                                        seed=seed, device=device)
+        if names:
+            results, acc = evaluate_threats(clf, X, y, threats=names, features=feats,
+                                            method=method, steps=steps, restarts=restarts,
+                                            seed=seed, device=device, batch_size=batch)
+        if corruptions:
+            corr = corruption_accuracies(clf, X, y, corruptions, seed=seed, device=device,
+                                         batch_size=256 if batch == "auto" else batch)
+            skipped: dict[str, list[str]] = {}
+            for name, sev in corr.skipped:
+                skipped.setdefault(name, []).append(str(sev))
+            if notes is not None:
+                notes += [f"corruption {name} at severities {', '.join(sevs)} is not produced "
+                          f"(see robustscope.threats.corruptions)"
+                          for name, sevs in skipped.items()]
+            acc = {**corr.to_benchmark(), **acc}
     from robustscope.scores.accuracy_grid import DETAILS, rounded_document
 
     acc = rounded_document(acc, len(y))
@@ -139,7 +235,10 @@ def register(app: typer.Typer) -> None:
         data: Path = typer.Option(..., help="NPZ with X (n, C, H, W) in [0, 1] and y."),
         out: Path = typer.Option(..., help="Accuracy JSON (MultiRobustBench format)."),
         threats: str = typer.Option(DEFAULT_THREATS, help="Comma-separated threats (names or "
-                                    "benchmark names): " + ", ".join(threat_names()) + "."),
+                                    "benchmark names): " + ", ".join(threat_names()) + "; "
+                                    "'corruptions' (CIFAR-10-C, accuracy at severities "
+                                    "1-5), 'corruption:NAME', or 'all' (every threat and "
+                                    "corruption)."),
         features: Path = typer.Option(None, "--feature-network", help="TorchScript feature "
                                       "network for LPIPS (images -> feature map(s)); "
                                       "required for lpips."),
@@ -158,9 +257,12 @@ def register(app: typer.Typer) -> None:
         dataset: str = typer.Option(None, "--dataset", help="The images' dataset, recorded "
                                     "in the accuracy file (leaderboard compares it with "
                                     "the reference's); default: the --data file's name."),
+        batch_size: str = typer.Option("256", "--batch-size", help="Images attacked "
+                                       "together, or 'auto' (from free memory and the "
+                                       "network's activations)."),
     ) -> None:
         """Robust accuracy at the 20 benchmark strengths of each threat (per-input bisection
-        over the grid; every counterexample verified)."""
+        over the grid; every counterexample verified), and accuracy under the corruptions."""
         with reporting_errors():
             if old_features is not None:
                 typer.echo("note: --features is deprecated here; use --feature-network",
@@ -169,7 +271,7 @@ def register(app: typer.Typer) -> None:
             notes: list[str] = []
             acc = run_image_grid(model, data, out, threats, features, method.value, steps,
                                  restarts, seed, device, levels_out, trust_pickle, notes,
-                                 dataset)
+                                 dataset, batch_size)
             for note in notes:
                 typer.echo(f"note: {note}", err=True)
             typer.echo(f"clean accuracy {acc['NoAttack']:.2f}%; wrote {out}")

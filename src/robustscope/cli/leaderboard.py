@@ -171,7 +171,9 @@ def register(app: typer.Typer) -> None:
                                       "the ranked models per point) or a JSON file."),
         attacks: list[str] = typer.Option(None, "--attacks", help="Attacks to score "
                                           "(comma-separated or repeated; short or benchmark "
-                                          "names). Default: the 9 ranked attacks."),
+                                          "names), or a group: 'ranked', 'unforeseen' (the "
+                                          "other attack types and the corruptions), "
+                                          "'corruptions'. Default: the 9 ranked attacks."),
         allow_missing: bool = typer.Option(False, "--allow-missing", help="Score models on "
                                            "the points they have instead of failing."),
         sort: SortBy = typer.Option(SortBy.avg, "--sort", help="Rank by CR_ind-avg ('avg') "

@@ -149,13 +149,41 @@ def resolve_reference(reference: AccuracyGrid | str | Path | None) -> AccuracyGr
                      f"got {type(reference).__name__}")
 
 
+#: Words of ``attacks`` that name groups of points (see :func:`resolve_attacks`).
+ATTACK_GROUPS: tuple[str, ...] = ("ranked", "unforeseen", "corruptions")
+
+
+def attack_group(word: str) -> tuple[str, ...] | None:
+    """The benchmark names a group word stands for, or ``None`` if ``word`` is no group:
+    ``ranked`` (the leaderboard's 9), ``corruptions`` (the 19 of CIFAR-10-C, severities as
+    strengths), ``unforeseen`` (every attack type outside the 9 ranked ones — the other 9
+    parametric attacks, snow, fog and Gabor among them — and the 19 corruptions)."""
+    from robustscope.threats.corruptions import CORRUPTIONS
+    from robustscope.threats.registry import THREATS
+
+    key = word.strip().lower() if isinstance(word, str) else None
+    if key == "ranked":
+        return RANKED_ATTACKS
+    if key == "corruptions":
+        return tuple(CORRUPTIONS)
+    if key == "unforeseen":
+        return tuple(e.attack_name for e in THREATS if not e.ranked and e.attack_name) + \
+            tuple(CORRUPTIONS)
+    return None
+
+
 def resolve_attacks(attacks: Sequence[str] | None) -> tuple[str, ...]:
-    """Benchmark names of the chosen attacks (short names accepted); default: the 9 ranked."""
+    """Benchmark names of the chosen attacks (short names accepted, and the group words of
+    :func:`attack_group`); default: the 9 ranked."""
     if attacks is None:
         return RANKED_ATTACKS
     if isinstance(attacks, str):
         attacks = [attacks]
-    out = tuple(dict.fromkeys(benchmark_name(a) for a in attacks))
+    names: list[str] = []
+    for a in attacks:
+        group = attack_group(a)
+        names += list(group) if group is not None else [benchmark_name(a)]
+    out = tuple(dict.fromkeys(names))
     if not out:
         raise InputError("attacks: choose at least one attack")
     return out

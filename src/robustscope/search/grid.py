@@ -36,6 +36,7 @@ from robustscope.core.numerics import PROBA_FLOOR
 from robustscope.core.result import ATTACKED, CENSORED, MISCLASSIFIED, RadiusResult
 from robustscope.core.statement import DECISION_CHANGE, Statement
 from robustscope.models.base import Classifier
+from robustscope.search.batching import FALLBACK_BATCH, auto_batch_size
 from robustscope.search.metering import charged
 from robustscope.search.preamble import class_indices, default_space, open_ledger, wrap_inputs
 from robustscope.search.state import registered
@@ -249,7 +250,7 @@ def grid_robustness(
     statement: Statement | None = None,
     steps: int = 20,
     restarts: int = 1,
-    batch_size: int = 256,
+    batch_size: int | str = 256,
     seed: int = 0,
     device: str | torch.device = "cpu",
     n_classes: int | None = None,
@@ -271,6 +272,10 @@ def grid_robustness(
     grid : increasing strengths; default the threat's 20-level benchmark grid.
     method : ``"bisection"`` (about log2(K) + 1 runs per input) or ``"full"`` (every level;
         also fills ``GridResult.broken``, the (n, K) matrix of verified successes).
+    batch_size : inputs attacked together, or ``"auto"``: from the device's free memory and
+        the network's activations measured on two inputs
+        (:func:`robustscope.search.batching.auto_batch_size`; results may then differ in the
+        last digits between machines).
     steps, restarts : solver settings (see
     :func:`robustscope.solvers.attacks.gradient.image_pgd.image_pgd`).
     warm_start : in bisection, start the attack at a smaller level from the input's latest
@@ -281,9 +286,11 @@ def grid_robustness(
     """
     t0 = time.perf_counter()
     threads = check_threads(threads)
-    if batch_size < 1:
-        raise InputError(f"batch_size must be >= 1, got {batch_size}")
-    work = min(len(X), batch_size) * int(np.prod(np.shape(X)[1:]))
+    if batch_size != "auto" and (isinstance(batch_size, bool) or not isinstance(batch_size, int)
+                                 or batch_size < 1):
+        raise InputError(f"batch_size must be an integer >= 1 or 'auto', got {batch_size!r}")
+    planned = FALLBACK_BATCH if batch_size == "auto" else batch_size
+    work = min(len(X), planned) * int(np.prod(np.shape(X)[1:]))
     with limited_threads(threads, work):
         return _grid_robustness(model, X, y, threat, grid, method, statement, steps,
                                 restarts, batch_size, seed, device, n_classes, warm_start,
@@ -313,6 +320,11 @@ def _grid_robustness(model, X, y, threat, grid, method, statement, steps, restar
 
     with torch.no_grad():
         clean_logits = charged(clf, ledger).logits(x).detach().to(torch.float64)
+    if batch_size == "auto":  # one forward and backward on two rows, charged to them
+        rows = torch.arange(min(2, n), device=x.device)
+        batch_size = auto_batch_size(
+            charged(clf, ledger, rows.cpu().numpy()), x[rows],
+            lambda z: statement.margin(z, yt[rows]), int(np.prod(threat.param_shape(x[:1]))))
     clean_wrong = statement.holds(clean_logits.argmax(dim=1), yt)
     adv_logits = clean_logits.clone()
     level = torch.full((n,), k_levels, dtype=torch.long, device=x.device)

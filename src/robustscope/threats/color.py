@@ -19,17 +19,20 @@ round-tripping ``x`` through another colour space.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
 from robustscope.core.errors import InputError
 from robustscope.threats.image import ImageThreat
-from robustscope.threats.tensors import per_input
+from robustscope.threats.tensors import constant, per_input
 
 # -- sRGB <-> CIELUV ---------------------------------------------------------------------
 _RGB_TO_XYZ = [[0.4124564, 0.3575761, 0.1804375],
                [0.2126729, 0.7151522, 0.0721750],
                [0.0193339, 0.1191920, 0.9503041]]
+#: Its inverse, computed once in float64 (torch's inverse on a GPU would wait for the host).
+_XYZ_TO_RGB = np.linalg.inv(np.array(_RGB_TO_XYZ)).tolist()
 _WHITE = (0.95047, 1.0, 1.08883)  # D65
 _UN = 4 * _WHITE[0] / (_WHITE[0] + 15 * _WHITE[1] + 3 * _WHITE[2])
 _VN = 9 * _WHITE[1] / (_WHITE[0] + 15 * _WHITE[1] + 3 * _WHITE[2])
@@ -42,7 +45,7 @@ LUV_MAX = (100.0, 176.0, 108.0)
 
 
 def _mat(rows, like: torch.Tensor) -> torch.Tensor:
-    return torch.tensor(rows, dtype=like.dtype, device=like.device)
+    return constant(rows, like)
 
 
 def _apply_matrix(m: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
@@ -91,7 +94,7 @@ def luv_to_rgb(luv: torch.Tensor) -> torch.Tensor:
     big_x = big_y * 9 * up / (4 * vp)
     big_z = big_y * (12 - 3 * up - 20 * vp) / (4 * vp)
     xyz = torch.stack([big_x, big_y, big_z], dim=1) * pos.unsqueeze(1)
-    lin = _apply_matrix(torch.linalg.inv(_mat(_RGB_TO_XYZ, luv)), xyz)
+    lin = _apply_matrix(_mat(_XYZ_TO_RGB, luv), xyz)
     return linear_to_srgb(lin)
 
 
@@ -165,7 +168,7 @@ class _ScalarColorThreat(ImageThreat):
 
 def _gray(x: torch.Tensor) -> torch.Tensor:
     """ITU-R 601 luma, (n, 1, H, W)."""
-    w = torch.tensor([0.299, 0.587, 0.114], dtype=x.dtype, device=x.device)
+    w = constant((0.299, 0.587, 0.114), x)
     return (x * w.reshape(1, 3, 1, 1)).sum(dim=1, keepdim=True)
 
 

@@ -27,7 +27,7 @@ import torch
 
 from robustscope.threats.image import ImageThreat
 from robustscope.threats.lp import L1
-from robustscope.threats.tensors import per_input
+from robustscope.threats.tensors import constant, per_input
 
 LUMA_TABLE = [
     [16, 11, 10, 16, 24, 40, 51, 61],
@@ -47,13 +47,22 @@ CHROMA_TABLE = [
 ] + [[99] * 8 for _ in range(4)]
 
 
+def _dct_rows() -> tuple[tuple[float, ...], ...]:
+    rows = []
+    for k in range(8):
+        scale = math.sqrt(2 / 8) / (math.sqrt(2) if k == 0 else 1.0)
+        rows.append(tuple(math.cos(math.pi * (2 * i + 1) * k / 16) * scale for i in range(8)))
+    return tuple(rows)
+
+
+#: The orthonormal 8-point DCT-II matrix as numbers (rows k, columns i).
+DCT_ROWS = _dct_rows()
+
+
 def dct_matrix(dtype=torch.float64, device=None) -> torch.Tensor:
-    """Orthonormal 8-point DCT-II matrix ``D`` (coefficients = D @ block @ D.T)."""
-    k = torch.arange(8, dtype=torch.float64).reshape(-1, 1)
-    i = torch.arange(8, dtype=torch.float64).reshape(1, -1)
-    d = torch.cos(math.pi * (2 * i + 1) * k / 16) * math.sqrt(2 / 8)
-    d[0] = d[0] / math.sqrt(2)
-    return d.to(dtype=dtype, device=device)
+    """Orthonormal 8-point DCT-II matrix ``D`` (coefficients = D @ block @ D.T), built once
+    per device and dtype (shared: do not modify it in place)."""
+    return constant(DCT_ROWS, torch.empty(0, dtype=dtype, device=device))
 
 
 def _padded(h: int, w: int) -> tuple[int, int]:
@@ -92,8 +101,8 @@ class _JPEGThreat(ImageThreat):
         n = params.shape[0]
         hp, wp = _padded(h, w)
         dct = dct_matrix(params.dtype, params.device)
-        luma = torch.tensor(LUMA_TABLE, dtype=params.dtype, device=params.device)
-        chroma = torch.tensor(CHROMA_TABLE, dtype=params.dtype, device=params.device)
+        luma = constant(LUMA_TABLE, params)
+        chroma = constant(CHROMA_TABLE, params)
         ny = hp * wp
         y = blocks_idct(params[:, :ny].reshape(n, 1, hp, wp), luma, dct)
         cbcr = blocks_idct(params[:, ny:].reshape(n, 2, hp // 2, wp // 2), chroma, dct)

@@ -157,7 +157,7 @@ class ThreatEntry:
 
 
 #: Every threat, in the MultiRobustBench leaderboard's order: the 9 ranked attacks, the
-#: parametric ones robustscope implements, then the benchmark's attacks it does not.
+#: other parametric ones, then snow, fog and Gabor (Kang et al.'s procedural threats).
 THREATS: tuple[ThreatEntry, ...] = (
     ThreatEntry("linf", "lp", "lp_image:LpImageThreat", norm="lp:LINF",
                 attack_name="AutoLinfAttack", grid_step=0.005, ranked=True),
@@ -190,9 +190,12 @@ THREATS: tuple[ThreatEntry, ...] = (
     ThreatEntry("perspective", "image", "spatial:PerspectiveWarpThreat",
                 aliases=("PerspectiveWarpAttack",),
                 attack_name="PerspectiveWarp", grid_step=0.0001),
-    ThreatEntry("snow", "image", None, attack_name="SnowAttack", grid_step=0.005),
-    ThreatEntry("fog", "image", None, attack_name="FogAttack", grid_step=2.5),
-    ThreatEntry("gabor", "image", None, attack_name="GaborAttack", grid_step=0.5),
+    ThreatEntry("snow", "image", "unforeseen:SnowThreat", aliases=("Snow",),
+                attack_name="SnowAttack", grid_step=0.005),
+    ThreatEntry("fog", "image", "unforeseen:FogThreat", aliases=("Fog",),
+                attack_name="FogAttack", grid_step=2.5),
+    ThreatEntry("gabor", "image", "unforeseen:GaborThreat", aliases=("Gabor",),
+                attack_name="GaborAttack", grid_step=0.5),
 )
 
 

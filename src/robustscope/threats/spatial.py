@@ -21,6 +21,7 @@ import torch.nn.functional as F
 
 from robustscope.core.errors import InputError
 from robustscope.threats.image import ImageThreat
+from robustscope.threats.tensors import constant
 
 
 def identity_grid(n: int, h: int, w: int, dtype, device) -> torch.Tensor:
@@ -77,8 +78,7 @@ class ElasticThreat(ImageThreat):
     def apply(self, x, params):
         n, _, h, w = x.shape
         flow = self.smooth(params)  # pixels, (n, 2, H, W): channel 0 = x, 1 = y
-        to_norm = torch.tensor([2.0 / max(w - 1, 1), 2.0 / max(h - 1, 1)],
-                               dtype=x.dtype, device=x.device)
+        to_norm = constant((2.0 / max(w - 1, 1), 2.0 / max(h - 1, 1)), x)
         grid = identity_grid(n, h, w, x.dtype, x.device) + flow.permute(0, 2, 3, 1) * to_norm
         return sample(x, grid)
 
@@ -126,7 +126,7 @@ class AffineWarpThreat(ImageThreat):
 
     def apply(self, x, params):
         n, c, h, w = x.shape
-        eye = torch.tensor([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]], dtype=x.dtype, device=x.device)
+        eye = constant(((1.0, 0.0, 0.0), (0.0, 1.0, 0.0)), x)
         theta = eye + params.reshape(n, 2, 3)
         grid = F.affine_grid(theta, [n, c, h, w], align_corners=True)
         return sample(x, grid)

@@ -80,9 +80,12 @@ def image_pgd(
         init = threat.project(x, init.to(device=x.device, dtype=x.dtype), eps)
 
     for restart in range(restarts):
-        todo = torch.nonzero(best_margin >= 0).flatten()
-        if len(todo) == 0:
+        # rows are kept on the host too: the ledger charges host rows, and a device index
+        # read back would wait for the device a second time per step
+        todo_host = np.flatnonzero((best_margin >= 0).cpu().numpy())
+        if len(todo_host) == 0:
             break
+        todo = torch.as_tensor(todo_host).to(x.device, non_blocking=True)
         xs = x[todo]
         if restart == 0 and init is not None:
             params = init[todo].clone()
@@ -92,12 +95,13 @@ def image_pgd(
             params = threat.zero_params(xs)
         else:
             params = threat.random_params(xs, eps[todo], generator)
-        active = torch.arange(len(todo), device=x.device)  # rows of todo still unbroken
+        active_host = np.arange(len(todo_host))  # rows of todo still unbroken
+        active = torch.arange(len(todo_host), device=x.device)
         for t in range(steps + 1):
             rows = todo[active]
             xa, pa, ya = xs[active], params[active], y[rows]
             last = t == steps
-            view = narrowed(model, rows)  # charged to these inputs only
+            view = narrowed(model, todo_host[active_host])  # charged to these inputs only
             with torch.enable_grad():
                 pg = pa.detach().requires_grad_(not last)
                 x_adv = threat.apply(xa, pg)
@@ -113,20 +117,23 @@ def image_pgd(
                         objective = objective + threat.penalty_weight * threat.penalty(pg).sum()
                     (gp,) = torch.autograd.grad(objective, pg)
             margin = margin.to(x.dtype)
+            # keep the better iterates without asking the host which they are (a masked
+            # write: on a GPU, boolean indexing or .any() would wait for the device)
             better = margin < best_margin[rows]
-            if better.any():
-                sel = rows[better]
-                best_margin[sel] = margin[better]
-                best_params[sel] = pa[better].detach()
-                best_x[sel] = x_adv[better].detach()
+            best_margin[rows] = torch.where(better, margin, best_margin[rows])
+            best_params[rows] = torch.where(_rows_like(better, pa), pa.detach(),
+                                            best_params[rows])
+            best_x[rows] = torch.where(_rows_like(better, x_adv), x_adv.detach(),
+                                       best_x[rows])
             if last:
-                break
-            keep = margin >= 0
-            if not keep.any():
                 break
             new = threat.step(xa, pa.detach(), gp, eps[rows], size[rows])
             params[active] = threat.project(xa, new, eps[rows]).detach()
-            active = active[keep]
+            # the one host synchronisation of a step: drop the inputs already broken
+            active_host = active_host[(margin >= 0).cpu().numpy()]
+            if len(active_host) == 0:
+                break
+            active = torch.as_tensor(active_host).to(x.device, non_blocking=True)
     found = (best_margin < 0).cpu().numpy()
     with torch.no_grad():
         strength = threat.strength(x, best_params, best_x).detach().cpu().double().numpy()
@@ -136,6 +143,11 @@ def image_pgd(
         status=np.where(found, ATTACKED, CENSORED).astype(object),
         adv_prediction=np.full(n, -1, dtype=np.int64), forward_queries=np.zeros(n, np.int64),
         seconds=np.zeros(n), meta={"params": best_params, "margin": best_margin})
+
+
+def _rows_like(mask: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """A per-row mask ``(m,)`` shaped to broadcast against ``like`` ``(m, ...)``."""
+    return mask.reshape((-1,) + (1,) * (like.ndim - 1))
 
 
 @torch.no_grad()
