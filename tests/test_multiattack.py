@@ -73,8 +73,11 @@ def test_reference_data_ships_as_package_data():
     root = Path(__file__).resolve().parents[1]
     config = tomllib.loads((root / "pyproject.toml").read_text())
     globs = config["tool"]["setuptools"]["package-data"]["robustscope"]
-    shipped = sorted(f.name for f in (root / "src" / "robustscope" / "refdata").iterdir())
-    assert {ACC_STAR, DEFENCES, "leaderboard.csv", "README.md"} <= set(shipped)
+    refdata = root / "src" / "robustscope" / "refdata"
+    shipped = sorted(f.relative_to(refdata).as_posix() for f in refdata.rglob("*")
+                     if f.is_file() and "__pycache__" not in f.parts)
+    assert {ACC_STAR, DEFENCES, "leaderboard.csv", "README.md", "frost/frost1.png",
+            "frost/LICENSE"} <= set(shipped)
     for name in shipped:
         assert any(fnmatch.fnmatch(f"refdata/{name}", g) for g in globs), name
 
