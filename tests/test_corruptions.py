@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from importlib import resources
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,15 +20,18 @@ from robustscope.scores.multiattack import resolve_attacks
 from robustscope.search.corruptions import corruption_accuracies
 from robustscope.threats.corruptions import (
     CORRUPTIONS,
+    FROST_FILES,
     available,
     canny,
     corrupt,
     equalize_hist,
+    frost,
+    frost_image,
     hsv_to_rgb,
     rgb_to_hsv,
 )
 
-PRODUCED = [(c, s) for c in CORRUPTIONS for s in range(1, 6) if available(c, s)]
+PRODUCED = [(c, s) for c in CORRUPTIONS for s in range(1, 6)]
 
 
 @pytest.fixture(scope="module")
@@ -37,10 +42,7 @@ def images():
 
 def test_produced_set():
     assert len(CORRUPTIONS) == 19
-    missing = [(c, s) for c in CORRUPTIONS for s in range(1, 6) if not available(c, s)]
-    assert missing == [("frost", s) for s in range(1, 6)]
-    with pytest.raises(InputError, match="frost"):
-        corrupt(np.zeros((1, 3, 8, 8)), "frost", 1)
+    assert all(available(c, s) for c, s in PRODUCED)
     with pytest.raises(InputError, match="not known"):
         corrupt(np.zeros((1, 3, 8, 8)), "rain", 1)
     with pytest.raises(InputError, match="severity"):
@@ -124,14 +126,17 @@ def test_accuracies_are_the_models_on_the_corrupted_images():
     doc = res.to_benchmark()
     assert set(doc) == {"NoAttack", "gaussian_noise", "spatter"}
     assert set(doc["spatter"]) == {"2", "5"}
-    with pytest.raises(InputError, match="frost"):
-        corruption_accuracies(model, x, y, ["frost"])
+    with pytest.raises(InputError, match="not known"):
+        corruption_accuracies(model, x, y, ["rain"])
 
 
 def test_unforeseen_group_of_the_leaderboard():
     unforeseen = resolve_attacks(["unforeseen"])
     assert "SnowAttack" in unforeseen and "gaussian_noise" in unforeseen
     assert "AutoLinfAttack" not in unforeseen and len(unforeseen) == 9 + 19
+    # resolving again keeps the corruptions that share a threat's short name (fog, snow, ...)
+    assert resolve_attacks(unforeseen) == unforeseen and "fog" in unforeseen
+    assert resolve_attacks(["fog"]) == ("FogAttack",)
     assert resolve_attacks("corruptions") == tuple(CORRUPTIONS)
 
 
@@ -154,12 +159,106 @@ def test_image_grid_corruptions_feed_the_leaderboard(tmp_path):
         str(tmp_path / "data.npz"), "--out", str(out), "--threats", "corruptions,snow"])
     assert res.exit_code == 0, res.output
     acc = json.loads(out.read_text())
-    assert "frost" not in acc and set(acc["spatter"]) == {"1", "2", "3", "4", "5"}
-    assert set(acc["gaussian_noise"]) == {"1", "2", "3", "4", "5"}
+    for name in CORRUPTIONS:
+        assert set(acc[name]) == {"1", "2", "3", "4", "5"}, name
     assert "SnowAttack" in acc and "snow" in acc  # the threat and the corruption apart
-    assert "frost is not produced" in res.output
+    assert "not produced" not in res.output
+    # every corruption's points are there: no --allow-missing needed
     res = CliRunner().invoke(_app(), ["leaderboard", "--accuracies", str(out), "--attacks",
-                                      "corruptions", "--allow-missing", "--json"])
+                                      "corruptions", "--json"])
     assert res.exit_code == 0, res.output
     row = json.loads(res.stdout)[0]
     assert row["CR_ind_avg"] > 0
+
+
+# -- frost ----------------------------------------------------------------------------------
+WEIGHTS = [(1, 0.2), (1, 0.3), (0.9, 0.4), (0.85, 0.4), (0.75, 0.45)]  # make_cifar_c.py
+
+
+def test_frost_photographs_are_package_data():
+    folder = resources.files("robustscope").joinpath("refdata", "frost")
+    for name in (*FROST_FILES, "README.md", "LICENSE"):
+        assert folder.joinpath(name).is_file(), name
+    assert "Apache License" in folder.joinpath("LICENSE").read_text()
+    assert "imagecorruptions 1.1.2" in folder.joinpath("README.md").read_text()
+    # an installed package carries them: pyproject's package-data matches every file
+    tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
+    root = Path(__file__).resolve().parents[1]
+    globs = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"][
+        "package-data"]["robustscope"]
+    src = root / "src" / "robustscope"
+    shipped = {p for g in globs for p in src.glob(g)}
+    for name in (*FROST_FILES, "README.md", "LICENSE"):
+        assert src / "refdata" / "frost" / name in shipped, name
+
+
+def test_frost_image_is_opencvs_fifth():
+    from PIL import Image
+
+    # cv2.resize(fx=0.2) bilinear: round(size / 5) pixels, pixel i at source 5 i + 2
+    sizes = [(120, 180), (63, 112), (63, 112), (70, 105), (99, 132), (65, 97)]
+    for k, name in enumerate(FROST_FILES):
+        small = frost_image(k)
+        assert small.shape == (*sizes[k], 3), name
+        with resources.files("robustscope").joinpath("refdata", "frost", name).open("rb") as f:
+            full = np.asarray(Image.open(f).convert("RGB"), dtype=np.float64)
+        np.testing.assert_array_equal(small, full[2::5, 2::5][:sizes[k][0], :sizes[k][1]])
+        assert not small.flags.writeable
+    with pytest.raises(InputError, match="frost image index"):
+        frost_image(6)
+
+
+def _crop_of(layer: np.ndarray) -> set[int]:
+    """Indices of the shrunk photographs holding ``layer`` ``(h, w, 3)`` as a window."""
+    h, w = layer.shape[:2]
+    found = set()
+    for k in range(len(FROST_FILES)):
+        photo = frost_image(k)
+        corners = np.argwhere((photo[:-h + 1 or None, :-w + 1 or None] == layer[0, 0]).all(-1))
+        if any(np.array_equal(photo[r:r + h, c:c + w], layer) for r, c in corners):
+            found.add(k)
+    return found
+
+
+def test_frost_is_the_blend_of_a_crop_of_the_first_five_photographs():
+    black = np.zeros((32, 32, 3))
+    grey = np.full((32, 32, 3), 0.5)
+    drawn = set()
+    for seed in range(40):
+        layer = np.round(frost(black, 5, np.random.default_rng(seed)) / 0.45 * 255)
+        where = _crop_of(layer)
+        assert where and where <= {0, 1, 2, 3, 4}, (seed, where)  # frost6 is never drawn
+        drawn |= where
+        # the same draws at every severity: c0 x + c1 F
+        for s, (c0, c1) in enumerate(WEIGHTS, start=1):
+            out = frost(grey, s, np.random.default_rng(seed))
+            np.testing.assert_allclose(out, c0 * grey + c1 * layer / 255, atol=1e-12)
+    assert len(drawn) >= 4
+
+
+def test_frost_grows_with_severity_and_stays_in_range(images):
+    x, _ = images
+    hwc = x.transpose(0, 2, 3, 1)
+    black = np.zeros((1, 3, 16, 16))
+    # on a black image only the frost remains: its weight c1 grows 0.2 .. 0.45
+    for i in range(len(hwc)):
+        added = [frost(np.zeros((16, 16, 3)), s, np.random.default_rng(i)).mean()
+                 for s in range(1, 6)]
+        assert all(b >= a for a, b in zip(added, added[1:], strict=False)), added
+        assert added[-1] > added[0] * 2
+    for s in range(1, 6):
+        out = corrupt(x, "frost", s, seed=3)
+        assert 0 <= out.min() and out.max() <= 1 and (out != x).any()
+        assert corrupt(black, "frost", s).max() > 0
+    # severity 1 keeps the image (c0 = 1) and only adds frost: white stays white (clipped)
+    white = np.ones((1, 3, 16, 16))
+    assert corrupt(white, "frost", 1).min() == 1.0
+
+
+@pytest.mark.parametrize("shape", [(5, 7), (63, 40), (120, 200), (300, 260)])
+def test_frost_on_any_image_size(shape):
+    x = np.random.default_rng(0).random((2, 3, *shape))
+    out = corrupt(x, "frost", 3, seed=1)
+    assert out.shape == x.shape and 0 <= out.min() and out.max() <= 1
+    alone = corrupt(x[1:], "frost", 3, seed=1, index=[1])
+    np.testing.assert_array_equal(alone[0], out[1])

@@ -11,6 +11,7 @@ import typer
 from typer.testing import CliRunner
 
 from robustscope.cli.image_grid import register
+from robustscope.cli.leaderboard import register as register_leaderboard
 from robustscope.models.toy import RandomTrunk, stripes_dataset, train_tiny_cnn
 
 
@@ -29,11 +30,7 @@ def files(tmp_path_factory):
 def _app():
     app = typer.Typer()
     register(app)
-
-    @app.command("noop")
-    def noop() -> None:  # a second command keeps typer from collapsing to one
-        pass
-
+    register_leaderboard(app)
     return app
 
 
@@ -76,11 +73,18 @@ def test_image_grid_all_runs_every_threat_and_corruption(files):
     from robustscope.threats.corruptions import CORRUPTIONS
     from robustscope.threats.registry import THREATS
 
-    # every attack type but LPIPS (no feature network given), every corruption but frost
+    # every attack type but LPIPS (no feature network given), every corruption (frost too)
     expected = {e.attack_name for e in THREATS if not e.needs_features} | \
-        {c for c in CORRUPTIONS if c != "frost"} | {"NoAttack", "details"}
+        set(CORRUPTIONS) | {"NoAttack", "details"}
     assert set(acc) == expected
-    assert "skipped lpips" in res.output and "frost is not produced" in res.output
+    assert set(acc["frost"]) == {"1", "2", "3", "4", "5"}
+    assert "skipped lpips" in res.output and "not produced" not in res.output
+    # the file holds every unforeseen point: the leaderboard scores it without --allow-missing
+    res = CliRunner().invoke(_app(), ["leaderboard", "--accuracies", str(d / "all.json"),
+                                      "--attacks", "unforeseen", "--json"])
+    assert res.exit_code == 0, res.output
+    row = json.loads(res.stdout)[0]
+    assert row["CR_ind_avg"] > 0
 
 
 def test_image_grid_bad_batch_size(files):

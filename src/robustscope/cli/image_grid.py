@@ -28,15 +28,13 @@ def expand_threats(threats: str, have_features: bool,
     """``--threats`` as (threat names, corruption names).
 
     Words: a threat's name (any spelling of the registry); ``corruptions`` (the 19 of
-    CIFAR-10-C this version produces: all but frost); ``corruption:NAME`` or a corruption's
+    CIFAR-10-C); ``corruption:NAME`` or a corruption's
     own name where no threat has it (``gaussian_noise``; ``snow``, ``fog``, ``brightness``
     and ``contrast`` name the threats); ``all`` (every threat, then every corruption; LPIPS
     only with a feature network, else skipped with a note)."""
-    from robustscope.threats.corruptions import CORRUPTIONS, available, check_corruption
+    from robustscope.threats.corruptions import CORRUPTIONS, check_corruption
     from robustscope.threats.registry import find_threat
 
-    producible = [c for c in CORRUPTIONS if any(available(c, s) for s in range(1, 6))]
-    unproduced = [c for c in CORRUPTIONS if c not in producible]
     words = [t.strip() for t in threats.split(",") if t.strip()]
     if not words:
         raise InputError("--threats: give at least one threat")
@@ -51,12 +49,9 @@ def expand_threats(threats: str, have_features: bool,
                         notes.append(f"skipped {entry.name}: it needs --feature-network")
                     continue
                 names.append(entry.name)
-            corruptions += producible
+            corruptions += list(CORRUPTIONS)
         elif low == CORRUPTIONS_WORD:
-            corruptions += producible
-        if low in (ALL, CORRUPTIONS_WORD) and notes is not None and unproduced:
-            notes.append(f"corruption {', '.join(unproduced)} is not produced (see "
-                         f"robustscope.threats.corruptions)")
+            corruptions += list(CORRUPTIONS)
         elif low.startswith(CORRUPTION_PREFIX) or (find_threat(word) is None
                                                    and _is_corruption(word)):
             try:
@@ -182,13 +177,6 @@ def run_image_grid(model: Path, data: Path, out: Path, threats: str = DEFAULT_TH
         if corruptions:
             corr = corruption_accuracies(clf, X, y, corruptions, seed=seed, device=device,
                                          batch_size=256 if batch == "auto" else batch)
-            skipped: dict[str, list[str]] = {}
-            for name, sev in corr.skipped:
-                skipped.setdefault(name, []).append(str(sev))
-            if notes is not None:
-                notes += [f"corruption {name} at severities {', '.join(sevs)} is not produced "
-                          f"(see robustscope.threats.corruptions)"
-                          for name, sevs in skipped.items()]
             acc = {**corr.to_benchmark(), **acc}
     from robustscope.scores.accuracy_grid import DETAILS, rounded_document
 

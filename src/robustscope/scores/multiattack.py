@@ -172,18 +172,30 @@ def attack_group(word: str) -> tuple[str, ...] | None:
     return None
 
 
+class AttackNames(tuple):
+    """Benchmark names as :func:`resolve_attacks` returns them. Resolving them again returns
+    them unchanged: the corruptions ``snow``, ``fog``, ``brightness`` and ``contrast`` share
+    their names with short names of threats (``"fog"`` -> ``"FogAttack"``), so a second
+    resolution would turn the corruptions of a group into those attacks."""
+
+    __slots__ = ()
+
+
 def resolve_attacks(attacks: Sequence[str] | None) -> tuple[str, ...]:
     """Benchmark names of the chosen attacks (short names accepted, and the group words of
-    :func:`attack_group`); default: the 9 ranked."""
+    :func:`attack_group`); default: the 9 ranked. Returns an :class:`AttackNames`, which
+    passes through a second call unchanged (the corruptions of a group stay corruptions)."""
     if attacks is None:
         return RANKED_ATTACKS
+    if isinstance(attacks, AttackNames):
+        return attacks
     if isinstance(attacks, str):
         attacks = [attacks]
     names: list[str] = []
     for a in attacks:
         group = attack_group(a)
         names += list(group) if group is not None else [benchmark_name(a)]
-    out = tuple(dict.fromkeys(names))
+    out = AttackNames(dict.fromkeys(names))
     if not out:
         raise InputError("attacks: choose at least one attack")
     return out
@@ -324,8 +336,10 @@ def cr_ind_worst(table: PointTable) -> tuple[float, str]:
 
 def single_cr(table: PointTable, attack: str) -> tuple[float, float]:
     """(avg, worst) of ``100 · r`` over ``{clean} ∪ {(attack, ε_k)}``. An attack the model
-    lacks entirely (``missing="skip"``) is scored on the clean point alone."""
-    attack = benchmark_name(attack)
+    lacks entirely (``missing="skip"``) is scored on the clean point alone. A name the table
+    scores is taken as it is (the corruption ``"fog"``), any other spelling is resolved
+    (``"linf"``)."""
+    attack = attack if attack in table.attacks else benchmark_name(attack)
     if attack not in table.attacks:
         raise InputError(f"attack '{attack}' is not among the scored attacks "
                          f"{', '.join(table.attacks)}")

@@ -42,7 +42,8 @@ class CorruptionResult:
     ``correct[name]`` is ``(n, 5)`` bool (severities 1..5; ``False`` too where a severity was
     not evaluated, see ``evaluated``); ``clean_correct`` ``(n,)``; ``passes`` the model
     passes per input (the ledger's forward count); ``seconds`` the wall time;
-    ``skipped`` the (name, severity) pairs not produced (frost).
+    ``skipped`` the (name, severity) pairs :func:`~robustscope.threats.corruptions.available`
+    says are not produced (none: all 19 are made at 1..5).
     """
 
     clean_correct: np.ndarray
@@ -85,9 +86,8 @@ def corruption_accuracies(
     threads: str | int | None = AUTO,
 ) -> CorruptionResult:
     """Accuracy of ``model`` on ``X`` ``(n, 3, H, W)`` in [0, 1] under each corruption at
-    each severity (default: the 19 of CIFAR-10-C, those this version produces; frost is
-    listed in ``skipped``). A named corruption that is not produced (frost) raises
-    :class:`InputError`. ``y``: labels as for :func:`robustscope.radius`."""
+    each severity (default: the 19 of CIFAR-10-C). A named corruption that is not produced
+    raises :class:`InputError`. ``y``: labels as for :func:`robustscope.radius`."""
     t0 = time.perf_counter()
     threads = check_threads(threads)
     seed = check_seed(seed)

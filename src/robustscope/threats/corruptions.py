@@ -25,15 +25,22 @@ numpy, scipy and Pillow (the original uses scikit-image, OpenCV and ImageMagick/
   replicated borders, L1 magnitude, non-maximum suppression in 4 directions, 8-connected
   hysteresis), the distance exactly (OpenCV's 5 x 5 mask approximates it).
 
-Not produced: ``frost`` (it blends crops of six photographs of frost that ship with the
-reference code, not with robustscope). :data:`CORRUPTIONS` lists every name and
-:func:`available` says which this module makes.
+- frost blends a crop of one of the reference's photographs of frost, shipped as package
+  data (``robustscope/refdata/frost/``, from the ``imagecorruptions`` 1.1.2 wheel,
+  Apache-2.0; see its README). OpenCV's ``resize(fx=0.2)`` (bilinear) samples source pixel
+  ``5 i + 2`` exactly, so it is that subsampling here; the photographs are decoded by
+  Pillow (OpenCV's JPEG decoder may differ from it by a level in a few pixels).
+
+:data:`CORRUPTIONS` lists every name and :func:`available` says which this module makes
+(all 19).
 """
 
 from __future__ import annotations
 
 import io
 from collections.abc import Callable
+from functools import cache
+from importlib import resources
 
 import numpy as np
 from scipy import ndimage
@@ -240,6 +247,70 @@ def snow(x, severity, rng):
     return x + layer + np.rot90(layer, k=2)
 
 
+#: the reference's photographs of frost (package data ``robustscope/refdata/frost/``)
+FROST_FILES: tuple[str, ...] = ("frost1.png", "frost2.png", "frost3.png", "frost4.jpg",
+                                "frost5.jpg", "frost6.jpg")
+#: CIFAR-10-C draws one of the first five (``np.random.randint(5)``): frost6 never appears
+_FROST_DRAWN = 5
+#: CIFAR-10-C shrinks each photograph to a fifth (``cv2.resize(fx=0.2, fy=0.2)``)
+_FROST_SCALE = 0.2
+
+
+@cache
+def frost_image(index: int) -> np.ndarray:
+    """Photograph ``index`` (0-based into :data:`FROST_FILES`) as CIFAR-10-C uses it: RGB
+    ``(h, w, 3)`` float64 in [0, 255], shrunk to a fifth as OpenCV's bilinear
+    ``resize(fx=0.2, fy=0.2)`` does (``h = round(H / 5)``; pixel ``i`` is source pixel
+    ``5 i + 2``, the bilinear weights there being exactly 0 and 1). Read-only (cached)."""
+    from PIL import Image
+
+    if not 0 <= index < len(FROST_FILES):
+        raise InputError(f"frost image index must be in 0..{len(FROST_FILES) - 1}, "
+                         f"got {index!r}")
+    ref = resources.files("robustscope").joinpath("refdata", "frost", FROST_FILES[index])
+    try:
+        with ref.open("rb") as fh, Image.open(fh) as im:
+            full = np.asarray(im.convert("RGB"), dtype=np.float64)
+    except FileNotFoundError as err:
+        raise InputError(f"frost photograph {FROST_FILES[index]} is missing from the "
+                         f"installed package (robustscope/refdata/frost/); reinstall "
+                         f"robustscope") from err
+    h, w = full.shape[:2]
+    rows = np.minimum(5 * np.arange(int(round(h * _FROST_SCALE))) + 2, h - 1)
+    cols = np.minimum(5 * np.arange(int(round(w * _FROST_SCALE))) + 2, w - 1)
+    out = full[rows][:, cols]
+    out.setflags(write=False)
+    return out
+
+
+def _frost_layer(h: int, w: int, rng: np.random.Generator) -> np.ndarray:
+    """A random ``(h, w, 3)`` crop in [0, 255] of a random photograph of frost (CIFAR-10-C:
+    one of the first five, then a top-left corner uniform over ``0 .. size - crop - 1`` in
+    each axis, ``np.random.randint``'s exclusive upper bound). An image as tall or as wide
+    as the shrunk photograph (63 x 112 pixels for the smallest, 70 x 105 for the narrowest)
+    gets it enlarged (bilinear) to 1.1 times the smallest size that covers it, as the
+    ``imagecorruptions`` package does, so that any image size works."""
+    from PIL import Image
+
+    layer = frost_image(int(rng.integers(_FROST_DRAWN)))
+    fh, fw = layer.shape[:2]
+    if fh <= h or fw <= w:
+        factor = 1.1 * max(h / fh, w / fw)
+        size = (int(np.ceil(fw * factor)), int(np.ceil(fh * factor)))
+        big = Image.fromarray(np.uint8(layer)).resize(size, Image.BILINEAR)
+        layer = np.asarray(big, dtype=np.float64)
+        fh, fw = layer.shape[:2]
+    top, left = int(rng.integers(0, fh - h)), int(rng.integers(0, fw - w))
+    return layer[top:top + h, left:left + w]
+
+
+def frost(x, severity, rng):
+    c0, c1 = [(1, 0.2), (1, 0.3), (0.9, 0.4), (0.85, 0.4), (0.75, 0.45)][severity - 1]
+    h, w = x.shape[:2]
+    # the reference works on 0..255: clip(c0 * 255 x + c1 * frost, 0, 255) / 255
+    return c0 * x + c1 * _frost_layer(h, w, rng) / 255.0
+
+
 def fog(x, severity, rng):
     amount, decay = [(.2, 3), (.5, 3), (0.75, 2.5), (1, 2), (1.5, 1.75)][severity - 1]
     h, w = x.shape[:2]
@@ -392,7 +463,7 @@ def spatter(x, severity, rng):
 CORRUPTIONS: dict[str, Callable | None] = {
     "gaussian_noise": gaussian_noise, "shot_noise": shot_noise,
     "impulse_noise": impulse_noise, "defocus_blur": defocus_blur, "glass_blur": glass_blur,
-    "motion_blur": motion_blur, "zoom_blur": zoom_blur, "snow": snow, "frost": None,
+    "motion_blur": motion_blur, "zoom_blur": zoom_blur, "snow": snow, "frost": frost,
     "fog": fog, "brightness": brightness, "contrast": contrast,
     "elastic_transform": elastic_transform, "pixelate": pixelate,
     "jpeg_compression": jpeg_compression, "speckle_noise": speckle_noise,
@@ -401,7 +472,7 @@ CORRUPTIONS: dict[str, Callable | None] = {
 
 
 def available(name: str, severity: int) -> bool:
-    """This module produces corruption ``name`` at ``severity`` (every one but frost)."""
+    """This module produces corruption ``name`` at ``severity`` (all 19 at 1..5)."""
     return CORRUPTIONS.get(name) is not None
 
 
@@ -429,8 +500,7 @@ def corrupt(images: np.ndarray, name: str, severity: int, seed: int = 0,
     if severity not in SEVERITIES:
         raise InputError(f"severity must be one of 1..5, got {severity!r}")
     if not available(name, severity):
-        raise InputError(f"corruption '{name}' is not implemented: it blends photographs "
-                         f"of frost that robustscope does not ship")
+        raise InputError(f"corruption '{name}' is not implemented at severity {severity}")
     x = np.asarray(images, dtype=np.float64)
     if x.ndim != 4 or x.shape[1] != 3:
         raise InputError(f"images must have shape (n, 3, H, W) (RGB); got {x.shape}")
@@ -446,5 +516,6 @@ def corrupt(images: np.ndarray, name: str, severity: int, seed: int = 0,
     return out
 
 
-__all__ = ["CORRUPTIONS", "SEVERITIES", "available", "canny", "check_corruption", "corrupt",
-           "equalize_hist", "hsv_to_rgb", "rgb_to_hsv"]
+__all__ = ["CORRUPTIONS", "FROST_FILES", "SEVERITIES", "available", "canny",
+           "check_corruption", "corrupt", "equalize_hist", "frost_image", "hsv_to_rgb",
+           "rgb_to_hsv"]
