@@ -128,8 +128,20 @@ class ThrowawayCluster:
 
     def pause(self) -> None:
         """Stop the server as a crash would take it away (``immediate``), keeping its data:
-        :meth:`resume` brings it back on the same port."""
+        :meth:`resume` brings it back on the same port. A checkpoint first writes what was
+        committed: a test cluster runs without fsync and synchronous commit, where a crash
+        would also lose the last commits, which a real server keeps."""
         assert self.root is not None
+        import sqlalchemy as sa
+
+        admin = sa.create_engine(
+            f"postgresql+psycopg://{USER}:{self.password}@127.0.0.1:{self.port}/postgres",
+            isolation_level="AUTOCOMMIT")
+        try:
+            with admin.connect() as conn:
+                conn.exec_driver_sql("CHECKPOINT")
+        finally:
+            admin.dispose()
         self._run(str(self.bindir / "pg_ctl"), "-D", str(self.root / "data"), "-m",
                   "immediate", "-w", "stop")
 
