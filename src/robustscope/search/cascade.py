@@ -92,6 +92,11 @@ def run_attacks(state: BatchState, solver: str, active: torch.Tensor) -> None:
     if plan.project_left:
         with state.stage("projection"):
             project_what_is_left(state, sub, plan, grad_cost)
+    if solver == "auto" and state.space.has_discrete:
+        # the gradient runs move integers and one-hot arms by fractions that the projection
+        # rounds away; proposals made on the valid lattice itself can do better
+        with state.stage("gradient-free"):
+            _run_gradient_free(state, sub)
 
 
 def _run_gradient_free(state: BatchState, sub: torch.Tensor) -> None:
