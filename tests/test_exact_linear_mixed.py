@@ -154,3 +154,30 @@ def test_affine_pipeline_on_a_mixed_table_is_exact(threat):
     space.check_data(res.x_adv)
     assert space.relations_hold(res.x_adv).all()
     assert (model.predict(res.x_adv) != model.predict(X)).all()
+
+
+def test_summary_notes_say_which_solver_ran_and_why():
+    """The exact linear solver's program for each space, and the attack cascade where the
+    exact solver does not take the statement."""
+    from sklearn.linear_model import LogisticRegression
+
+    from robustscope import Statement
+
+    space, X, _, _ = _table(0)
+    train = np.vstack([_table(s, n=20)[1] for s in range(10, 20)])
+    labels = (train[:, 0] - 2 * train[:, 1] + train[:, 5] > 0.3).astype(int)
+    binary = LogisticRegression(max_iter=1000).fit(train, labels)
+    res = radius(binary, X, binary.predict(X), space=space)
+    assert any("MILP per class" in n and "integer" in n and "one-hot" in n for n in res.notes)
+    real = FeatureSpace.from_arrays(space.lower, space.upper, names=NAMES).constrain(
+        ["debt <= income"])
+    res = radius(binary, X, binary.predict(X), space=real)
+    assert any("LP / QP per class" in n for n in res.notes)
+    res = radius(binary, X, binary.predict(X), space=real.unconstrained())
+    assert res.notes == []
+    three = LogisticRegression(max_iter=1000).fit(train, np.digitize(train[:, 0], [0.3, 0.6]))
+    keep = three.predict(X) != 2
+    res = radius(three, X[keep][:2], three.predict(X[keep][:2]), space=space,
+                 statement=Statement(target=2), budget=300)
+    assert any("exact-linear skipped" in n for n in res.notes)
+    assert any("continuous relaxation" in n for n in res.notes)

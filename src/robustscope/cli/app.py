@@ -168,7 +168,8 @@ def print_summary(result, title: str) -> None:
            str(s["censored"]), str(s["misclassified"]), str(s["satisfied"]),
            f"{s['median_radius']:.4g}", f"{s['min_radius']:.4g}", f"{s['mean_queries']:.0f}"]
     console = Console()
-    console.print(fitted_table(title, columns, [row], console))
+    notes = "; ".join(result.notes) or None
+    console.print(fitted_table(title, columns, [row], console, caption=notes))
 
 
 @app.command("demo")

@@ -109,7 +109,8 @@ def linear_radius_milp(weights: np.ndarray, bias: np.ndarray, x: np.ndarray, y: 
         lower[i] = min(radius[i], settled_below)
     x_adv = torch.as_tensor(flat + delta_out).reshape(np.shape(x))
     finite = np.isfinite(radius)
-    gap = np.where(finite, radius - np.minimum(lower, radius), np.inf)
+    with np.errstate(invalid="ignore"):  # inf - inf where no class is reachable
+        gap = np.where(finite, radius - np.minimum(lower, radius), np.inf)
     closed = finite & (gap <= L2_CUT_RTOL * radius)
     status = np.where(closed, EXACT, np.where(finite, ATTACKED, CENSORED))
     status[~finite & (lower < np.inf)] = CENSORED
