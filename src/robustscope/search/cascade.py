@@ -14,6 +14,7 @@ import math
 
 import torch
 
+from robustscope.search.lattice import lattice_search
 from robustscope.search.minnorm_runs import (
     aim_untargeted,
     minnorm_runs,
@@ -35,6 +36,9 @@ from robustscope.search.state import BatchState, registered
 GRADIENT_FREE = registered("gradient-free")
 #: Queries per input that ``solver="auto"`` gives a black-box model when no budget is set.
 BLACKBOX_BUDGET = 5000
+#: Gradient calls of each minimum-norm run of the lattice search (it makes up to 8 runs:
+#: :mod:`robustscope.search.lattice`).
+LATTICE_STEPS = 100
 
 
 def run_attacks(state: BatchState, solver: str, active: torch.Tensor) -> None:
@@ -92,11 +96,14 @@ def run_attacks(state: BatchState, solver: str, active: torch.Tensor) -> None:
     if plan.project_left:
         with state.stage("projection"):
             project_what_is_left(state, sub, plan, grad_cost)
-    if solver == "auto" and state.space.has_discrete:
+    if state.space.has_discrete and solver in ("auto", "minnorm"):
         # the gradient runs move integers and one-hot arms by fractions that the projection
-        # rounds away; proposals made on the valid lattice itself can do better
-        with state.stage("gradient-free"):
-            _run_gradient_free(state, sub)
+        # rounds away: real features by gradients, discrete ones on their lattice
+        with state.stage("lattice"):
+            lattice_search(state, sub, LATTICE_STEPS, grad_cost)
+        if solver == "auto":  # and proposals made on the valid inputs themselves
+            with state.stage("gradient-free"):
+                _run_gradient_free(state, sub)
 
 
 def _run_gradient_free(state: BatchState, sub: torch.Tensor) -> None:
