@@ -114,3 +114,46 @@ def test_white_box_black_box_and_exact_agree_on_every_input(network, threat):
         assert space.relations_hold(res.x_adv).all()
         assert np.array_equal(res.x_adv[:, 2], X[:, 2])
         assert (_predict(network, res.x_adv) != y).all()
+
+
+def test_lattice_moves_and_outward_rounding():
+    from robustscope.search.lattice import lattice_moves, outward
+
+    space = _space()
+    moves = lattice_moves(space)
+    # n_acc and flag one step up and down (age is immutable), each of the three arms
+    assert len(moves) == 2 * 2 + 3
+    x = torch.tensor([[0.5, 0.2, 40.0, 2.0, 0.0, 1.0, 0.0, 0.0]], dtype=torch.float64)
+    cand = x.clone()
+    cand[0, 3] = 2.3  # a relaxed run that moved the count up by 0.3
+    cand[0, 0] = 0.45
+    out = outward(space, cand, x)
+    assert out[0, 3] == 3.0 and out[0, 0] == 0.45  # integers away from x, reals untouched
+    cand[0, 3] = 4.6  # beyond the bound: clipped to it
+    assert outward(space, cand, x)[0, 3] == 4.0
+
+
+def test_minnorm_alone_respects_the_lattice_on_a_linear_model():
+    """A linear model in a torch module, ``solver="minnorm"``: the lattice stage keeps the
+    radii near the exact MILP's (before it, rounding the relaxed runs left them many times
+    above)."""
+    from robustscope.solvers.exact.linear.closed_form import exact_linear_radius
+
+    space = _space()
+    X = _data(8, 3)
+    rng = np.random.default_rng(5)
+    W, b = rng.normal(size=(3, 8)), rng.normal(size=3)
+    W[:, 2] *= 0.05
+    layer = torch.nn.Linear(8, 3).double()
+    with torch.no_grad():
+        layer.weight.copy_(torch.as_tensor(W))
+        layer.bias.copy_(torch.as_tensor(b))
+    y = (X @ W.T + b).argmax(1)
+    exact = exact_linear_radius(W, b, X, y, space, LINF)
+    res = radius(layer.eval(), X, y, space=space, threat="linf", solver="minnorm")
+    finite = np.isfinite(exact.radius)
+    assert (res.found == finite).all()
+    ratio = res.radius[finite] / exact.radius[finite]
+    assert (ratio >= 1 - 1e-6).all()
+    assert np.median(ratio) <= 1.05, ratio
+    space.check_data(res.x_adv)
