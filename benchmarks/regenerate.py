@@ -252,7 +252,8 @@ SECTIONS: tuple[Section, ...] = (
         "unconstrained counterexamples break a relation, how the radii grow, time per input "
         "of each), the share of constrained counterexamples that satisfy every relation and "
         "the feature space (re-checked by the benchmark; must be 100%), the linear model's "
-        "exact LP against an independent LP in raw units (scipy's linprog), the attacks "
+        "exact radius (a MILP per class since issue 40) against an independent MILP in raw "
+        "units (scipy's milp), the attacks "
         "against it, and the default search against `solver=\"exact\"` for the trees and "
         "the MLP.", 10),
     Section(
