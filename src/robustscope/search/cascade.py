@@ -36,9 +36,13 @@ from robustscope.search.state import BatchState, registered
 GRADIENT_FREE = registered("gradient-free")
 #: Queries per input that ``solver="auto"`` gives a black-box model when no budget is set.
 BLACKBOX_BUDGET = 5000
-#: Gradient calls of each minimum-norm run of the lattice search (it makes up to 8 runs:
-#: :mod:`robustscope.search.lattice`).
+#: Gradient calls of each minimum-norm run of the lattice search (:mod:`.lattice`).
 LATTICE_STEPS = 100
+#: Under a budget, on a space with discrete features: the share of it the plan leaves to the
+#: lattice stage, whose runs get ``share / LATTICE_RUNS`` of the budget each (at most
+#: ``LATTICE_STEPS`` gradient calls).
+LATTICE_SHARE = 0.5
+LATTICE_RUNS = 4
 
 
 def run_attacks(state: BatchState, solver: str, active: torch.Tensor) -> None:
@@ -52,8 +56,14 @@ def run_attacks(state: BatchState, solver: str, active: torch.Tensor) -> None:
         with state.stage("gradient-free"):
             _run_gradient_free(state, sub)
         return
+    discrete = state.space.has_discrete and solver in ("auto", "minnorm")
+    planned, lattice_steps = state.budget, LATTICE_STEPS
+    if discrete and state.budget is not None:  # a share of a budget for the lattice stage
+        aside = int(state.budget * LATTICE_SHARE)
+        planned = state.budget - aside
+        lattice_steps = max(1, min(LATTICE_STEPS, aside // (LATTICE_RUNS * grad_cost)))
     # planned from the whole budget, which keeps plan.ALONE_PASSES aside itself
-    plan = plan_attack(state.budget, grad_cost, model.n_classes, state.config, solver,
+    plan = plan_attack(planned, grad_cost, model.n_classes, state.config, solver,
                        l1=state.threat.p == 1, aim=state.statement.target is None)
     state.use_plan(plan)
     with state.stage("starts"):
@@ -90,20 +100,21 @@ def run_attacks(state: BatchState, solver: str, active: torch.Tensor) -> None:
     if plan.probe_steps:
         with state.stage("bisection"):
             bisect_with_pgd(state, sub, grad_cost, plan)
+    if discrete:
+        # the gradient runs move integers and one-hot arms by fractions that the projection
+        # rounds away: real features by gradients, discrete ones on their lattice (before
+        # the leftover runs, which a budget may leave nothing after)
+        with state.stage("lattice"):
+            lattice_search(state, sub, lattice_steps, grad_cost)
     if solver == "auto":
         with state.stage("leftover"):
             spend_leftover(state, sub, grad_cost, plan)
     if plan.project_left:
         with state.stage("projection"):
             project_what_is_left(state, sub, plan, grad_cost)
-    if state.space.has_discrete and solver in ("auto", "minnorm"):
-        # the gradient runs move integers and one-hot arms by fractions that the projection
-        # rounds away: real features by gradients, discrete ones on their lattice
-        with state.stage("lattice"):
-            lattice_search(state, sub, LATTICE_STEPS, grad_cost)
-        if solver == "auto":  # and proposals made on the valid inputs themselves
-            with state.stage("gradient-free"):
-                _run_gradient_free(state, sub)
+    if discrete and solver == "auto":  # proposals made on the valid inputs themselves
+        with state.stage("gradient-free"):
+            _run_gradient_free(state, sub)
 
 
 def _run_gradient_free(state: BatchState, sub: torch.Tensor) -> None:
