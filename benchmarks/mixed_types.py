@@ -52,9 +52,9 @@ def independent_milp(w: np.ndarray, b: float, x0: np.ndarray, space) -> float:
     z = w @ x0 + b
     side = 1.0 if z > 0 else -1.0
     d, s, rel = len(x0), space.scale, space.relations
-    rows = [np.r_[-side * w, 0.0][None, :], np.c_[np.eye(d), -s[:, None]],
+    rows = [np.r_[side * w, 0.0][None, :], np.c_[np.eye(d), -s[:, None]],
             np.c_[-np.eye(d), -s[:, None]], np.c_[rel.A, np.zeros((len(rel.b), 1))]]
-    hi = np.r_[side * b - abs(z) * 1e-9, x0, -x0, rel.b]
+    hi = np.r_[-side * b - abs(z) * 1e-9, x0, -x0, rel.b]
     cons = [LinearConstraint(np.vstack(rows), -np.inf, hi)]
     if len(rel.d):
         cons.append(LinearConstraint(np.c_[rel.C, np.zeros((len(rel.d), 1))], rel.d, rel.d))
