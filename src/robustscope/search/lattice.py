@@ -12,8 +12,8 @@ the median, and the cascade left 22 of 55 inputs censored that a black box broke
 2. every lattice neighbour of the input — each integer or binary feature one step up or
    down, each other arm of each one-hot group — verified as it is (a pass per neighbour);
 3. from the :data:`NEIGHBOURS` neighbours nearest the boundary (smallest logit margin at the
-   neighbour, among those whose step costs less than the best radius so far), the same run
-   with binary and one-hot features held at the neighbour's values; its
+   neighbour, among those whose step costs less than the best radius so far), a run on the
+   real features with every discrete feature held at the neighbour's values; its
    size is measured from the input, so a step plus a small real move competes with a larger
    real move alone.
 
@@ -170,7 +170,7 @@ def lattice_search(state: BatchState, sub: torch.Tensor, steps: int, grad_cost: 
         todo, start = todo[ok], start[ok]
         if len(todo) == 0:
             continue
-        _run(state, todo, frozen, steps, start)
+        _run(state, todo, held(space), steps, start)
     polish(state, sub, steps, grad_cost)
 
 
