@@ -128,9 +128,40 @@ def lattice_search(state: BatchState, sub: torch.Tensor, steps: int, grad_cost: 
     run = state.affordable(sub, steps * grad_cost + 2)
     if len(run) and frozen.mutable.any():
         _run(state, run, frozen, steps)
+    margins, points = neighbours(state, sub)
+    if margins is None or not frozen.mutable.any():
+        return
+    moves_n = margins.shape[1]
+    # a step that costs more than the best radius cannot lead to a smaller one
+    scale = torch.as_tensor(space.scale, dtype=flat.dtype, device=flat.device)
+    for rank in range(min(NEIGHBOURS, moves_n)):
+        todo = sub[state.still_open(sub)]
+        todo = state.affordable(todo, steps * grad_cost + 2)
+        if len(todo) == 0:
+            return
+        pick = margins[todo].argsort(dim=1)[:, rank]
+        ok = torch.isfinite(margins[todo, pick])
+        start = points[pick, todo]
+        cost = state.threat.norm((start - flat[todo]) / scale)
+        ok &= cost < state.best_r[todo]
+        todo, start = todo[ok], start[ok]
+        if len(todo) == 0:
+            continue
+        _run(state, todo, held(space), steps, start)
+    polish(state, sub, steps, grad_cost)
+
+
+def neighbours(state: BatchState, sub: torch.Tensor
+               ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """Verify every lattice neighbour of the open inputs of ``sub`` (one pass each; models
+    without gradients too). Returns the logit margin ``(len(state.x), moves)`` at each
+    neighbour that is no counterexample (``inf`` elsewhere) and the neighbours
+    ``(moves, len(state.x), d)``, projected into the space; ``(None, None)`` without moves."""
+    space = state.space
+    flat = state.x.reshape(len(state.x), -1)
     moves = lattice_moves(space)
     if not moves:
-        return
+        return None, None
     margins = torch.full((len(state.x), len(moves)), float("inf"), dtype=torch.float64,
                          device=flat.device)
     points = torch.zeros((len(moves), *flat.shape), dtype=flat.dtype, device=flat.device)
@@ -151,27 +182,7 @@ def lattice_search(state: BatchState, sub: torch.Tensor, steps: int, grad_cost: 
         gap = (own - other).to(torch.float64)
         margins[todo, k] = torch.where(classes >= 0, float("inf"),
                                        torch.nan_to_num(gap, nan=float("inf")))
-    if not frozen.mutable.any():
-        return
-    # a step that costs more than the best radius cannot lead to a smaller one
-    scale = torch.as_tensor(space.scale, dtype=flat.dtype, device=flat.device)
-    for rank in range(NEIGHBOURS):
-        todo = sub[state.still_open(sub)]
-        todo = state.affordable(todo, steps * grad_cost + 2)
-        if len(todo) == 0:
-            return
-        pick = margins[todo].argsort(dim=1)[:, rank] if margins.shape[1] > rank else None
-        if pick is None:
-            return
-        ok = torch.isfinite(margins[todo, pick])
-        start = points[pick, todo]
-        cost = state.threat.norm((start - flat[todo]) / scale)
-        ok &= cost < state.best_r[todo]
-        todo, start = todo[ok], start[ok]
-        if len(todo) == 0:
-            continue
-        _run(state, todo, held(space), steps, start)
-    polish(state, sub, steps, grad_cost)
+    return margins, points
 
 
 def polish(state: BatchState, sub: torch.Tensor, steps: int, grad_cost: int) -> None:
