@@ -181,3 +181,44 @@ def test_summary_notes_say_which_solver_ran_and_why():
                  statement=Statement(target=2), budget=300)
     assert any("exact-linear skipped" in n for n in res.notes)
     assert any("continuous relaxation" in n for n in res.notes)
+
+
+def test_command_line_on_a_typed_table_is_exact_and_says_why(tmp_path):
+    """The validator's setting of issue 40: a scaler + logistic regression saved with skops,
+    a feature file with an immutable integer, an integer, a binary, a one-hot group and a
+    relation; ``robustscope radius`` gives every input status ``exact`` and its summary says
+    which program ran."""
+    import pandas as pd
+    import skops.io as sio
+    import yaml
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+    from typer.testing import CliRunner
+
+    from robustscope.cli.app import app
+
+    _, X, _, _ = _table(0)
+    train = np.vstack([_table(s, n=20)[1] for s in range(10, 30)])
+    labels = (train[:, 0] - 2 * train[:, 1] + 0.3 * train[:, 3] + train[:, 5] > 0.5).astype(int)
+    model = make_pipeline(StandardScaler(), LogisticRegression()).fit(train, labels)
+    sio.dump(model, tmp_path / "lr.skops")
+    frame = pd.DataFrame(X, columns=NAMES)
+    frame["label"] = model.predict(X)
+    frame.to_csv(tmp_path / "data.csv", index=False)
+    spec = {"features": [
+        {"name": "income", "lower": 0, "upper": 1}, {"name": "debt", "lower": 0, "upper": 1},
+        {"name": "age", "lower": 18, "upper": 80, "type": "integer", "mutable": False},
+        {"name": "n_acc", "lower": 0, "upper": 4, "type": "integer"},
+        {"name": "flag", "lower": 0, "upper": 1, "type": "binary"}]
+        + [{"name": n, "lower": 0, "upper": 1, "type": "categorical", "group": "r"}
+           for n in ("r_a", "r_b", "r_c")],
+        "constraints": ["debt <= income"]}
+    (tmp_path / "features.yaml").write_text(yaml.safe_dump(spec))
+    out = tmp_path / "radii.csv"
+    result = CliRunner().invoke(app, [
+        "radius", "--model", str(tmp_path / "lr.skops"), "--data", str(tmp_path / "data.csv"),
+        "--features", str(tmp_path / "features.yaml"), "--threat", "linf", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert (pd.read_csv(out)["status"] == "exact").all()
+    assert "exact-linear: a MILP per class on HiGHS" in " ".join(result.output.split())
