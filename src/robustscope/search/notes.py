@@ -65,12 +65,20 @@ def solver_notes(model: Classifier, space: FeatureSpace, threat: LpThreat,
     attacked = used_exact is None or open_rows > 0
     if attacked and discrete and used_exact != "trees":
         if model.differentiable and solver == "auto":
-            notes.append(f"the gradient cascade searches the continuous relaxation of the "
-                         f"{_discrete_kinds(space)} features (rounded at every verification), "
-                         "then the gradient-free proposals search the valid values themselves;"
-                         " the best verified point is kept")
-        elif model.differentiable and solver in ("minnorm", "pgd"):
-            notes.append(f"solver='{solver}' searches the continuous relaxation of the "
+            lead = ("no exact solver ran for this model" if used_exact is None
+                    else f"on the {open_rows} input(s) exact-{used_exact} left open")
+            notes.append(f"{lead}: the gradient cascade searches the "
+                         f"continuous relaxation of the {_discrete_kinds(space)} features "
+                         "(rounded at every verification), a lattice stage runs with them "
+                         "held and tries their neighbouring values, then the gradient-free "
+                         "proposals search the valid values themselves; the best verified "
+                         "point is kept")
+        elif model.differentiable and solver == "minnorm":
+            notes.append(f"solver='minnorm' searches the continuous relaxation of the "
+                         f"{_discrete_kinds(space)} features and a lattice stage their "
+                         "neighbouring values; solver='auto' adds gradient-free proposals")
+        elif model.differentiable and solver == "pgd":
+            notes.append(f"solver='pgd' searches the continuous relaxation of the "
                          f"{_discrete_kinds(space)} features and rounds at verification; "
-                         "solver='auto' adds proposals on the valid values")
+                         "solver='auto' adds a lattice stage and gradient-free proposals")
     return notes
