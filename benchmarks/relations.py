@@ -12,9 +12,10 @@ Per model it measures, on the first ``--n`` test inputs:
   per input of each;
 * the share of constrained counterexamples that satisfy every relation and the feature
   space (bounds, integers, one-hot, immutable), re-checked here (must be 100%);
-* linear model: the exact LP radius under the relations (integer and one-hot features
-  relaxed: a certified lower bound) against an independent LP written in raw units with
-  ``scipy.optimize.linprog``; the attacks' radii (minimum-norm, PGD) against it;
+* linear model: the exact radius under the relations (a MILP per class: integer and one-hot
+  features kept integral, issue 40) against an independent MILP written in raw units with
+  ``scipy.optimize.milp`` (``mixed_types.independent_milp``); the attacks' radii
+  (minimum-norm, PGD) against it;
 * tree ensemble and MLP: the default search against ``solver="exact"``'s certified lower
   bound. Both MILPs hold the relations. The tree MILP is exact under them (integer and
   one-hot features kept integral), and its radius is checked against the same MILP without
@@ -35,7 +36,6 @@ import warnings
 import numpy as np
 import torch
 from native_stdout import markdown_only
-from scipy.optimize import linprog
 from sklearn.ensemble import GradientBoostingClassifier
 from sklearn.linear_model import LogisticRegression
 
@@ -74,27 +74,6 @@ def accuracy(model, X: np.ndarray, y: np.ndarray) -> float:
     else:
         pred = model.predict(X)
     return float((pred == y).mean())
-
-
-def independent_lp(lr: LogisticRegression, x0: np.ndarray, space) -> float:
-    """Exact Linf radius in raw units: variables x' (d) and t; |x' - x0| <= t * scale,
-    w . x' + b on the other side of 0, relations, bounds, immutable features fixed; integer
-    and one-hot features relaxed to reals (as the library's LP)."""
-    w, b = lr.coef_[0], lr.intercept_[0]
-    z = w @ x0 + b
-    side = 1.0 if z > 0 else -1.0  # move z to the other sign
-    d, s, rel = len(x0), space.scale, space.relations
-    c = np.r_[np.zeros(d), 1.0]
-    rows = [np.r_[side * w, 0.0][None, :],
-            np.c_[np.eye(d), -s[:, None]], np.c_[-np.eye(d), -s[:, None]],
-            np.c_[rel.A, np.zeros((len(rel.b), 1))]]
-    rhs = np.r_[-side * b - abs(z) * 1e-9, x0, -x0, rel.b]
-    bounds = [(x0[j], x0[j]) if not space.mutable[j] else (space.lower[j], space.upper[j])
-              for j in range(d)] + [(0, None)]
-    out = linprog(c, A_ub=np.vstack(rows), b_ub=rhs,
-                  A_eq=np.c_[rel.C, np.zeros((len(rel.d), 1))], b_eq=rel.d, bounds=bounds,
-                  method="highs")
-    return float(out.fun) if out.status == 0 else math.inf
 
 
 def valid_share(res, space) -> tuple[int, float]:
@@ -177,12 +156,15 @@ def main() -> None:
     log("logistic regression: exact LP against scipy's linprog; attacks against exact")
     searched = ~np.isin(con.status, ("misclassified", "satisfied"))
     lb = con.lower_bound[searched]
-    indep = np.array([independent_lp(lr, X_test[i], space) for i in np.flatnonzero(searched)])
+    from mixed_types import independent_milp  # (mixed_types imports this module)
+
+    indep = np.array([independent_milp(lr.coef_[0], float(lr.intercept_[0]), X_test[i], space)
+                      for i in np.flatnonzero(searched)])
     both = np.isfinite(lb) & np.isfinite(indep)
     diff = np.abs(lb[both] - indep[both]) / np.maximum(indep[both], 1e-12)
-    print(f"Logistic regression, exact LP under the relations (HiGHS, integer and one-hot "
-          f"features relaxed: a certified lower bound) against an independent LP in raw units "
-          f"(`scipy.optimize.linprog`): {both.sum()} inputs, largest relative difference "
+    print(f"Logistic regression, exact MILP under the relations (HiGHS, integer and one-hot "
+          f"features integral) against an independent MILP in raw units "
+          f"(`scipy.optimize.milp`): {both.sum()} inputs, largest relative difference "
           f"{diff.max() if len(diff) else math.nan:.2e}; infinite in both: "
           f"{int((np.isinf(lb) & np.isinf(indep)).sum())}, in one only: "
           f"{int((np.isinf(lb) != np.isinf(indep)).sum())}.")

@@ -170,7 +170,8 @@ def print_summary(result, title: str) -> None:
            f"{s['median_radius']:.4g}", f"{s['min_radius']:.4g}", f"{s['mean_queries']:.0f}",
            str(s["not_converged"])]
     console = Console()
-    console.print(fitted_table(title, columns, [row], console))
+    notes = "; ".join(result.notes) or None
+    console.print(fitted_table(title, columns, [row], console, caption=notes))
     if s["not_converged"]:
         console.print(not_converged_note(s["not_converged"]))
 

@@ -349,6 +349,13 @@ class RadiusResult:
         return pd.DataFrame({c.name: self._table_column(c, failed)
                              for c in ROW_SCHEMA if c.table})
 
+    @property
+    def notes(self) -> list[str]:
+        """What the search did where it could not be exact, and why (``meta["notes"]``,
+        written by :func:`robustscope.search.notes.solver_notes`; empty when nothing needs
+        saying)."""
+        return list(self.meta.get("notes") or [])
+
     def summary(self) -> dict[str, float]:
         """Counts per status and radius statistics over the inputs with a radius."""
         counts = {s: int((self.status == s).sum()) for s in STATUSES}

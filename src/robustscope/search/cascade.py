@@ -14,6 +14,7 @@ import math
 
 import torch
 
+from robustscope.search.lattice import lattice_search
 from robustscope.search.minnorm_runs import (
     aim_untargeted,
     minnorm_runs,
@@ -35,6 +36,13 @@ from robustscope.search.state import BatchState, registered
 GRADIENT_FREE = registered("gradient-free")
 #: Queries per input that ``solver="auto"`` gives a black-box model when no budget is set.
 BLACKBOX_BUDGET = 5000
+#: Gradient calls of each minimum-norm run of the lattice search (:mod:`.lattice`).
+LATTICE_STEPS = 100
+#: Under a budget, on a space with discrete features: the share of it the plan leaves to the
+#: lattice stage, whose runs get ``share / LATTICE_RUNS`` of the budget each (at most
+#: ``LATTICE_STEPS`` gradient calls).
+LATTICE_SHARE = 0.5
+LATTICE_RUNS = 4
 
 
 def run_attacks(state: BatchState, solver: str, active: torch.Tensor) -> None:
@@ -52,11 +60,16 @@ def run_attacks(state: BatchState, solver: str, active: torch.Tensor) -> None:
     # solver="auto" with convergence rounds, a budget above the default plan's passes is the
     # rounds' ceiling: the cascade is the default's and the rounds spend the rest
     config = state.config
-    budget = state.budget
-    if (solver == "auto" and config.converge_ceiling is not None and budget is not None
-            and budget > config.default_gradients * grad_cost):
-        budget = None
-    plan = plan_attack(budget, grad_cost, model.n_classes, config, solver,
+    discrete = state.space.has_discrete and solver in ("auto", "minnorm")
+    planned, lattice_steps = state.budget, LATTICE_STEPS
+    if (solver == "auto" and config.converge_ceiling is not None and planned is not None
+            and planned > config.default_gradients * grad_cost):
+        planned = None
+    if discrete and planned is not None:  # a share of a budget for the lattice stage
+        aside = int(planned * LATTICE_SHARE)
+        planned = planned - aside
+        lattice_steps = max(1, min(LATTICE_STEPS, aside // (LATTICE_RUNS * grad_cost)))
+    plan = plan_attack(planned, grad_cost, model.n_classes, config, solver,
                        l1=state.threat.p == 1, aim=state.statement.target is None)
     state.use_plan(plan)
     with state.stage("starts"):
@@ -93,12 +106,21 @@ def run_attacks(state: BatchState, solver: str, active: torch.Tensor) -> None:
     if plan.probe_steps:
         with state.stage("bisection"):
             bisect_with_pgd(state, sub, grad_cost, plan)
+    if discrete:
+        # the gradient runs move integers and one-hot arms by fractions that the projection
+        # rounds away: real features by gradients, discrete ones on their lattice (before
+        # the leftover runs, which a budget may leave nothing after)
+        with state.stage("lattice"):
+            lattice_search(state, sub, lattice_steps, grad_cost)
     if solver == "auto":
         with state.stage("leftover"):
             spend_leftover(state, sub, grad_cost, plan)
     if plan.project_left:
         with state.stage("projection"):
             project_what_is_left(state, sub, plan, grad_cost)
+    if discrete and solver == "auto":  # proposals made on the valid inputs themselves
+        with state.stage("gradient-free"):
+            _run_gradient_free(state, sub)
 
 
 def _run_gradient_free(state: BatchState, sub: torch.Tensor) -> None:

@@ -51,6 +51,7 @@ from robustscope.models.names import feature_names
 from robustscope.search.batch import Outputs, SearchSettings, search_batch
 from robustscope.search.certification import certifier as make_certifier
 from robustscope.search.exact import exact_kind
+from robustscope.search.notes import solver_notes
 from robustscope.search.options import OPTIONS, check_options
 from robustscope.search.plan import BLACKBOX_CONFIG, RELATIONS_CONFIG, SearchConfig, StageLedger
 from robustscope.search.preamble import (
@@ -216,6 +217,8 @@ def _radius(model, X, y, threat, space, solver, max_radius, budget, rtol, seed, 
         meta={"seed": seed, "budget": budget, "rtol": rtol, "statement": statement.name,
               "model": model.name, "exact_solver": used_exact,
               "passes_by_part": stages.as_dict(),
+              "notes": solver_notes(model, space, threat, statement, solver, kind, used_exact,
+                                    out.status[searched]),
               "attack_plan": None if out.plan is None else out.plan.as_dict(),
               "certify": None if certifier is None else certifier.method,
               "certify_seconds_per_input": None if certifier is None

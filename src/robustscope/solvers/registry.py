@@ -91,7 +91,9 @@ SOLVERS: dict[str, SolverInfo] = {s.name: s for s in (
                "random directions of norm eps (the paper's estimator)"),
     SolverInfo("exact-linear", "exact",
                "exact.linear.solve:solve", "linear", _LP,
-               "closed form with feature bounds (sorted breakpoints / knapsack)"),
+               "closed form with feature bounds (sorted breakpoints / knapsack); an LP / QP "
+               "per class under relations, a MILP per class with integer, binary or one-hot "
+               "features (HiGHS)"),
     SolverInfo("exact-trees", "exact",
                "exact.trees.solve:solve", "trees", _LP,
                "tree-aware bracket, then a mixed-integer program over the predicates "

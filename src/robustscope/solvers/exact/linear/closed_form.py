@@ -24,7 +24,7 @@ import torch
 
 from robustscope.core.errors import InputError
 from robustscope.core.space import FeatureSpace
-from robustscope.core.statuses import ATTACKED, CENSORED, EXACT
+from robustscope.core.statuses import CENSORED, EXACT
 from robustscope.solvers.output import SolverOutput
 from robustscope.threats.lp import LpThreat
 
@@ -51,17 +51,21 @@ def exact_linear_radius(
     (``lower_bound`` = ``radius``: the closed form is a certificate; ``inf`` where no valid
     input changes the decision), the counterexamples (``x_adv``, overshooting the boundary by
     a relative ``1e-9`` of the margin) and the class each reaches (``adv_prediction``).
-    With integer, binary or one-hot features the closed form relaxes them, so its radius is a
-    certified lower bound only and the status is ``attacked``. With linear relations between
-    features (``space.relations``) the radius is an LP / QP per class instead
-    (:mod:`robustscope.solvers.exact.linear.lp`).
+    With linear relations between features (``space.relations``) the radius is an LP / QP per
+    class instead (:mod:`robustscope.solvers.exact.linear.lp`); with mutable integer, binary
+    or one-hot features a MILP per class (:mod:`robustscope.solvers.exact.linear.milp`).
     """
-    if space.relations is not None and not space.relations.is_linear_empty:
-        from robustscope.solvers.exact.linear.lp import linear_radius_lp
-
+    has_relations = space.relations is not None and not space.relations.is_linear_empty
+    if has_relations or space.has_discrete:
         if target is not None and np.shape(weights)[0] > 2:
             raise InputError("the exact linear solver takes a target class only for binary "
                              "models; use solver='minnorm' for targeted multiclass statements")
+        if space.has_discrete:
+            from robustscope.solvers.exact.linear.milp import linear_radius_milp
+
+            return linear_radius_milp(weights, bias, x, y, space, threat, target)
+        from robustscope.solvers.exact.linear.lp import linear_radius_lp
+
         return linear_radius_lp(weights, bias, x, y, space, threat, target)
     t0 = time.perf_counter()
     w = torch.as_tensor(weights, dtype=torch.float64)
@@ -84,7 +88,7 @@ def exact_linear_radius(
         radius[sl], reached[sl], u_out[sl] = r, j, u
     x_adv = space.apply_delta(xt, torch.as_tensor(u_out)).reshape(np.shape(x))
     finite = np.isfinite(radius)
-    status = np.where(finite, ATTACKED if space.has_discrete else EXACT, CENSORED)
+    status = np.where(finite, EXACT, CENSORED)
     return SolverOutput(x_adv=x_adv, radius=radius, lower_bound=radius.copy(),
                         status=status.astype(object), adv_prediction=reached,
                         forward_queries=np.zeros(n, dtype=np.int64),

@@ -11,8 +11,8 @@ radius is the minimum over ``j``; classes are solved in increasing order of the 
 ignores box and relations (``m_j / ||c_j||_*``) and only while that bound can beat the best so
 far. As in the closed form, the margin is over-shot by a relative ``1e-9`` so that the
 counterexample strictly changes the argmax, and the optimum is reported as the radius and
-its lower bound. Integer, binary and one-hot features are relaxed to reals: then the radius
-is a certified lower bound only (status ``attacked``).
+its lower bound. Spaces with mutable integer, binary or one-hot features go to the MILP of
+:mod:`robustscope.solvers.exact.linear.milp` instead.
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ def linear_radius_lp(weights: np.ndarray, bias: np.ndarray, x: np.ndarray, y: np
     x_adv = space.apply_delta(torch.as_tensor(flat), torch.as_tensor(u_out)).reshape(np.shape(x))
     lower = np.minimum(lower, radius)
     finite = np.isfinite(radius)
-    status = np.where(finite, ATTACKED if space.has_discrete else EXACT, CENSORED)
+    status = np.where(finite, EXACT, CENSORED)
     status[finite & (lower < radius)] = ATTACKED
     return SolverOutput(x_adv=x_adv, radius=radius, lower_bound=lower,
                         status=status.astype(object), adv_prediction=reached,

@@ -16,7 +16,10 @@ small. One binary per candidate class selects which logit must overtake the labe
 whose CROWN margin bound is positive cannot, and gets no binary; big-M of the others is their
 CROWN margin bound). The objective is the Linf (``t`` with ``-t <= u_i <= t``) or L1
 (``u = p - m``) norm of the scaled perturbation ``u = (x' - x) / scale``; feature bounds and
-immutable features bound ``u``.
+immutable features bound ``u``. Mutable integer, binary and one-hot (categorical) features
+get an integer column ``k_i = u_i * scale_i`` (their step in raw units; the input is
+integral there, so ``x'`` is), and the steps of each one-hot group sum to zero (one arm stays
+on); relations between features add their rows.
 
 The search domain is the ball of an upper bound ``r_ub`` (from an attack's verified
 counterexample). HiGHS returns the best counterexample found and a certified lower bound
@@ -249,7 +252,8 @@ def exact_relu_radius(
                          margin[i].cpu().numpy(), reverse[i].cpu().numpy(),
                          box_lo[i].cpu().numpy(),
                          box_hi[i].cpu().numpy(), space.scale, threat, time_limit,
-                         float(upper[i]), getattr(space, "relations", None))
+                         float(upper[i]), getattr(space, "relations", None),
+                         lattice_of(space))
         lower[i], u_i, closed[i] = res
         if u_i is not None:
             u_out[i] = u_i
@@ -264,6 +268,15 @@ def exact_relu_radius(
                         status=status.astype(object), adv_prediction=np.full(n, -1),
                         forward_queries=np.zeros(n, dtype=np.int64), seconds=seconds,
                         meta={"binaries": binaries})
+
+
+def lattice_of(space: FeatureSpace) -> tuple[np.ndarray, list[np.ndarray]] | None:
+    """``(discrete, groups)``: the mutable integer / binary / categorical features (indices)
+    and the one-hot groups of ``space``; ``None`` where every mutable feature is real."""
+    if not space.has_discrete:
+        return None
+    discrete = np.flatnonzero(space.mutable & (space.types != "real"))
+    return discrete, [np.asarray(g) for g in space.groups]
 
 
 def affine_matrices(net: Network, chunk: int = 512) -> dict[int, sp.csr_matrix]:
@@ -342,7 +355,7 @@ class _Program:
 
 
 def assemble(net: Network, matrices, x, y, nodes, margin, reverse, box_lo, box_hi, scale,
-             threat: LpThreat, r_ub: float, relations=None
+             threat: LpThreat, r_ub: float, relations=None, lattice=None
              ) -> tuple[_Program, list, list[int]] | None:
     """Every row of one input's MILP, in one place: the perturbation and its norm, the
     network, the decision change. Returns ``(program, u_terms, candidates)``, or ``None``
@@ -352,6 +365,8 @@ def assemble(net: Network, matrices, x, y, nodes, margin, reverse, box_lo, box_h
     ``margin[j]`` / ``reverse[j]`` are lower bounds of ``z_y - z_j`` / ``z_j - z_y``;
     ``relations`` (the feature space's) add their linear rows on ``x + u * scale``. The
     bounds, computed without the relations, stay valid (the program's set only shrinks).
+    ``lattice`` (:func:`lattice_of`) makes the discrete features' steps integral and keeps
+    each one-hot group one-hot; the bounds, computed on the relaxation, stay valid too.
 
     ``u_terms`` ``[(columns, sign)]`` give ``u`` (``sum sign * columns``)."""
     k_out = net.n_classes
@@ -379,6 +394,8 @@ def assemble(net: Network, matrices, x, y, nodes, margin, reverse, box_lo, box_h
         # relations between features, on x' = x + u * scale
         rel, rel_lo, rel_hi = relation_rows(relations, np.arange(d), x, scale, d)
         prog.constrain({u_sl: rel}, rel_lo, rel_hi)
+    if lattice is not None:
+        _lattice_rows(prog, u_sl, lattice, box_lo, box_hi, scale, d)
     # -- the network: node value = terms (column range -> matrix) + constant
     values: list[tuple[dict, np.ndarray]] = []
     for k, nd in enumerate(net.nodes):
@@ -421,6 +438,29 @@ def assemble(net: Network, matrices, x, y, nodes, margin, reverse, box_lo, box_h
     return prog, ([(u_sl, 1.0)]), candidates
 
 
+def _lattice_rows(prog: _Program, u_sl: tuple[int, int], lattice, box_lo: np.ndarray,
+                  box_hi: np.ndarray, scale: np.ndarray, d: int) -> None:
+    """Integer steps ``k = u * scale`` (raw units) of the discrete features, within the
+    search box; the steps of each one-hot group sum to zero."""
+    discrete, groups = lattice
+    if len(discrete) == 0:
+        return
+    m = len(discrete)
+    k_lo = np.ceil(box_lo[discrete] * scale[discrete] - 1e-9)
+    k_hi = np.floor(box_hi[discrete] * scale[discrete] + 1e-9)
+    k_sl = prog.add(np.minimum(k_lo, 0.0), np.maximum(k_hi, 0.0), integer=True)
+    pick = sp.csr_matrix((scale[discrete], (np.arange(m), discrete)), shape=(m, d))
+    prog.constrain({u_sl: pick, k_sl: -sp.identity(m, format="csr")}, np.zeros(m),
+                   np.zeros(m))
+    where = {int(f): c for c, f in enumerate(discrete)}
+    for g in groups:
+        cols = [where[int(f)] for f in g if int(f) in where]
+        if cols:
+            row = sp.csr_matrix((np.ones(len(cols)), (np.zeros(len(cols), int), cols)),
+                                shape=(1, m))
+            prog.constrain({k_sl: row}, [0.0], [0.0])
+
+
 def _relu_rows(prog: _Program, parent, zl: np.ndarray, zu: np.ndarray):
     """Rows of ``a = relu(z)`` for ``z`` = ``parent`` (terms, constant) within ``[zl, zu]``;
     returns ``a`` as (terms, constant)."""
@@ -454,9 +494,9 @@ def _relu_rows(prog: _Program, parent, zl: np.ndarray, zu: np.ndarray):
 
 
 def _solve_one(net, matrices, x, y, nodes, margin, reverse, box_lo, box_hi, scale, threat,
-               time_limit, r_ub, relations=None):
+               time_limit, r_ub, relations=None, lattice=None):
     built = assemble(net, matrices, x, y, nodes, margin, reverse, box_lo, box_hi, scale,
-                     threat, r_ub, relations)
+                     threat, r_ub, relations, lattice)
     if built is None:
         return math.inf, None, True  # no decision change inside the box: radius > r_ub
     prog, u_terms, _ = built
