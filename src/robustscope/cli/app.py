@@ -36,7 +36,8 @@ app = typer.Typer(
 )
 err_console = Console(stderr=True)
 #: Modules under robustscope.cli that add their own commands with ``register(app)``.
-COMMAND_MODULES: tuple[str, ...] = ("leaderboard", "scores", "image_grid", "run", "compare")
+COMMAND_MODULES: tuple[str, ...] = ("leaderboard", "scores", "image_grid", "run", "compare",
+                                    "verify")
 
 
 
