@@ -465,7 +465,7 @@ def _converted(path: Path, graph: OnnxGraph, example):
     try:
         module = onnx_to_torch(onnx.load(str(path)))
     except ModelError as exc:  # UnsupportedOnnx names the operator
-        return f"{exc} stopped the conversion to torch"
+        return str(exc)
     except Exception as exc:  # a malformed graph the converter did not foresee
         return f"the conversion to torch failed ({type(exc).__name__}: {exc})"
     try:
