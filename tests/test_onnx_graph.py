@@ -229,3 +229,73 @@ def test_not_an_onnx_file(tmp_path):
     (tmp_path / "bad.onnx").write_bytes(b"nope")
     with pytest.raises(ModelError, match="not a valid ONNX model"):
         load_model(tmp_path / "bad.onnx")
+
+
+# -- TorchScript and torch.export through the same reader -----------------------------------
+class ResidualCNN(torch.nn.Module):
+    """Conv, batch norm, a residual sum, max pooling, a linear head."""
+
+    def __init__(self, act: str = "relu") -> None:
+        super().__init__()
+        self.c1 = torch.nn.Conv2d(1, 4, 3, padding=1)
+        self.bn = torch.nn.BatchNorm2d(4)
+        self.c2 = torch.nn.Conv2d(4, 4, 3, padding=1)
+        self.pool = torch.nn.MaxPool2d(2)
+        self.fc = torch.nn.Linear(4 * 4 * 4, 3)
+        self.act = torch.tanh if act == "tanh" else torch.relu
+
+    def forward(self, x):
+        h = self.act(self.bn(self.c1(x)))
+        h = h + torch.relu(self.c2(h))
+        return self.fc(self.pool(h).flatten(1))
+
+
+def _cnn(act: str = "relu") -> ResidualCNN:
+    torch.manual_seed(0)
+    net = ResidualCNN(act).eval()
+    with torch.no_grad():
+        net.bn.running_var.uniform_(0.5, 2.0)
+        net.bn.running_mean.uniform_(-0.2, 0.2)
+    return net
+
+
+@pytest.mark.parametrize("kind", ["script", "export"])
+def test_torchscript_and_exported_cnns_are_read_into_layers(tmp_path, kind):
+    import warnings
+
+    net = _cnn()
+    X = RNG.uniform(0, 1, (4, 1, 8, 8)).astype(np.float32)
+    if kind == "script":
+        path = tmp_path / "cnn.pt"
+        torch.jit.script(net).save(str(path))
+    else:
+        path = tmp_path / "cnn.pt2"
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            program = torch.export.export(net, (torch.zeros(2, 1, 8, 8),), dynamic_shapes={
+                "x": {0: torch.export.Dim("batch")}})
+            torch.export.save(program, str(path))
+    clf = load_model(path, example=X[:2])
+    assert type(clf.module).__name__ == "OnnxModule"
+    assert "read into torch layers" in clf.load_note
+    with torch.no_grad():
+        want = net(torch.as_tensor(X)).numpy()
+    np.testing.assert_allclose(clf.logits(torch.as_tensor(X)).numpy(), want, atol=1e-5)
+    net_graph = read_network(clf.module, (1, 8, 8))
+    assert len(net_graph.relus) >= 2  # the ReLUs, and max pooling's as ReLUs
+
+
+def test_a_module_the_reader_cannot_take_is_kept_and_the_summary_says_why(tmp_path):
+    from robustscope import radius
+
+    net = _cnn("tanh")
+    torch.jit.script(net).save(str(tmp_path / "cnn.pt"))
+    X = RNG.uniform(0, 1, (2, 1, 8, 8)).astype(np.float32)
+    clf = load_model(tmp_path / "cnn.pt", example=X)
+    assert isinstance(clf.module, torch.jit.ScriptModule)
+    assert "Tanh" in clf.load_note and "not read into layers" in clf.load_note
+    with torch.no_grad():
+        y = net(torch.as_tensor(X)).argmax(1).numpy()
+    res = radius(clf, X, y, budget=50)
+    assert "no certified lower bound" in res.meta["certify_note"]
+    assert (res.lower_bound == 0).all()

@@ -271,9 +271,70 @@ def _wrap_fitted(module, example, device: str, exported: bool = False) -> Classi
         example = np.asarray(example).reshape(len(example), *shape)
         clf = wrap_model(module, input_shape=shape, device=device, example=example)
         clf.shape_note = note
+        _as_layers(clf, shape, example)
         return clf
     clf.shape_note = None
+    _as_layers(clf, have, example)
     return clf
+
+
+#: Layers of a TorchScript Sequential (its ``original_name``) and calls of a
+#: ``torch.export`` program that the bound propagation and the network MILP read as they
+#: are; a module with any other is read into torch layers (:func:`_as_layers`).
+_PLAIN_SCRIPT_LAYERS = frozenset({"Linear", "ReLU", "Flatten", "Identity"})
+_PLAIN_EXPORT_CALLS = frozenset({"aten.linear.default", "aten.relu.default",
+                                 "aten.flatten.using_ints"})
+
+
+def _plain(module) -> bool:
+    """Whether the bound propagation reads ``module`` as it is."""
+    if isinstance(module, torch.jit.ScriptModule):
+        return getattr(module, "original_name", None) == "Sequential" and all(
+            getattr(m, "original_name", type(m).__name__) in _PLAIN_SCRIPT_LAYERS
+            for m in module.children())
+    if isinstance(module, torch.fx.GraphModule):
+        return all(str(n.target) in _PLAIN_EXPORT_CALLS for n in module.graph.nodes
+                   if n.op == "call_function")
+    return True
+
+
+def _as_layers(clf: Classifier, shape, example) -> None:
+    """A TorchScript module or ``torch.export`` program that the bound propagation cannot
+    read as it is (convolutions, batch norms, pooling, residual sums, ...) is read into
+    torch layers through its ONNX export (:func:`robustscope.models.onnx_graph.
+    torch_via_onnx`, the ONNX reader), checked against the module itself on random inputs;
+    ``load_note`` says what was done, or why the module is kept as it is."""
+    module = getattr(clf, "module", None)
+    if module is None or shape is None or _plain(module):
+        return
+    from robustscope.models.onnx_graph import max_difference, torch_via_onnx
+
+    kind = "TorchScript module" if isinstance(module, torch.jit.ScriptModule) else \
+        "torch.export program"
+    shape = tuple(int(s) for s in shape)
+
+    def run(x: np.ndarray) -> np.ndarray:
+        with torch.no_grad():
+            return module(torch.as_tensor(x, dtype=clf.dtype, device=clf.device)
+                          ).detach().cpu().double().numpy()
+    try:
+        layers = torch_via_onnx(module, shape, clf.dtype)
+        diff, scale = max_difference(layers, run, shape, example)
+    except Exception as exc:  # the exporter and the reader raise many kinds
+        clf.load_note = (f"the {kind} was not read into layers for certified bounds "
+                         f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})")
+        log.info("%s", clf.load_note)
+        return
+    if not diff <= ONNX_MATCH_RTOL * (1 + scale):
+        clf.load_note = (f"the {kind} read into layers differs from it by {diff:.3g} on random "
+                         "inputs; kept as it is (no certified bounds)")
+        return
+    clf.module = layers.to(clf.device).eval()
+    for p in clf.module.parameters():
+        p.requires_grad_(False)
+    clf.load_note = (f"the {kind} was read into torch layers through its ONNX export (max "
+                     f"|logit difference| on random inputs {diff:.2g}), for gradients and "
+                     "certified bounds")
 
 
 #: The converted network is used when its logits are within this of ONNX Runtime's on

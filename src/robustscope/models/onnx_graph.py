@@ -21,7 +21,9 @@ module against ONNX Runtime on random inputs before using it (:func:`max_differe
 
 from __future__ import annotations
 
+import io
 import math
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -498,3 +500,24 @@ def max_difference(module: nn.Module, run, input_shape: tuple[int, ...],
     if have.shape != want.shape:
         return math.inf, float(np.abs(want).max())
     return float(np.abs(have - want).max()), float(np.abs(want).max())
+
+
+def torch_via_onnx(module: nn.Module, input_shape: tuple[int, ...],
+                   dtype: torch.dtype = torch.float32) -> OnnxModule:
+    """A TorchScript module (scripted or traced) or a ``torch.export`` program's module as
+    an :class:`OnnxModule`: exported to ONNX in memory (torch's TorchScript-based exporter;
+    an exported program is traced first), then read by :func:`onnx_to_torch`. Raises
+    :class:`UnsupportedOnnx` (or the exporter's error) where that fails."""
+    import onnx
+
+    example = torch.zeros(1, *input_shape, dtype=dtype)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if isinstance(module, torch.fx.GraphModule):
+            module = torch.jit.trace(module, example)
+        buf = io.BytesIO()
+        torch.onnx.export(module, example, buf, dynamo=False, input_names=["x"],
+                          output_names=["y"])
+    layers = onnx_to_torch(onnx.load_from_string(buf.getvalue()))
+    layers.notes = [n for n in layers.notes if "fixed batch" not in n]
+    return layers.to(dtype)
