@@ -10,9 +10,10 @@ from rich.console import Console
 
 from robustscope.cli.common import computing, reporting_errors
 
-#: How the radius bracket of a robustness property's center is certified; ``off``: no
-#: bracket (every property goes through the attack and the bounds at its own box).
-BRACKET_CHOICES = ("crown", "alpha-crown", "bab", "none", "off")
+#: How the radius bracket of a robustness property's center is certified (``milp``: the
+#: network MILP, ``radius(solver="exact")``); ``off``: no bracket (every property goes
+#: through the attack and the bounds at its own box).
+BRACKET_CHOICES = ("crown", "alpha-crown", "bab", "milp", "none", "off")
 
 
 def register(app: typer.Typer) -> None:

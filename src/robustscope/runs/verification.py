@@ -101,7 +101,9 @@ def answer(model: Classifier, spec: str | Path, timeout: float, certify: str = "
     cache = brackets if brackets is not None else {}
 
     def bracket(form: RobustnessForm) -> Bracket:
-        key = (hashlib.sha1(form.center.tobytes()).hexdigest(), form.label,
+        # centers read back from boxes of different eps differ by a rounding: keyed to 1e-9
+        # (the verdict widens the certificate by the distance between the two centers)
+        key = (hashlib.sha1(np.round(form.center, 9).tobytes()).hexdigest(), form.label,
                form.clip_lower, form.clip_upper)
         if key not in cache:
             cache[key] = robustness_bracket(model, form, timeout / 2, certify, seed)
@@ -116,10 +118,12 @@ def _no_bracket(form: RobustnessForm) -> Bracket:
 
 
 def run_instances(instances: list[Instance], certify: str = "crown", seed: int = 0,
-                  done: Callable[[Answer], None] | None = None) -> list[Answer]:
-    """Every instance's verdict, in order; ``done`` is called after each."""
+                  done: Callable[[Answer], None] | None = None,
+                  brackets: dict[Path, dict] | None = None) -> list[Answer]:
+    """Every instance's verdict, in order; ``done`` is called after each. ``brackets``,
+    where given, receives per network the radius brackets computed (by center key)."""
     models: dict[Path, Classifier] = {}
-    brackets: dict[Path, dict] = {}
+    brackets = {} if brackets is None else brackets
     out = []
     for inst in instances:
         t0 = time.perf_counter()

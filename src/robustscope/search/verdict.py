@@ -77,6 +77,10 @@ class Bracket:
     upper: float
     x_adv: np.ndarray | None
     seconds: float
+    #: the center ``(d,)`` the bracket is of (``None``: the property's own); a bracket
+    #: shared by properties whose boxes give centers a rounding apart certifies a box only
+    #: beyond its radius plus that distance
+    center: np.ndarray | None = None
 
 
 def spec_tolerance(y: np.ndarray, b: np.ndarray) -> float:
@@ -89,8 +93,9 @@ def spec_tolerance(y: np.ndarray, b: np.ndarray) -> float:
 def robustness_bracket(model: Classifier, form: RobustnessForm, time_limit: float,
                        certify: str = "crown", seed: int = 0) -> Bracket:
     """The radius bracket of ``form``'s center under Linf in the box ``[clip_lower,
-    clip_upper]``; ``certify`` (``radius(certify=...)``) certifies a torch network's lower
-    bound (a black box gets none), within ``time_limit`` seconds per exact method."""
+    clip_upper]``; ``certify`` (``radius(certify=...)``, or ``"milp"``: the network MILP,
+    ``radius(solver="exact")``) certifies a torch network's lower bound (a black box gets
+    none), within ``time_limit`` seconds per exact method."""
     from robustscope.search.engine import radius
     from robustscope.search.plan import SearchConfig
 
@@ -99,13 +104,15 @@ def robustness_bracket(model: Classifier, form: RobustnessForm, time_limit: floa
     x = form.center.reshape(1, *shape)
     space = FeatureSpace.box(shape, form.clip_lower, form.clip_upper)
     white = isinstance(model, TorchClassifier)
-    res = radius(model, x, np.array([form.label]), threat="linf", space=space,
+    solver = "exact" if certify == "milp" and white else "auto"
+    certify = "crown" if certify == "milp" else certify
+    res = radius(model, x, np.array([form.label]), threat="linf", space=space, solver=solver,
                  certify=certify if white else "none", seed=seed, threads=None,
                  config=SearchConfig(exact_time_limit=max(time_limit, 1.0)))
     found = np.isfinite(res.radius[0]) and res.status[0] != "censored"
     return Bracket(float(res.lower_bound[0]), float(res.radius[0]) if found else math.inf,
                    res.x_adv[0].reshape(-1).astype(np.float64) if found else None,
-                   time.perf_counter() - t0)
+                   time.perf_counter() - t0, form.center.copy())
 
 
 def verify_property(model: Classifier, prop: Property, timeout: float,
@@ -155,7 +162,8 @@ def verify_property(model: Classifier, prop: Property, timeout: float,
             found = check(b.x_adv[None])
             if found is not None:
                 return done(SAT, "radius bracket", found.x, found.y)
-        if b.lower > form.eps_outer:
+        shift = 0.0 if b.center is None else float(np.abs(b.center - form.center).max())
+        if b.lower > form.eps_outer + shift:
             return done(UNSAT, "radius bracket")
     if time.perf_counter() > deadline:
         return done(TIMEOUT, "")
