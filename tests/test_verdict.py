@@ -315,3 +315,19 @@ def test_verify_command_bad_input(tmp_path, onnx_net):
     (tmp_path / "i.csv").write_text("net.onnx,p.vnnlib\n")
     res = CliRunner().invoke(app, ["verify", "--instances", str(tmp_path / "i.csv")])
     assert res.exit_code == 2 and "row 1 has 2 fields" in res.output
+
+
+def test_a_shared_bracket_certifies_only_beyond_the_distance_between_centers():
+    lin = torch.nn.Linear(2, 2)
+    with torch.no_grad():
+        lin.weight.copy_(torch.tensor([[1.0, 0.0], [0.0, 0.0]]))
+        lin.bias.copy_(torch.tensor([0.0, 0.5]))
+    model = TorchClassifier(torch.nn.Sequential(lin), 2, (2,))
+    prop = parse_property(robustness_text(np.array([0.8, 0.5]), 0, 0.1, 2))
+    center = robustness_form(prop).center
+
+    def shared(shift):
+        return lambda form: Bracket(0.1 + 1e-3, np.inf, None, 0.0, center + shift)
+    assert verify_property(model, prop, 10, bracket=shared(0.0)).method == "radius bracket"
+    other = verify_property(model, prop, 10, bracket=shared(0.01))
+    assert other.result == UNSAT and other.method != "radius bracket"
