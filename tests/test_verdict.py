@@ -311,7 +311,7 @@ def test_verify_command_bad_input(tmp_path, onnx_net):
     spec.write_text("\n".join(_declare(5, 3) + _box([0] * 5, [1] * 5)
                               + ["(assert (>= Y_1 Y_0))"]))
     res = CliRunner().invoke(app, ["verify", "--model", str(path), "--spec", str(spec)])
-    assert res.exit_code == 2 and "declares 5 inputs" in res.output
+    assert res.exit_code == 2 and "declares 5 inputs" in res.output and "N×6×1" in res.output
     (tmp_path / "i.csv").write_text("net.onnx,p.vnnlib\n")
     res = CliRunner().invoke(app, ["verify", "--instances", str(tmp_path / "i.csv")])
     assert res.exit_code == 2 and "row 1 has 2 fields" in res.output

@@ -59,11 +59,21 @@ def register(app: typer.Typer) -> None:
             if model is None or spec is None:
                 raise InputError("give --model and --spec (or --instances)")
             check_outputs([("--out", out, None)], {"--model": model, "--spec": spec})
+            from robustscope.core.vnnlib import read_property
             from robustscope.models.loaders import load_model
             from robustscope.runs.verification import answer, result_text
 
-            with computing():
-                clf = load_model(model)
+            prop = read_property(spec)
+            center = (prop.lower + prop.upper) / 2
+            from robustscope.models.shapes import ShapeError
+
+            with computing():  # the box's center probes a model that needs an example
+                try:
+                    clf = load_model(model, example=center[None])
+                except ShapeError as exc:
+                    raise InputError(f"--spec {spec}: declares {prop.n_inputs} inputs X_i; "
+                                     f"the model takes {exc.takes.text()} "
+                                     f"({exc.takes.source})") from None
                 verdict = answer(clf, spec, timeout, bracket, seed=seed)
             text = result_text(verdict)
             if out is not None:

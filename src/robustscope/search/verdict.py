@@ -128,7 +128,8 @@ def verify_property(model: Classifier, prop: Property, timeout: float,
     center passes a cached one)."""
     t0 = time.perf_counter()
     deadline = t0 + float(timeout)
-    d = int(np.prod(model.input_shape)) if model.input_shape else prop.n_inputs
+    shape = tuple(model.input_shape) if model.input_shape else (prop.n_inputs,)
+    d = int(np.prod(shape))
     if d != prop.n_inputs:
         raise InputError(f"{prop.source}: declares {prop.n_inputs} inputs X_i; the model takes "
                          f"{d} values per input")
@@ -168,7 +169,7 @@ def verify_property(model: Classifier, prop: Property, timeout: float,
     if time.perf_counter() > deadline:
         return done(TIMEOUT, "")
     white = isinstance(model, TorchClassifier)
-    for points in _attack(model, prop, white, deadline, seed):
+    for points in _attack(model, prop, white, shape, deadline, seed):
         found = check(points)
         if found is not None:
             return done(SAT, "attack" if white else "random points", found.x, found.y)
@@ -181,7 +182,7 @@ def verify_property(model: Classifier, prop: Property, timeout: float,
                      "outputs with constants: no certified bounds")
         return done(UNKNOWN, "")
     try:
-        net = read_network(model.module, tuple(model.input_shape), "cpu")
+        net = read_network(model.module, shape, "cpu")
     except InputError as exc:
         notes.append(str(exc))
         return done(UNKNOWN, "")
@@ -244,7 +245,8 @@ def _order_only(prop: Property) -> bool:
     return True
 
 
-def _attack(model: Classifier, prop: Property, white: bool, deadline: float, seed: int):
+def _attack(model: Classifier, prop: Property, white: bool, shape: tuple[int, ...],
+            deadline: float, seed: int):
     """Batches of candidate points ``(m, d)`` in the box: projected gradient steps on the
     smallest disjunct violation (white box), or random points (black box)."""
     rng = np.random.default_rng(seed)
@@ -257,7 +259,6 @@ def _attack(model: Classifier, prop: Property, white: bool, deadline: float, see
                               np.where(rng.random((16, d)) < 0.5, lo, hi)])
         return
     dropped = getattr(model.module, "dropped", None)
-    shape = tuple(model.input_shape)
     lo_t, hi_t = torch.as_tensor(lo), torch.as_tensor(hi)
     width = (hi_t - lo_t).clamp_min(0)
     cs = [torch.as_tensor(c) for c, _ in prop.disjuncts]
