@@ -299,3 +299,9 @@ def test_a_module_the_reader_cannot_take_is_kept_and_the_summary_says_why(tmp_pa
     res = radius(clf, X, y, budget=50)
     assert "no certified lower bound" in res.meta["certify_note"]
     assert (res.lower_bound == 0).all()
+
+
+def test_a_constant_along_the_batch_dimension_is_refused():
+    nodes = [helper.make_node("Add", ["x", "c"], ["y"])]
+    with pytest.raises(UnsupportedOnnx, match="along the batch dimension"):
+        onnx_to_torch(make_graph(nodes, [1, 3], [2, 3], [_init("c", _w(2, 3))]))

@@ -331,11 +331,12 @@ class _Node:
             if self.op == "Div":
                 raise self.fail("division by a computed tensor")
             value, t, left = self.consts[x], y, True
-        shape = self.shape(self.args.index(t))
-        if np.ndim(value) > len(shape) + 1:
-            raise self.fail(f"a constant of shape {np.shape(value)} broadcast over the batch")
-        if np.ndim(value) == len(shape) + 1 and np.shape(value)[0] != 1:
-            raise self.fail(f"a constant of shape {np.shape(value)} with a batch dimension")
+        shape = self.shape(self.args.index(t))  # (1, ...): the batch dimension included
+        if np.ndim(value) > len(shape):
+            raise self.fail(f"a constant of shape {np.shape(value)} broadcast over a tensor "
+                            f"of shape {shape}")
+        if np.ndim(value) == len(shape) and np.shape(value)[0] != 1:
+            raise self.fail(f"a constant of shape {np.shape(value)} along the batch dimension")
         return Step(Constant(self.op, value, left and self.op == "Sub"), (t,), out)
 
     def _conv(self) -> nn.Module:
