@@ -108,6 +108,7 @@ def main() -> None:
     ratio_rows = []
     contradictions = []
     for depth in (int(d) for d in args.depths.split(",")):
+        torch.manual_seed(depth)  # the initial weights: the same networks on every run
         net = train(mlp(depth), Xtr, ytr, args.epochs)
         with torch.no_grad():
             acc = float((net(torch.as_tensor(Xva, dtype=torch.float32)).argmax(1).numpy()
