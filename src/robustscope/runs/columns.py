@@ -95,7 +95,9 @@ def load_model_for(path, ds: Dataset, what: str, **options) -> object:
 
 def match_columns(ds: Dataset, model: object, what: str = "data") -> tuple[Dataset, str | None]:
     """:func:`match_names`, then flat rows reshaped to the shape the model takes where its
-    loader found they fit (``model.shape_note``, :func:`load_model_for`); the note says both."""
+    loader found they fit (``model.shape_note``, :func:`load_model_for`); the note says both,
+    and what the loader did to read the file (``model.load_note``: an ONNX graph converted to
+    torch or served as a black box)."""
     ds, note = match_names(ds, model, what)
     shape_note = getattr(model, "shape_note", None)
     shape = getattr(model, "input_shape", None)
@@ -103,6 +105,9 @@ def match_columns(ds: Dataset, model: object, what: str = "data") -> tuple[Datas
         X = np.asarray(ds.X).reshape(len(ds.X), *shape)
         ds = Dataset(X, ds.y, ds.feature_names)
         note = shape_note if note is None else f"{note}; {shape_note}"
+    load_note = getattr(model, "load_note", None)  # how the loader read the file (ONNX)
+    if load_note:
+        note = load_note if note is None else f"{note}; {load_note}"
     return ds, note
 
 

@@ -71,6 +71,28 @@ def certifier(model: Classifier, threat, statement: Statement, solver: str, cert
     return None if net is None else Certifier(net, "auto")
 
 
+def uncertified_reason(model: Classifier, threat, statement: Statement, solver: str,
+                       certify: str, shape: tuple[int, ...]) -> str | None:
+    """Why ``certify="auto"`` gives a network no certified lower bound (for the summary), or
+    ``None`` where it does or where no network is involved (a linear model or trees get
+    their exact solver instead)."""
+    if certify != "auto" or solver not in ("auto", "exact"):
+        return None
+    if getattr(model, "onnx_graph", None) is not None and not isinstance(model,
+                                                                         TorchClassifier):
+        return (f"{model.name} is served by ONNX Runtime as a black box (its graph did not "
+                "convert to torch), so no certified lower bound")
+    if not isinstance(model, TorchClassifier):
+        return None
+    if not isinstance(threat, LpThreat) or statement.target is not None:
+        return None
+    try:
+        read_network(model.module, tuple(shape), model.device)
+    except InputError as exc:
+        return f"no certified lower bound: {exc}"
+    return None
+
+
 def certify_bounds(state: BatchState, active: torch.Tensor, certifier: Certifier) -> None:
     """Torch networks: the largest strength at which bound propagation proves the decision,
     by bisection below the attack's radius (``max_radius`` where it found none); kept where

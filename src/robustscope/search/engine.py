@@ -50,6 +50,7 @@ from robustscope.models.base import Classifier
 from robustscope.models.names import feature_names
 from robustscope.search.batch import Outputs, SearchSettings, search_batch
 from robustscope.search.certification import certifier as make_certifier
+from robustscope.search.certification import uncertified_reason
 from robustscope.search.exact import exact_kind
 from robustscope.search.notes import solver_notes
 from robustscope.search.options import OPTIONS, check_options
@@ -190,6 +191,8 @@ def _radius(model, X, y, threat, space, solver, max_radius, budget, rtol, seed, 
     # networks get their MILP only when asked for; linear models and trees by default
     used_exact = kind if solver == "exact" or (solver == "auto" and kind != "relu") else None
     certifier = make_certifier(model, threat, statement, solver, certify, X.shape[1:])
+    uncertified = None if certifier is not None else uncertified_reason(
+        model, threat, statement, solver, certify, X.shape[1:])
     n = len(X)
     stages = StageLedger()
     ledger = open_ledger(model, n, budget, stages)
@@ -221,6 +224,7 @@ def _radius(model, X, y, threat, space, solver, max_radius, budget, rtol, seed, 
                                     out.status[searched]),
               "attack_plan": None if out.plan is None else out.plan.as_dict(),
               "certify": None if certifier is None else certifier.method,
+              **({} if uncertified is None else {"certify_note": uncertified}),
               "certify_seconds_per_input": None if certifier is None
               else certifier.seconds_per_input,
               "converged": out.converged.tolist()},
