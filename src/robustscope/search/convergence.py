@@ -77,14 +77,17 @@ def converge(state: BatchState, sub: torch.Tensor, plan: AttackPlan, grad_cost: 
     refine = torch.zeros(n, dtype=torch.bool, device=device)  # the last round won
     steps, long_steps = config.converge_steps, config.converge_minnorm_steps
     cost = max(steps, long_steps) * grad_cost + 1 + plan.line_steps
-    targets = _ranking(state, sub[state.still_open(sub, probes=False)], grad_cost)
+    # the ranking only for the inputs that can pay for it and a round after it
+    first = sub[state.still_open(sub, probes=False) & torch.isfinite(state.best_r[sub])]
+    left = _left(state, first, ceiling)
+    ranking_cost = (state.model.n_classes - 1) * grad_cost
+    targets = _ranking(state, first[torch.as_tensor(left >= cost + ranking_cost,
+                                                    device=device)], grad_cost)
     for _ in range(config.converge_max_rounds):
         done = done | (fails >= patience)
         open_ = sub[state.still_open(sub, probes=False) & ~done[sub]
                     & torch.isfinite(state.best_r[sub])]
-        owners = state.owners[open_.cpu().numpy()]
-        left = np.minimum(ceiling - state.ledger.used(owners), state.ledger.remaining(owners))
-        open_ = open_[torch.as_tensor(left >= cost, device=device)]
+        open_ = open_[torch.as_tensor(_left(state, open_, ceiling) >= cost, device=device)]
         if len(open_) == 0:
             break
         before = state.best_r[open_].clone()
@@ -111,6 +114,12 @@ def converge(state: BatchState, sub: torch.Tensor, plan: AttackPlan, grad_cost: 
         turn[open_] += (~descend).long()
     done = done | (fails >= patience)
     state.converged[sub] = done[sub] | ~state.still_open(sub, probes=False)
+
+
+def _left(state: BatchState, rows: torch.Tensor, ceiling: int) -> np.ndarray:
+    """``(len(rows),)`` passes each input may still spend: under the ceiling and its budget."""
+    owners = state.owners[rows.cpu().numpy()]
+    return np.minimum(ceiling - state.ledger.used(owners), state.ledger.remaining(owners))
 
 
 def weigh_round(won: torch.Tensor, descend: torch.Tensor, margin: torch.Tensor,
