@@ -240,6 +240,8 @@ BAD_INPUT = {
     "leaderboard": (["leaderboard", "--accuracies", "{tmp}/nope.json"], "not found"),
     "image-grid": (["image-grid", "--model", "{tmp}/net.pt", "--data", "{tmp}/nope.npz",
                     "--out", "{tmp}/acc.json"], "nope.npz does not exist"),
+    "verify": (["verify", "--model", "{tmp}/net.onnx", "--spec", "{tmp}/nope.vnnlib"],
+               "nope.vnnlib: cannot be read"),
     # option values that typer itself refuses get the same one line and code
     "radius --threat": (["radius", "--model", "m.json", "--data", "d.csv", "--out", "r.csv",
                          "--threat", "l7"], "'l7' is not one of"),

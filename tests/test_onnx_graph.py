@@ -204,7 +204,7 @@ def test_fixed_batch_and_trailing_axis_load_as_a_white_box(tmp_path):
 def test_unsupported_operator_falls_back_to_the_black_box_row_by_row(tmp_path, caplog):
     model = _mlp_784x1(tmp_path / "net.onnx", activation="Tanh")
     X = RNG.uniform(0, 1, (15, 12))
-    with caplog.at_level(logging.WARNING):
+    with caplog.at_level(logging.WARNING, logger="robustscope"):
         clf = load_model(tmp_path / "net.onnx", example=X[:2])
     assert isinstance(clf, ProbaClassifier)
     assert "ONNX operator Tanh" in caplog.text and "black box" in caplog.text

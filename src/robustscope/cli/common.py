@@ -210,9 +210,10 @@ def print_version(value: bool) -> None:
 
 
 def quiet_logging(quiet: bool) -> None:
-    """With ``quiet``, show only errors from the ``robustscope`` loggers."""
-    if quiet:
-        logging.getLogger("robustscope").setLevel(logging.ERROR)
+    """With ``quiet``, show only errors from the ``robustscope`` loggers; without it, their
+    level is the root's again (a quiet command earlier in the same process must not silence
+    this one)."""
+    logging.getLogger("robustscope").setLevel(logging.ERROR if quiet else logging.NOTSET)
 
 
 class _Choices:
