@@ -331,3 +331,45 @@ def test_a_shared_bracket_certifies_only_beyond_the_distance_between_centers():
     assert verify_property(model, prop, 10, bracket=shared(0.0)).method == "radius bracket"
     other = verify_property(model, prop, 10, bracket=shared(0.01))
     assert other.result == UNSAT and other.method != "radius bracket"
+
+
+def test_an_answer_counts_every_row_the_model_saw():
+    """Checks and attack go through one ledger: the verdict's passes equal the rows the
+    network itself computed, forward and backward (counted by hooks), and a bracket shared by
+    two properties is paid by the first answer only. The bound engine (float64) applies the
+    network's layers to shapes and bounds, as in radius(): no query, not counted; the model
+    itself runs in float32."""
+    net = _net(3)
+    model = TorchClassifier(net, 3, (3,))
+    rows = {"forward": 0, "backward": 0}
+
+    def forward(module, inputs, output):
+        x = inputs[0]
+        if x.dtype == torch.float32:
+            rows["forward"] += x.shape[0]
+
+    net[0].register_forward_hook(forward)
+    net[0].register_full_backward_hook(lambda m, gi, go: rows.__setitem__(
+        "backward", rows["backward"] + go[0].shape[0]))
+    rng = np.random.default_rng(5)
+    answered = 0
+    for _ in range(6):
+        prop = parse_property(_random_property(rng, 3, 3))
+        before = rows["forward"] + rows["backward"]
+        verdict = verify_property(model, prop, timeout=10, seed=0,
+                                  bracket=lambda form: Bracket(0.0, np.inf, None, 0.0))
+        spent = rows["forward"] + rows["backward"] - before
+        assert verdict.queries == spent > 0
+        answered += verdict.result in (SAT, UNSAT)
+    assert answered >= 3
+    shared = Bracket(0.0, np.inf, None, 0.0, queries=40)
+    x = np.array([0.5, 0.5, 0.5])
+    with torch.no_grad():
+        label = int(net(torch.as_tensor(x, dtype=torch.float32)[None]).argmax())
+    costs = []
+    for eps in (0.05, 0.1):
+        prop = parse_property(robustness_text(x, label, eps, 3))
+        before = rows["forward"] + rows["backward"]
+        verdict = verify_property(model, prop, timeout=10, bracket=lambda form: shared)
+        costs.append(verdict.queries - (rows["forward"] + rows["backward"] - before))
+    assert costs == [40, 0]

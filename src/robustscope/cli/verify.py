@@ -83,7 +83,8 @@ def register(app: typer.Typer) -> None:
             if not quiet:
                 how = f" by {verdict.method}" if verdict.method else ""
                 console.print(f"{model.name} · {spec.name}: {verdict.result}{how} in "
-                              f"{verdict.seconds:.2f} s", highlight=False)
+                              f"{verdict.seconds:.2f} s, {verdict.queries} model passes",
+                              highlight=False)
                 note = getattr(clf, "load_note", None)
                 for line in ([note] if note else []) + verdict.notes:
                     console.print(f"note: {line}", highlight=False)
@@ -108,14 +109,14 @@ def _run_list(path: Path, out_dir: Path | None, bracket: str, seed: int, quiet: 
         n = len(records)
         records.append({"onnx": inst.onnx.name, "vnnlib": inst.vnnlib.name,
                         "timeout": inst.timeout, "result": v.result, "method": v.method,
-                        "seconds": round(v.seconds, 3)})
+                        "seconds": round(v.seconds, 3), "queries": v.queries})
         if out_dir is not None:
             name = f"{n:04d}_{inst.onnx.stem}_{inst.vnnlib.stem}.txt"
             atomic_write(out_dir / name, lambda p: p.write_text(result_text(v)))
         if not quiet:
             console.print(f"{n + 1}/{len(rows)} {inst.onnx.name} {inst.vnnlib.name}: "
                           f"{v.result}" + (f" ({v.method})" if v.method else "")
-                          + f" {v.seconds:.2f} s", highlight=False)
+                          + f" {v.seconds:.2f} s, {v.queries} passes", highlight=False)
         else:
             console.print(v.result, highlight=False)
 
@@ -129,8 +130,11 @@ def _run_list(path: Path, out_dir: Path | None, bracket: str, seed: int, quiet: 
     counts = table["result"].value_counts()
     solved = int(counts.get("sat", 0) + counts.get("unsat", 0))
     columns = (Col("instances"), Col("solved"), Col("sat"), Col("unsat"), Col("unknown"),
-               Col("timeout"), Col("mean s"), Col("max s"))
+               Col("timeout"), Col("mean s"), Col("max s"),
+               Col("passes", priority=1, note="passes: model rows (forward + backward) of "
+                   "all instances, radius brackets included"))
     row = [str(len(table)), str(solved), *(str(int(counts.get(k, 0))) for k in
                                             ("sat", "unsat", "unknown", "timeout")),
-           f"{table['seconds'].mean():.2f}", f"{table['seconds'].max():.2f}"]
+           f"{table['seconds'].mean():.2f}", f"{table['seconds'].max():.2f}",
+           str(int(table["queries"].sum()))]
     console.print(fitted_table(f"{path.name}", columns, [row], console))

@@ -37,8 +37,9 @@ import torch
 from robustscope.core.errors import InputError
 from robustscope.core.space import FeatureSpace
 from robustscope.core.vnnlib import Property, RobustnessForm, robustness_form
-from robustscope.models.base import Classifier
+from robustscope.models.base import Classifier, QueryLedger
 from robustscope.models.torch_model import TorchClassifier
+from robustscope.search.metering import charged
 from robustscope.solvers.bounds.branch import prove
 from robustscope.solvers.bounds.certify import MARGIN_ULPS
 from robustscope.solvers.bounds.domain import Domain, make_domain
@@ -66,6 +67,9 @@ class Verdict:
     x: np.ndarray | None = None
     y: np.ndarray | None = None
     notes: list[str] = field(default_factory=list)
+    #: model passes (forward + backward rows) this answer cost: its checks, its attack and,
+    #: where this call was the first to need it, the radius bracket's search
+    queries: int = 0
 
 
 @dataclass
@@ -81,6 +85,10 @@ class Bracket:
     #: shared by properties whose boxes give centers a rounding apart certifies a box only
     #: beyond its radius plus that distance
     center: np.ndarray | None = None
+    #: model passes the bracket's radius search cost, and whether an answer has counted them
+    #: already (a bracket shared by several properties is paid by the first)
+    queries: int = 0
+    counted: bool = False
 
 
 def spec_tolerance(y: np.ndarray, b: np.ndarray) -> float:
@@ -112,7 +120,7 @@ def robustness_bracket(model: Classifier, form: RobustnessForm, time_limit: floa
     found = np.isfinite(res.radius[0]) and res.status[0] != "censored"
     return Bracket(float(res.lower_bound[0]), float(res.radius[0]) if found else math.inf,
                    res.x_adv[0].reshape(-1).astype(np.float64) if found else None,
-                   time.perf_counter() - t0, form.center.copy())
+                   time.perf_counter() - t0, form.center.copy(), int(res.queries[0]))
 
 
 def verify_property(model: Classifier, prop: Property, timeout: float,
@@ -133,11 +141,23 @@ def verify_property(model: Classifier, prop: Property, timeout: float,
     if d != prop.n_inputs:
         raise InputError(f"{prop.source}: declares {prop.n_inputs} inputs X_i; the model takes "
                          f"{d} values per input")
-    confirm = confirm or _model_outputs(model)
+    # every model call of this answer is charged to one ledger: the model's own calls through
+    # a metered view, a confirmation by another runtime (the file itself) row by row
+    ledger = QueryLedger(1)
+    view = charged(model, ledger, np.zeros(1, dtype=np.int64))
+    if confirm is None:
+        confirm = _model_outputs(view)
+    else:
+        outside = confirm
+
+        def confirm(points: np.ndarray) -> np.ndarray:
+            ledger.forward[0] += len(points)
+            return outside(points)
     notes: list[str] = []
 
     def done(result: str, method: str, x=None, y=None) -> Verdict:
-        return Verdict(result, method, time.perf_counter() - t0, x, y, notes)
+        return Verdict(result, method, time.perf_counter() - t0, x, y, notes,
+                       int(ledger.used()[0]))
 
     def check(points: np.ndarray) -> Verdict | None:
         points = np.clip(np.asarray(points, dtype=np.float64).reshape(-1, d),
@@ -159,6 +179,9 @@ def verify_property(model: Classifier, prop: Property, timeout: float,
     if form is not None:
         b = bracket(form) if bracket is not None else robustness_bracket(
             model, form, max(deadline - time.perf_counter(), 1.0) / 2, seed=seed)
+        if not b.counted:
+            ledger.forward[0] += b.queries  # the radius search's own ledger, counted once
+            b.counted = True
         if b.x_adv is not None and b.upper <= form.eps_inner:
             found = check(b.x_adv[None])
             if found is not None:
@@ -169,7 +192,7 @@ def verify_property(model: Classifier, prop: Property, timeout: float,
     if time.perf_counter() > deadline:
         return done(TIMEOUT, "")
     white = isinstance(model, TorchClassifier)
-    for points in _attack(model, prop, white, shape, deadline, seed):
+    for points in _attack(view, prop, white, shape, deadline, seed):
         found = check(points)
         if found is not None:
             return done(SAT, "attack" if white else "random points", found.x, found.y)
@@ -268,16 +291,19 @@ def _attack(model: Classifier, prop: Property, white: bool, shape: tuple[int, ..
     for it in range(ATTACK_STEPS):
         if time.perf_counter() > deadline:
             return
-        x.requires_grad_(True)
-        out = model.module(x.reshape(len(x), *shape).to(model.dtype)).double()
-        if dropped == "Softmax":
-            out = torch.softmax(out, 1)
-        elif dropped == "LogSoftmax":
-            out = torch.log_softmax(out, 1)
-        # a disjunct holds where its largest row violation C Y - b is <= 0
-        viol = torch.stack([(out @ c.T - b).amax(dim=1) for c, b in zip(cs, bs, strict=True)],
-                           dim=1).amin(dim=1)
-        (grad,) = torch.autograd.grad(viol.sum(), x)
+        def violation(logits: torch.Tensor) -> torch.Tensor:
+            out = logits.double()
+            if dropped == "Softmax":
+                out = torch.softmax(out, 1)
+            elif dropped == "LogSoftmax":
+                out = torch.log_softmax(out, 1)
+            # a disjunct holds where its largest row violation C Y - b is <= 0
+            return torch.stack([(out @ c.T - b).amax(dim=1)
+                                for c, b in zip(cs, bs, strict=True)], dim=1).amin(dim=1)
+
+        # one forward and one backward pass per row, charged by the metered view
+        _, viol, grad = model.value_and_grad(x.reshape(len(x), *shape), violation)
+        grad = grad.reshape(len(x), -1)
         with torch.no_grad():
             if it % 10 == 0 or bool((viol <= 0).any()):
                 yield x.detach().numpy().copy()
