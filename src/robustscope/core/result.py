@@ -203,10 +203,10 @@ class RadiusResult:
     @property
     def converged(self) -> np.ndarray:
         """``(n,)`` int64 per input: 1 its radius converged (exact, a closed certified
-        bracket, or ``converge_patience`` attacks from independent starts failed to beat it by
-        ``rtol``), -1 the search stopped at its ceiling or budget while the radius could still
-        fall, 0 not assessed (no convergence rounds ran: black boxes, ``converge_ceiling=None``;
-        censored and failed rows)."""
+        bracket, or a whole cycle of attacks from independent starts failed to beat it by
+        ``rtol``: :mod:`robustscope.search.convergence`), -1 the search stopped at its
+        ceiling or budget while the radius could still fall, 0 not assessed (no convergence
+        rounds ran: black boxes, ``converge_ceiling=None``; censored and failed rows)."""
         values = self.meta.get("converged")
         if values is None or len(values) != len(self):
             return np.zeros(len(self), dtype=np.int64)
