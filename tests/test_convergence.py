@@ -145,7 +145,7 @@ def test_a_closed_bracket_spends_no_round():
     assert (rounds.converged == 1).all()
 
 
-def test_black_boxes_are_not_assessed():
+def test_black_boxes_are_assessed_by_their_step_down_search():
     from sklearn.linear_model import LogisticRegression
 
     from robustscope.models.wrap import wrap_model
@@ -154,14 +154,19 @@ def test_black_boxes_are_not_assessed():
     X = rng.normal(size=(60, 4))
     y = (X[:, 0] + X[:, 1] > 0).astype(int)
     clf = LogisticRegression().fit(X, y)
-    res = rs.radius(wrap_model(clf.predict_proba, n_classes=2), X[:5], y[:5], threat="linf",
-                    budget=300)
-    attacked = res.status == "attacked"
+    box = wrap_model(clf.predict_proba, n_classes=2)
+    roomy = rs.radius(box, X[:5], y[:5], threat="linf", budget=5000)
+    attacked = roomy.status == "attacked"
     assert attacked.any()
-    assert (res.converged[attacked] == 0).all()
+    assert (roomy.converged[attacked] == 1).all()
     # a misclassified input's radius is 0 whatever the search: settled
-    assert (res.converged[res.status == "misclassified"] == 1).all()
-    assert res.summary()["not_converged"] == 0
+    assert (roomy.converged[roomy.status == "misclassified"] == 1).all()
+    assert roomy.summary()["not_converged"] == 0
+    # a budget too small to finish: still falling, counted, never converged
+    tight = rs.radius(box, X[:5], y[:5], threat="linf", budget=20)
+    attacked = tight.status == "attacked"
+    assert attacked.any() and (tight.converged[attacked] == -1).all()
+    assert tight.summary()["not_converged"] == int(attacked.sum())
 
 
 def test_rounds_on_images_keep_their_shape():

@@ -15,8 +15,10 @@ from robustscope.models.metered import MeteredModel
 from robustscope.solvers.attacks.decision.cube_search import cube_search
 from robustscope.solvers.attacks.decision.gradient_free import gradient_free
 from robustscope.solvers.attacks.decision.hop_skip_jump import hop_skip_jump
+from robustscope.solvers.attacks.decision.step_down import step_down_search
 
-SOLVERS = {"hsj": hop_skip_jump, "cube": cube_search, "cascade": gradient_free}
+SOLVERS = {"hsj": hop_skip_jump, "cube": cube_search, "step": step_down_search,
+           "cascade": gradient_free}
 
 
 def _linear_problem(d: int = 8, n: int = 12, seed: int = 0):
@@ -129,9 +131,10 @@ def test_label_only_model():
 def test_cascade_is_no_worse_than_its_first_stage():
     model, space, x, y, exact = _linear_problem(n=8, seed=4)
     g = lambda: torch.Generator().manual_seed(3)  # noqa: E731
-    cube = cube_search(model, x, y, space, "linf", budget=2000, generator=g())
-    both = gradient_free(model, x, y, space, "linf", budget=2000, generator=g())
-    assert (both.radius <= cube.radius + 1e-12).all()
+    first = step_down_search(model, x, y, space, "linf", budget=2000, generator=g())
+    both = gradient_free(model, x, y, space, "linf", budget=2000, generator=g(),
+                         linear_steps=False)
+    assert (both.radius <= first.radius + 1e-12).all()
     assert (both.forward_queries <= 2000).all()
     assert (both.radius >= exact["linf"] * (1 - 1e-9)).all()
 
@@ -148,3 +151,55 @@ def test_image_shaped_float32_inputs():
     assert run.x_adv.shape == x.shape and run.x_adv.dtype == torch.float32
     assert ((model.predict(run.x_adv) != y).numpy() == run.found).all()
     assert ((run.x_adv >= 0) & (run.x_adv <= 1)).all()
+
+
+def test_step_down_stops_on_evidence_and_says_so():
+    """With budget to spare the step-down search stops an input when its explorations keep
+    failing (converged, fewer queries than the budget); with a budget too small to finish,
+    the input is reported as still falling, never as converged."""
+    model, space, x, y, exact = _linear_problem(n=8, seed=2)
+    roomy = step_down_search(model, x, y, space, "linf", budget=20_000,
+                             generator=torch.Generator().manual_seed(0))
+    found = roomy.found
+    assert found.sum() >= 6  # the rest have no start within the box of scaled radius 1
+    assert (roomy.meta["converged"][found] == 1).all()
+    assert (roomy.meta["converged"][~found] == 0).all()
+    assert (roomy.forward_queries < 20_000).all()
+    assert np.median(roomy.radius[found] / exact["linf"][found]) < 1.02
+    tight = step_down_search(model, x, y, space, "linf", budget=12,
+                             generator=torch.Generator().manual_seed(0))
+    assert (tight.forward_queries <= 12).all()
+    assert (tight.meta["converged"][tight.found] == -1).all()
+
+
+def test_step_down_skips_proposals_that_project_onto_the_point_held():
+    """Two integer features of scale 100: inside a ball of radius below 0.01 every move
+    rounds back to the input, so none of them may cost a query."""
+    space = FeatureSpace.from_arrays([0, 0], [100, 100], types=["integer", "integer"])
+
+    def proba(a):
+        p1 = 1 / (1 + np.exp(-(a[:, 0] + a[:, 1] - 100.5)))
+        return np.stack([1 - p1, p1], axis=1)
+
+    model = ProbaClassifier(proba, 2, (2,))
+    x = torch.tensor([[50.0, 50.0]], dtype=torch.float64)  # one step from the boundary
+    y = model.predict(x)
+    run = step_down_search(model, x, y, space, "linf", budget=400,
+                           generator=torch.Generator().manual_seed(0))
+    assert run.found.all() and np.isclose(run.radius[0], 0.01)
+    # the search converged long before the budget: moves inside the lattice's gaps were free
+    assert run.meta["converged"][0] == 1 and run.forward_queries[0] < 100
+
+
+def test_boundary_steps_solve_a_smooth_model_in_few_queries():
+    """On a linear model the linearised step is exact: the cascade's first stage lands within
+    the bisection's tolerance of the closed form after one finite-difference gradient."""
+    model, space, x, y, exact = _linear_problem(n=8, seed=5)
+    for threat in ("linf", "l2"):
+        run = gradient_free(model, x, y, space, threat, budget=120,
+                            generator=torch.Generator().manual_seed(0))
+        found = run.found
+        assert found.sum() >= 6
+        ratio = run.radius[found] / exact[threat][found]
+        assert (ratio >= 1 - 1e-9).all() and np.median(ratio) < 1.03
+        assert (run.forward_queries <= 120).all()

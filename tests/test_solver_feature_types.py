@@ -13,6 +13,7 @@ from robustscope.models.blackbox import ProbaClassifier
 from robustscope.solvers.attacks.decision.cube_search import cube_search
 from robustscope.solvers.attacks.decision.gradient_free import gradient_free
 from robustscope.solvers.attacks.decision.hop_skip_jump import hop_skip_jump
+from robustscope.solvers.attacks.decision.step_down import step_down_search
 
 
 @st.composite
@@ -48,11 +49,12 @@ def problems(draw):
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(problems(), st.sampled_from(["hsj", "cube", "cascade"]))
+@given(problems(), st.sampled_from(["hsj", "cube", "step", "cascade"]))
 def test_candidates_respect_feature_types(problem, solver):
     model, space, x, threat, seed = problem
     y = model.predict(x)
-    fn = {"hsj": hop_skip_jump, "cube": cube_search, "cascade": gradient_free}[solver]
+    fn = {"hsj": hop_skip_jump, "cube": cube_search, "step": step_down_search,
+          "cascade": gradient_free}[solver]
     run = fn(model, x, y, space, threat, budget=150, generator=torch.Generator().manual_seed(seed))
     cand = run.x_adv.numpy()
     space.check_data(cand, "candidates")  # bounds, integers, binaries, one-hot groups
@@ -80,7 +82,7 @@ def test_integer_feature_radius_is_exact_on_the_lattice():
     x = torch.tensor([[3.0, 0.5], [1.0, 0.2]], dtype=torch.float64)
     y = model.predict(x)
     exact = np.array([0.3, 0.5])
-    for fn in (hop_skip_jump, cube_search):
+    for fn in (hop_skip_jump, cube_search, step_down_search):
         run = fn(model, x, y, space, "linf", budget=800)
         # never below the lattice radius; above it only by the solver's tolerance (1%)
         assert (run.radius >= exact - 1e-12).all() and (run.radius <= exact * 1.01).all()

@@ -88,7 +88,7 @@ ROW_SCHEMA: tuple[Column, ...] = (
     Column("converged", "int64", "1: the radius converged (exact, a closed certified bracket, "
            "or attacks from independent starts failed to beat it by rtol); -1: still moving "
            "when the search reached its ceiling or budget (raise it); 0: not assessed (a "
-           "search without convergence rounds, e.g. a black box, or censored)",
+           "search without convergence rounds or step-down search, or censored)",
            table=EXTRA, derived=True, fill=0),
     Column("forward_queries", "int64", "forward model passes", table=EXTRA, fill=0),
     Column("backward_queries", "int64", "backward (gradient) passes", table=EXTRA, fill=0),
@@ -204,9 +204,12 @@ class RadiusResult:
     def converged(self) -> np.ndarray:
         """``(n,)`` int64 per input: 1 its radius converged (exact, a closed certified
         bracket, or a whole cycle of attacks from independent starts failed to beat it by
-        ``rtol``: :mod:`robustscope.search.convergence`), -1 the search stopped at its
-        ceiling or budget while the radius could still fall, 0 not assessed (no convergence
-        rounds ran: black boxes, ``converge_ceiling=None``; censored and failed rows)."""
+        ``rtol``: :mod:`robustscope.search.convergence`; on a black box, the step-down
+        search's explorations kept failing: :mod:`robustscope.solvers.attacks.decision.
+        step_down`), -1 the search stopped at its ceiling or budget while the radius could
+        still fall, 0 not assessed (no convergence rounds or step-down search ran:
+        ``converge_ceiling=None``, ``solver="minnorm"`` / ``"pgd"``; censored and failed
+        rows)."""
         values = self.meta.get("converged")
         if values is None or len(values) != len(self):
             return np.zeros(len(self), dtype=np.int64)

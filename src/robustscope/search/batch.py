@@ -108,9 +108,10 @@ class Outputs:
         self.loss = np.zeros(n)
         self.seconds = np.zeros(n)
         #: per input (``RadiusResult.converged``): 1 the radius converged (exact, a closed
-        #: certified bracket, no search needed, or the evidence of the convergence rounds),
-        #: -1 the rounds ran and stopped at the ceiling or the budget first, 0 not assessed
-        #: (no rounds ran, or censored)
+        #: certified bracket, no search needed, or the evidence of the convergence rounds or
+        #: of the black-box step-down search), -1 the rounds or the step-down search ran and
+        #: stopped at the ceiling or the budget first, 0 not assessed (censored, or a solver
+        #: other than auto / exact)
         self.converged = np.zeros(n, dtype=np.int64)
         self.plan: AttackPlan | None = None
 
@@ -195,8 +196,8 @@ def search_batch(settings: SearchSettings, X: np.ndarray, labels: np.ndarray, id
     settled = (state.converged | state.exact | wrong).cpu().numpy()
     settled |= ~state.still_open(torch.arange(len(idx), device=state.x.device),
                                  probes=False).cpu().numpy()
-    out.converged[idx] = np.where(found & settled, 1,
-                                  np.where(found & rounds_ran(s, state), -1, 0))
+    falling = rounds_ran(s, state) | state.still_falling.cpu().numpy()
+    out.converged[idx] = np.where(found & settled, 1, np.where(found & falling, -1, 0))
     out.x_adv[idx] = state.best_x.cpu().numpy().reshape(len(idx), *X.shape[1:])
     out.proba_adv[idx] = torch.softmax(state.best_logits, dim=1).cpu().numpy()
     out.adv_prediction[idx] = state.best_logits.argmax(dim=1).cpu().numpy()

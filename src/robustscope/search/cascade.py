@@ -124,8 +124,9 @@ def run_attacks(state: BatchState, solver: str, active: torch.Tensor) -> None:
 
 
 def _run_gradient_free(state: BatchState, sub: torch.Tensor) -> None:
-    """Black boxes: cube random search then HopSkipJump on one per-input budget, seeded by
-    the batch's inputs of other predicted classes."""
+    """Black boxes: the step-down search then HopSkipJump on one per-input budget, seeded by
+    the batch's inputs of other predicted classes; the step-down search's verdict on
+    convergence is kept in ``state.converged`` / ``state.still_falling``."""
     left = state.ledger.remaining(state.owners[sub.cpu().numpy()]).min()
     budget = int(min(BLACKBOX_BUDGET, left - 1))  # one query kept for the verification
     if budget < 2:
@@ -136,6 +137,9 @@ def _run_gradient_free(state: BatchState, sub: torch.Tensor) -> None:
     found = torch.as_tensor(run.found, device=sub.device)
     if found.any():
         state.check(sub[found], run.x_adv.to(state.x.device)[found])
+    verdict = torch.as_tensor(run.meta["converged"], device=sub.device)
+    state.converged[sub] |= verdict == 1
+    state.still_falling[sub] = verdict == -1
 
 
 def _start_from_other_inputs(state: BatchState, sub: torch.Tensor) -> None:

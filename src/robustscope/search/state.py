@@ -84,8 +84,11 @@ class BatchState:
         self.lower = torch.zeros(n, dtype=torch.float64, device=x.device)
         self.exact = torch.zeros(n, dtype=torch.bool, device=x.device)
         #: the radius converged by the evidence of the convergence rounds (only where
-        #: ``config.converge_ceiling`` is set, see :mod:`robustscope.search.convergence`)
+        #: ``config.converge_ceiling`` is set, see :mod:`robustscope.search.convergence`) or
+        #: of the black-box step-down search
         self.converged = torch.zeros(n, dtype=torch.bool, device=x.device)
+        #: the black-box step-down search ran and its budget ran out before it converged
+        self.still_falling = torch.zeros(n, dtype=torch.bool, device=x.device)
         self.attack_lo = torch.zeros(n, dtype=torch.float64, device=x.device)
         self.probes = torch.zeros(n, dtype=torch.int64, device=x.device)
         #: scaled iterate ``(n, d)`` of the last probe that failed (lowest margin), valid

@@ -46,9 +46,11 @@ def _clip_into_ball(threat: LpThreat, u: torch.Tensor, r: torch.Tensor) -> torch
     return threat.project(u, r)
 
 
-def _propose(threat: LpThreat, cur: torch.Tensor, r: torch.Tensor, p: torch.Tensor,
-             mutable: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    """One proposal per row of ``cur`` (k, d) inside the ball of radius ``r`` (k,)."""
+def propose_lp(threat: LpThreat, cur: torch.Tensor, r: torch.Tensor, p: torch.Tensor,
+               mutable: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """One proposal per row of ``cur`` (k, d) inside the ball of radius ``r`` (k,): each
+    mutable coordinate moves with probability ``p`` (k,), at least one per row; Linf to a
+    vertex ``±r``, L2 / L1 by Gaussian noise, the result rescaled onto the sphere."""
     k, d = cur.shape
     dtype, device = cur.dtype, cur.device
     pick = torch.rand(k, d, generator=generator, dtype=dtype).to(device) < p.unsqueeze(1)
@@ -154,7 +156,7 @@ def cube_search(
         start = _clip_into_ball(threat, oracle.best_u[idx_t], rr)
         p = p_init * 0.5 ** torch.div(spent[idx_t], quarter, rounding_mode="floor").to(dtype)
         p = p.clamp_min(1.0 / d)
-        moved = _propose(threat, cur[idx_t], rr, p, oracle.mutable, generator)
+        moved = propose_lp(threat, cur[idx_t], rr, p, oracle.mutable, generator)
         prop = torch.where(fresh[idx_t].unsqueeze(1), start, moved)
         adv, marg, u_valid, _ = oracle.query(idx, prop.unsqueeze(1))
         adv, marg, u_valid = adv[:, 0], marg[:, 0], u_valid[:, 0]

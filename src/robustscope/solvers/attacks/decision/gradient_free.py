@@ -1,13 +1,17 @@
-"""Gradient-free cascade: random search first, then the decision-based boundary search.
+"""Gradient-free cascade: boundary projection, the step-down random search, then the
+decision-based boundary search.
 
-Both stages share one :class:`~robustscope.solvers.attacks.decision.scaled_oracle.ScaledOracle`,
-hence one per-input
-budget and one record of the best verified counterexample: the cube random search
-(:mod:`~robustscope.solvers.attacks.decision.cube_search`) shrinks a counterexample cheaply and
-stops when its
-radius bracket closes; HopSkipJump (:mod:`~robustscope.solvers.attacks.decision.hop_skip_jump`)
-then spends what is
-left of the budget from that counterexample, escaping the random search's local optima.
+On a smooth black box the first stage
+(:mod:`~robustscope.solvers.attacks.decision.linear_steps`) linearises the margin from
+finite differences of the scores and jumps to the nearest point of that linear boundary (on
+trees, whose margin does not move under small differences, it stops after one estimate).
+All stages share one :class:`~robustscope.solvers.attacks.decision.scaled_oracle.ScaledOracle`,
+hence one per-input budget and one record of the best verified counterexample: the step-down
+search (:mod:`~robustscope.solvers.attacks.decision.step_down`) follows the model's scores to
+shrink a counterexample in few queries and stops an input when its explorations keep failing
+(converged); HopSkipJump (:mod:`~robustscope.solvers.attacks.decision.hop_skip_jump`) then
+spends what is left of each input's budget from that counterexample (on a label-only model the
+better of the two).
 """
 
 from __future__ import annotations
@@ -18,9 +22,11 @@ from robustscope.core.checks import make_generator
 from robustscope.core.space import FeatureSpace
 from robustscope.core.statement import DECISION_CHANGE, Statement
 from robustscope.models.base import Classifier, QueryLedger
-from robustscope.solvers.attacks.decision.cube_search import cube_search
 from robustscope.solvers.attacks.decision.hop_skip_jump import hop_skip_jump
+from robustscope.solvers.attacks.decision.linear_steps import boundary_steps
 from robustscope.solvers.attacks.decision.scaled_oracle import ScaledOracle
+from robustscope.solvers.attacks.decision.starts import find_starts
+from robustscope.solvers.attacks.decision.step_down import step_down_search
 from robustscope.solvers.output import SolverOutput
 from robustscope.solvers.problem import SolverProblem
 from robustscope.threats import LpThreat, get_threat
@@ -41,24 +47,36 @@ def gradient_free(
     X_pool: torch.Tensor | None = None,
     y_pool: torch.Tensor | None = None,
     ledger: QueryLedger | None = None,
-    cube_opts: dict | None = None,
+    step_opts: dict | None = None,
     boundary_opts: dict | None = None,
+    linear_steps: bool = True,
 ) -> SolverOutput:
-    """Cube random search, then HopSkipJump with the rest of the per-input ``budget``.
+    """Boundary projection (``linear_steps``), the step-down search, then HopSkipJump with
+    the rest of the per-input ``budget``.
 
-    ``x`` ``(n, *shape)`` original units, ``y`` ``(n,)`` labels. Returns a
+    ``x`` ``(n, *shape)`` original units, ``y`` ``(n,)`` labels; ``step_opts`` and
+    ``boundary_opts`` are passed to
+    :func:`~robustscope.solvers.attacks.decision.step_down.step_down_search` and
+    :func:`~robustscope.solvers.attacks.decision.hop_skip_jump.hop_skip_jump`. Returns a
     :class:`~robustscope.solvers.output.SolverOutput` (its candidates were each confirmed by a
-    query; the search verifies them again).
+    query; the search verifies them again) whose ``meta["converged"]`` is the step-down
+    search's (1 converged, -1 its budget ran out first, 0 no counterexample).
     """
     threat = get_threat(threat)
     generator = generator or make_generator(0, x.device)
     oracle = ScaledOracle(model, x, y, space, threat, statement, budget, ledger)
     common = dict(x_init=x_init, X_pool=X_pool, y_pool=y_pool, oracle=oracle)
-    cube_search(model, x, y, space, threat, eps, statement, generator, **common,
-                **(cube_opts or {}))
+    if linear_steps:
+        largest = None if eps is None else float(torch.as_tensor(eps).max())
+        find_starts(oracle, generator, x_init, X_pool, y_pool, max_radius=largest)
+        boundary_steps(oracle)
+    stepped = step_down_search(model, x, y, space, threat, eps, statement, generator,
+                               budget=budget, **common, **(step_opts or {}))
     hop_skip_jump(model, x, y, space, threat, eps, statement, generator, **common,
                   **(boundary_opts or {}))
-    return oracle.output()
+    out = oracle.output()
+    out.meta["converged"] = stepped.meta["converged"]
+    return out
 
 
 def solve(problem: SolverProblem, **options) -> SolverOutput:
