@@ -251,7 +251,8 @@ def _warn_if_weak(solver: str, model: Classifier, kind: str | None) -> None:
         return
     fits = ("solver='auto' or solver='exact' (the exact MILP of the tree ensemble)"
             if kind == "trees" else
-            "solver='auto' (the gradient-free cascade: cube search, then HopSkipJump)")
+            "solver='auto' (the gradient-free cascade: boundary projection, step-down search, "
+            "HopSkipJump)")
     warnings.warn(f"solver='{solver}' is a gradient attack and {model.name} has no gradients: "
                   "its radii can be far larger than the true ones (up to 2,769x the exact "
                   f"radius was measured on tree ensembles); use {fits}",

@@ -18,9 +18,17 @@ another class first), the search asks for a counterexample inside the smaller ba
 3. a counterexample inside the ball lowers ``R`` and doubles ``m`` (up to ``m_max``): a radius
    far above the true one falls geometrically; ``stage`` fruitless queries halve ``m``.
 
+Under L2 / L1 the search first runs a coordinate search from the input
+(:func:`coordinate_steps`) and sweeps the moved coordinates back towards the input
+(:func:`shrink_coordinates`): a tree ensemble's nearest counterexample moves few features.
+
 When ``m`` falls below ``rtol / 2`` the search has stalled around its best point; it then
-*explores*: a random-search stage of ``explore_len · stage`` queries at ``R·(1 - explore_m)``
-from a random point of that sphere, which can reach another region of the counterexample set.
+*explores*: a random-search stage of ``explore_len · stage`` queries at ``R·(1 - e)`` from a
+random point of that sphere, which can reach another region of the counterexample set. The
+``k``-th exploration in a row that fails uses ``e = explore_steps[k]`` (by default just below
+the radius, at half of it, just below again, at a fifth of it: a nearest counterexample far
+from the one held, which the steps down from it cannot reach, is looked for from the input's
+side too).
 An input whose ``patience`` explorations in a row all fail has *converged* and stops; an input
 stops too when its budget is spent (``meta["converged"]`` says which, per input).
 
@@ -107,6 +115,43 @@ def propose(threat: LpThreat, cur: torch.Tensor, r: torch.Tensor, p: torch.Tenso
     return torch.where(pick, sign * size * r.unsqueeze(1), cur)
 
 
+def coordinate_steps(oracle: ScaledOracle, generator: torch.Generator, step: float,
+                     passes: int = 2) -> None:
+    """L2 / L1: a coordinate search from the input (SimBA's, on the features): in a random
+    order, each mutable feature is moved by ``+step`` then ``-step`` (scaled units) and the
+    move kept when the margin falls, until the point changes the decision. Two queries per
+    feature at most per pass; it builds a counterexample that moves few features, where the
+    nearest one of a tree ensemble usually is, and the sweeps and steps down then shrink it."""
+    n, d = oracle.n, oracle.d
+    every = np.arange(n)
+    dtype, device = oracle.flat.dtype, oracle.flat.device
+    live = (oracle.best_r > 0).cpu().numpy() & (oracle.remaining(every) >= 2)
+    idx = np.flatnonzero(live)
+    if not len(idx):
+        return
+    u = torch.zeros(n, d, dtype=dtype, device=device)
+    margin = torch.full((n,), math.inf, dtype=dtype, device=device)
+    _, m0, _, asked = oracle.query(idx, u[torch.as_tensor(idx)].unsqueeze(1))
+    margin[torch.as_tensor(idx)] = m0[:, 0]
+    live[idx[~asked]] = False
+    columns = torch.nonzero(oracle.mutable).reshape(-1)
+    for _ in range(passes):
+        order = columns[torch.randperm(len(columns), generator=generator).to(device)]
+        for j in order.tolist():
+            for sign in (1.0, -1.0):
+                idx = np.flatnonzero(live & (oracle.remaining(every) >= 1))
+                if not len(idx):
+                    return
+                ti = torch.as_tensor(idx, device=device)
+                trial = u[ti].clone()
+                trial[:, j] += sign * step
+                adv, marg, u_valid, _ = oracle.query(idx, trial.unsqueeze(1))
+                better = marg[:, 0] < margin[ti]
+                u[ti] = torch.where(better.unsqueeze(1), u_valid[:, 0], u[ti])
+                margin[ti] = torch.where(better, marg[:, 0], margin[ti])
+                live[idx[adv[:, 0].cpu().numpy()]] = False
+
+
 def shrink_coordinates(oracle: ScaledOracle, factors: tuple[float, ...] = (0.0, 0.5)) -> None:
     """L2 / L1: sweeps over each input's moved coordinates, smallest first, multiplying one
     coordinate at a time by ``factor`` (0: back to the input's value) and keeping the point
@@ -153,13 +198,14 @@ def step_down_search(
     m_init: float = 0.2,
     m_max: float = 0.5,
     rtol: float = 0.01,
-    explore_m: float = 0.02,
+    explore_steps: tuple[float, ...] = (0.02, 0.5, 0.02, 0.8),
     explore_len: int = 6,
-    patience: int = 3,
+    patience: int = 4,
     p_init: float = 0.1,
     f_vertex: float = 0.7,
     f_input: float = 0.1,
     shrink_sweeps: tuple[float, ...] = (0.0, 0.5),
+    coordinate_step: float = 0.15,
     ledger: QueryLedger | None = None,
     oracle: ScaledOracle | None = None,
 ) -> SolverOutput:
@@ -176,13 +222,15 @@ def step_down_search(
         :func:`default_stage` of the mutable features).
     m_init, m_max : first and largest step of the radius, as a share of it.
     rtol : an input stalls when the step falls below ``rtol / 2``.
-    explore_m, explore_len : an exploration's step (share of the radius) and length
-        (multiples of ``stage``).
+    explore_steps, explore_len : the steps (shares of the radius) of the explorations that
+        follow one another without success, and their length (multiples of ``stage``).
     patience : failed explorations in a row after which an input has converged.
     p_init : share of the coordinates a proposal moves at the start of a stage (halved at
         each quarter of it).
     f_vertex, f_input : Linf: shares of moved coordinates sent to ``±r`` and back to the
         input's value (the rest: uniform in ``[-r, r]``).
+    coordinate_step, shrink_sweeps : L2 / L1 only: the step of :func:`coordinate_steps`
+        (scaled units; 0: none) and the factors of :func:`shrink_coordinates`' sweeps.
 
     Returns a :class:`~robustscope.solvers.output.SolverOutput`; ``meta["converged"]`` is an
     int8 ``(n,)`` array: 1 stopped by ``patience``, -1 stopped by the budget while its search
@@ -196,6 +244,8 @@ def step_down_search(
         oracle = ScaledOracle(model, x, y, space, threat, statement, budget, ledger)
     largest = None if eps is None else float(torch.as_tensor(eps).max())
     find_starts(oracle, generator, x_init, X_pool, y_pool, max_radius=largest)
+    if threat.p != math.inf and coordinate_step:
+        coordinate_steps(oracle, generator, coordinate_step)
     if threat.p != math.inf and shrink_sweeps:
         shrink_coordinates(oracle, shrink_sweeps)
     n, d = oracle.n, oracle.d
@@ -265,7 +315,8 @@ def step_down_search(
         stalled = mm < rtol / 2
         failed_explores[idx_t] = fails
         exploring[idx_t] = torch.where(success | failure, stalled, ex)
-        m[idx_t] = torch.where(stalled, torch.full_like(mm, explore_m), mm)
+        steps = torch.as_tensor(explore_steps, dtype=dtype, device=device)
+        m[idx_t] = torch.where(stalled, steps[fails.clamp(max=len(explore_steps) - 1)], mm)
         settled = fails >= patience
         converged[idx_t] |= settled
         active[idx_t] &= ~settled
