@@ -47,6 +47,8 @@ SETTINGS: dict[str, dict] = {
     "lean": {"config": {"default_gradients": 75}},
     "t5": {"config": {"converge_targets": 5}},
     "lean-t5": {"config": {"default_gradients": 75, "converge_targets": 5}},
+    # issue 39's "10x ceiling run": the default with ten times its ceiling of passes
+    "ceiling10x": {"config": {"converge_ceiling": 30_000}},
 }
 
 
