@@ -349,9 +349,12 @@ def figure(results: dict, path: Path) -> None:
             if len(ys) == len(BUDGETS):
                 ax.plot(BUDGETS, ys, marker="o", label=method)
         ax.set_xscale("log")
-        ax.set_yscale("log")
+        ax.set_xticks(BUDGETS, [str(b) for b in BUDGETS])
+        ax.minorticks_off()
         ax.set_title(f"{name} (Linf)", fontsize=9)
         ax.set_xlabel("queries per input")
+    for ax in axes.ravel()[len(names):]:
+        ax.set_visible(False)
     axes.ravel()[0].set_ylabel("median radius / reference")
     axes.ravel()[0].legend(fontsize=7)
     fig.tight_layout()
