@@ -20,10 +20,13 @@ the network; in both cases the minimum with every radius any method found (a met
 be above an exact radius; the benchmark counts the inputs where one is below, which must be
 0). Every counterexample is confirmed with the model's own decision on it.
 
-The split: ``tune`` models (breast-cancer XGBoost 100 x depth 6, LightGBM 50) were used to
-choose the step-down search's settings; ``held_out`` models were declared before any tuning
-and never tuned on. Targets (held-out models, robustscope with scores): ``B = 500``: median
-<= 1.01 and p90 <= 1.05; ``B = 250``: median <= 1.05, p90 <= 1.2; default ceiling (issue 39,
+The split: ``tune`` models (breast-cancer XGBoost 100 x depth 6, LightGBM 50, a synthetic
+MLP) were used to choose the step-down search's settings; ``held_out`` models were declared
+before any tuning and never tuned on; ``held_out_2`` models were declared after the first
+held-out measurement, once the Linf restarts had been chosen on the tune models and before
+anyone looked at these models, so that the change is judged on models nobody had seen.
+Targets (held-out models, robustscope with scores): ``B = 500``: median <= 1.01 and p90 <=
+1.05; ``B = 250``: median <= 1.05, p90 <= 1.2; default ceiling (issue 39,
 requirement 6): median <= 1.02, p90 <= 1.05.
 
     PYTHONPATH=src python benchmarks/blackbox_budget.py --n 40 --peer-n 20
@@ -96,6 +99,15 @@ def _synthetic_small():
     return X, train_test_split(X, y, test_size=0.2, random_state=0, stratify=y)
 
 
+def _synthetic16():
+    from sklearn.datasets import make_classification
+    from sklearn.model_selection import train_test_split
+
+    X, y = make_classification(n_samples=3000, n_features=16, n_informative=10, n_redundant=3,
+                               n_classes=2, random_state=21)
+    return X, train_test_split(X, y, test_size=0.2, random_state=0, stratify=y)
+
+
 def _wine():
     from sklearn.datasets import load_wine
     from sklearn.model_selection import train_test_split
@@ -163,6 +175,14 @@ def build_cases(n: int, only: set[str] | None = None) -> list[Case]:
                                        verbose=-1, min_child_samples=5)),
         ("mlp-synth", "held_out", "ReLU MLP 20-64-64-3, synthetic", _synthetic, (64, 64)),
         ("mlp-bc", "held_out", "ReLU MLP 30-128-2, breast cancer", _breast_cancer, (128,)),
+        # declared after the first held-out run, before the restarts were chosen (on the tune
+        # models): a second set nobody had looked at when that change was made
+        ("lgbm300-synth16", "held_out_2", "LightGBM 300 trees, synthetic 2 classes "
+         "(16 features)", _synthetic16,
+         lambda: LGBMClassifier(n_estimators=300, n_jobs=1, random_state=0, verbose=-1)),
+        ("xgb-d8-wine", "held_out_2", "XGBoost 200 trees, depth 8, wine", _wine,
+         lambda: XGBClassifier(n_estimators=200, max_depth=8, n_jobs=1, random_state=0)),
+        ("mlp-wine", "held_out_2", "ReLU MLP 13-32-32-3, wine", _wine, (32, 32)),
     ]
     cases = []
     for name, split, about, data, make in specs:
@@ -311,9 +331,9 @@ def report(results: dict, cases: list[Case]) -> str:
                 lines.append(f"| {name} | {about[name].split if name in about else ''} | "
                              f"{kind} | {n} / {n_peer} | {method} | " + " | ".join(cells) + " |")
     lines.append("\n**Targets** (robustscope with scores, held-out models):\n")
-    verdicts = []
+    verdicts, splits = [], []
     for name, per_threat in results.items():
-        if about.get(name) is None or about[name].split != "held_out":
+        if about.get(name) is None or not about[name].split.startswith("held_out"):
             continue
         for threat, res in per_threat.items():
             for budget, (t_med, t_p90) in TARGETS.items():
@@ -321,9 +341,14 @@ def report(results: dict, cases: list[Case]) -> str:
                 med, p90 = np.median(r), np.quantile(r, 0.9)
                 ok = med <= t_med and p90 <= t_p90
                 verdicts.append(ok)
-                lines.append(f"- {name} / {threat} / B = {budget}: {med:.3f} / {p90:.3f} "
+                splits.append(about[name].split)
+                lines.append(f"- {name} ({about[name].split}) / {threat} / B = {budget}: "
+                             f"{med:.3f} / {p90:.3f} "
                              f"(target {t_med} / {t_p90}): {'met' if ok else 'MISSED'}")
     lines.append(f"\n{sum(verdicts)} of {len(verdicts)} held-out targets met.")
+    for split in ("held_out", "held_out_2"):
+        sub = [ok for (s, ok) in zip(splits, verdicts, strict=True) if s == split]
+        lines.append(f"- {split}: {sum(sub)} of {len(sub)}")
     below = sum(_below_exact(res) for per in results.values() for res in per.values())
     lines.append(f"Radii below an exact reference (must be 0): {below}.")
     return "\n".join(lines)
@@ -386,7 +411,8 @@ def main() -> None:
     tmp.write_text(json.dumps(results))
     tmp.replace(out)
     print("Models (split: *tune* chose the step-down search's settings; *held_out* never "
-          "tuned on):\n")
+          "tuned on; *held_out_2* declared after the first held-out run, never seen before "
+          "the last change):\n")
     for c in cases:
         print(f"- `{c.name}` ({c.split}): {c.about}, {len(c.X)} test rows, {c.k} classes")
     print(report(results, cases))

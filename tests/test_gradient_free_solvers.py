@@ -203,3 +203,25 @@ def test_boundary_steps_solve_a_smooth_model_in_few_queries():
         ratio = run.radius[found] / exact[threat][found]
         assert (ratio >= 1 - 1e-9).all() and np.median(ratio) < 1.03
         assert (run.forward_queries <= 120).all()
+
+
+def test_linf_restarts_keep_the_ledger_exact_and_never_lose_a_radius():
+    """Under Linf the cascade restarts the step-down search from further pool inputs while
+    an input has queries left: every row is charged once, no input passes its budget, and the
+    radius is never above the one the first search had (restarts only replace by smaller)."""
+    model, space, x, y, exact = _linear_problem(n=8, seed=6)
+    rng = np.random.default_rng(4)
+    pool = torch.as_tensor(rng.normal(size=(100, 8)) * space.scale)
+    pool_y = model.predict(pool)
+    g = lambda: torch.Generator().manual_seed(2)  # noqa: E731
+    ledger = QueryLedger(len(x))
+    view = MeteredModel(model, ledger, np.arange(len(x)))
+    run = gradient_free(view, x, y, space, "linf", budget=3000, generator=g(), X_pool=pool,
+                        y_pool=pool_y, restarts=3, boundary_opts={"max_iter": 0})
+    once = gradient_free(model, x, y, space, "linf", budget=3000, generator=g(), X_pool=pool,
+                         y_pool=pool_y, restarts=0, boundary_opts={"max_iter": 0})
+    assert (run.forward_queries <= 3000).all()
+    assert (run.forward_queries > once.forward_queries).any()  # the restarts did run
+    assert (ledger.forward == run.forward_queries).all()
+    assert (run.radius <= once.radius * (1 + 1e-9)).all()
+    assert (run.radius >= exact["linf"] * (1 - 1e-9)).all()
