@@ -104,9 +104,13 @@ def gradient_free(
     return out
 
 
-def restart_from_other_start(oracle: ScaledOracle, model, x, y, space, threat, eps, statement,
-                             generator, budget, ledger, X_pool, y_pool, k: int,
-                             restart_min: int, step_opts: dict | None) -> bool:
+def restart_from_other_start(oracle: ScaledOracle, model: Classifier, x: torch.Tensor,
+                             y: torch.Tensor, space: FeatureSpace, threat: LpThreat,
+                             eps: torch.Tensor | float | None, statement: Statement,
+                             generator: torch.Generator, budget: int,
+                             ledger: QueryLedger | None, X_pool: torch.Tensor | None,
+                             y_pool: torch.Tensor | None, k: int, restart_min: int,
+                             step_opts: dict | None) -> bool:
     """Another step-down search from the ``k``-th nearest pool point of another class (or a
     random start without a pool) for the inputs with at least ``restart_min`` queries left;
     its smaller counterexamples replace the ones held. Returns whether any input ran."""

@@ -14,9 +14,10 @@ From each input's best counterexample ``u*`` the stage
    that is not a counterexample, points between it and ``u*``.
 
 A margin that does not move under the differences (a tree ensemble's plateaus, a label-only
-model) ends the stage for that input after one estimate: ``d + `` a few queries. Each round
-costs about ``d + 10`` queries; the stage repeats while a round shrinks the radius by more than
-``min_gain`` and budget remains (at most ``rounds`` rounds). Every query goes through the
+model) ends the stage for that input after one estimate, which costs ``d`` queries and the
+bisection's few. Each round costs about ``d + 10`` queries; the stage repeats while a round
+shrinks the radius by more than ``min_gain`` and budget remains (at most ``rounds``
+rounds). Every query goes through the
 oracle (valid points only, charged, within the budget).
 """
 
@@ -69,14 +70,15 @@ def boundary_steps(oracle: ScaledOracle, rounds: int = 6, h: float = 1e-3,
         # the margin at b and at b + h e_j for every mutable j, in one request per input
         probes = b.unsqueeze(1).repeat(1, 1 + len(cols), 1)
         steps = (h * before).clamp_min(1e-9).unsqueeze(1)
-        probes[:, 1 + torch.arange(len(cols)), cols] += steps
+        rows = torch.arange(len(cols), device=cols.device)
+        probes[:, 1 + rows, cols] += steps
         ok = oracle.remaining(idx) >= probes.shape[1]
         if not ok.any():
             break
         sel = np.flatnonzero(ok)
         _, marg, u_valid, _ = oracle.query(idx[sel], probes[torch.as_tensor(sel)])
         base = marg[:, :1]
-        moved = (u_valid[:, 1:, :] - u_valid[:, :1, :])[:, torch.arange(len(cols)), cols]
+        moved = (u_valid[:, 1:, :] - u_valid[:, :1, :])[:, rows, cols]
         diff = marg[:, 1:] - base
         g = torch.zeros(len(sel), d, dtype=b.dtype, device=b.device)
         g[:, cols] = torch.where(moved.abs() > 0, diff / moved.abs().clamp_min(1e-30) *
