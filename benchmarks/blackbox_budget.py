@@ -73,47 +73,39 @@ class Case:
     k: int
 
 
+def _split(X, y, test_size=0.2):
+    """``X`` and its stratified train / test split (seed 0)."""
+    from sklearn.model_selection import train_test_split
+
+    return X, train_test_split(X, y, test_size=test_size, random_state=0, stratify=y)
+
+
 def _breast_cancer():
     from sklearn.datasets import load_breast_cancer
-    from sklearn.model_selection import train_test_split
 
-    X, y = load_breast_cancer(return_X_y=True)
-    return X, train_test_split(X, y, test_size=0.2, random_state=0, stratify=y)
-
-
-def _synthetic():
-    from sklearn.datasets import make_classification
-    from sklearn.model_selection import train_test_split
-
-    X, y = make_classification(n_samples=3000, n_features=20, n_informative=12, n_redundant=4,
-                               n_classes=3, random_state=7)
-    return X, train_test_split(X, y, test_size=0.2, random_state=0, stratify=y)
-
-
-def _synthetic_small():
-    from sklearn.datasets import make_classification
-    from sklearn.model_selection import train_test_split
-
-    X, y = make_classification(n_samples=2000, n_features=10, n_informative=6, n_redundant=2,
-                               n_classes=2, random_state=3)
-    return X, train_test_split(X, y, test_size=0.2, random_state=0, stratify=y)
-
-
-def _synthetic16():
-    from sklearn.datasets import make_classification
-    from sklearn.model_selection import train_test_split
-
-    X, y = make_classification(n_samples=3000, n_features=16, n_informative=10, n_redundant=3,
-                               n_classes=2, random_state=21)
-    return X, train_test_split(X, y, test_size=0.2, random_state=0, stratify=y)
+    return _split(*load_breast_cancer(return_X_y=True))
 
 
 def _wine():
     from sklearn.datasets import load_wine
-    from sklearn.model_selection import train_test_split
 
-    X, y = load_wine(return_X_y=True)
-    return X, train_test_split(X, y, test_size=0.4, random_state=0, stratify=y)
+    return _split(*load_wine(return_X_y=True), test_size=0.4)
+
+
+def _synthetic_data(n_samples, n_features, n_informative, n_redundant, n_classes, seed):
+    """A loader of scikit-learn's ``make_classification`` with these settings, split."""
+    def load():
+        from sklearn.datasets import make_classification
+
+        return _split(*make_classification(
+            n_samples=n_samples, n_features=n_features, n_informative=n_informative,
+            n_redundant=n_redundant, n_classes=n_classes, random_state=seed))
+    return load
+
+
+_synthetic = _synthetic_data(3000, 20, 12, 4, 3, seed=7)
+_synthetic_small = _synthetic_data(2000, 10, 6, 2, 2, seed=3)
+_synthetic16 = _synthetic_data(3000, 16, 10, 3, 2, seed=21)
 
 
 def _mlp(Xtr, ytr, hidden, k, seed=0, epochs=300):

@@ -36,7 +36,7 @@ from robustscope.solvers.problem import SolverProblem
 from robustscope.threats import LpThreat, get_threat
 
 #: Step-down searches from further starts under Linf, while an input has ``restart_min``
-#: queries left (:func:`restart_from_other_start`).
+#: queries left (:func:`restart_from_other_start`, from :func:`further_starts`).
 RESTARTS = 3
 
 
@@ -92,10 +92,12 @@ def gradient_free(
                                budget=budget, **common, **(step_opts or {}))
     if restarts is None:  # chosen on the tune models: under L2 / L1 HopSkipJump does better
         restarts = RESTARTS if threat.p == math.inf else 0
+    further = further_starts(oracle, x, X_pool, y_pool, restarts) if restarts else []
     for k in range(restarts):
+        start = further[k] if k < len(further) else None
         if not restart_from_other_start(oracle, model, x, y, space, threat, eps, statement,
-                                        generator, budget, ledger, X_pool, y_pool, k + 1,
-                                        restart_min, step_opts):
+                                        generator, budget, ledger, start, restart_min,
+                                        step_opts):
             break
     hop_skip_jump(model, x, y, space, threat, eps, statement, generator, **common,
                   **(boundary_opts or {}))
@@ -104,16 +106,29 @@ def gradient_free(
     return out
 
 
+def further_starts(oracle: ScaledOracle, x: torch.Tensor, X_pool: torch.Tensor | None,
+                   y_pool: torch.Tensor | None, count: int) -> list[torch.Tensor]:
+    """The 2nd, 3rd, ... nearest pool inputs of another class per input, up to ``count``
+    of them, each ``(n, *shape)`` in original units; none without a pool."""
+    if X_pool is None or not len(X_pool):
+        return []
+    pool = torch.as_tensor(X_pool, dtype=oracle.flat.dtype, device=oracle.flat.device)
+    labels = None if y_pool is None else torch.as_tensor(y_pool, device=pool.device)
+    offsets = oracle.nearest_in_pool(pool, labels, count + 1)
+    return [(oracle.flat + offsets[:, k] * oracle.scale).reshape(x.shape)
+            for k in range(1, offsets.shape[1])]
+
+
 def restart_from_other_start(oracle: ScaledOracle, model: Classifier, x: torch.Tensor,
                              y: torch.Tensor, space: FeatureSpace, threat: LpThreat,
                              eps: torch.Tensor | float | None, statement: Statement,
                              generator: torch.Generator, budget: int,
-                             ledger: QueryLedger | None, X_pool: torch.Tensor | None,
-                             y_pool: torch.Tensor | None, k: int, restart_min: int,
-                             step_opts: dict | None) -> bool:
-    """Another step-down search from the ``k``-th nearest pool point of another class (or a
-    random start without a pool) for the inputs with at least ``restart_min`` queries left;
-    its smaller counterexamples replace the ones held. Returns whether any input ran."""
+                             ledger: QueryLedger | None, x_init: torch.Tensor | None,
+                             restart_min: int, step_opts: dict | None) -> bool:
+    """Another step-down search from ``x_init`` (a further start from
+    :func:`further_starts`; without one, a random start) for the inputs with at least
+    ``restart_min`` queries left; its smaller counterexamples replace the ones held. Returns
+    whether any input ran."""
     left = oracle.remaining(np.arange(oracle.n))
     go = (left >= restart_min) & (oracle.best_r > 0).cpu().numpy()
     if not go.any():
@@ -121,13 +136,6 @@ def restart_from_other_start(oracle: ScaledOracle, model: Classifier, x: torch.T
     fresh = ScaledOracle(model, x, y, space, threat, statement, budget, ledger)
     fresh.used = oracle.used.copy()
     fresh.used[~go] = budget  # the others are not searched again
-    x_init = None
-    if X_pool is not None and len(X_pool):
-        pool = torch.as_tensor(X_pool, dtype=oracle.flat.dtype, device=oracle.flat.device)
-        labels = None if y_pool is None else torch.as_tensor(y_pool, device=pool.device)
-        offsets = oracle.nearest_in_pool(pool, labels, k + 1)
-        if offsets.shape[1] > k:
-            x_init = (oracle.flat + offsets[:, k] * oracle.scale).reshape(x.shape)
     step_down_search(model, x, y, space, threat, eps, statement, generator, budget=budget,
                      x_init=x_init, oracle=fresh, **(step_opts or {}))
     better = fresh.best_r < oracle.best_r

@@ -49,16 +49,14 @@ def linearised_step(threat_p: float, b: torch.Tensor, g: torch.Tensor,
 
 def boundary_steps(oracle: ScaledOracle, rounds: int = 6, h: float = 1e-3,
                    overshoot: float = 0.02, min_gain: float = 0.005,
-                   bisect_rtol: float = 0.02) -> np.ndarray:
-    """Run the stage on every input holding a counterexample; returns the boolean ``(n,)``
-    mask of inputs whose margin moved under finite differences (smooth enough for it)."""
+                   bisect_rtol: float = 0.02) -> None:
+    """Run the stage on every input holding a counterexample (its counterexamples are kept
+    in ``oracle``)."""
     n, d = oracle.n, oracle.d
     mutable = oracle.mutable
     cols = torch.nonzero(mutable).reshape(-1)
-    smooth = np.zeros(n, dtype=bool)
     live = (torch.isfinite(oracle.best_r) & (oracle.best_r > 0)).cpu().numpy()
     live &= oracle.remaining(np.arange(n)) >= len(cols) + 8
-    first = True
     for _ in range(rounds):
         idx = np.flatnonzero(live)
         if not len(idx) or not len(cols):
@@ -84,9 +82,6 @@ def boundary_steps(oracle: ScaledOracle, rounds: int = 6, h: float = 1e-3,
         g[:, cols] = torch.where(moved.abs() > 0, diff / moved.abs().clamp_min(1e-30) *
                                  torch.sign(moved), torch.zeros_like(diff))
         flat = ~torch.isfinite(g).all(1) | (g.abs().sum(1) == 0)
-        if first:
-            smooth[idx[sel]] = (~flat).cpu().numpy()
-            first = False
         g = torch.where(torch.isfinite(g), g, torch.zeros_like(g))
         bs = u_valid[:, 0, :]
         target = linearised_step(oracle.threat.p, bs, g, base[:, 0])
@@ -104,4 +99,3 @@ def boundary_steps(oracle: ScaledOracle, rounds: int = 6, h: float = 1e-3,
         stop[sel[keep]] = (gain[torch.as_tensor(sel[keep])] < min_gain).cpu().numpy()
         live[idx[stop]] = False
         live &= oracle.remaining(np.arange(n)) >= len(cols) + 8
-    return smooth
