@@ -261,3 +261,28 @@ def test_boundary_counterexamples_change_the_decision_in_any_batch(digits, digit
         together = digits_mlp(adv).argmax(1).numpy()
         alone = np.array([int(digits_mlp(a[None]).argmax(1)) for a in adv])
     assert (together != y[found]).all() and (alone != y[found]).all()
+
+
+def test_a_deadline_in_the_past_ends_every_bound_loop_with_a_valid_bound():
+    """alpha-CROWN takes no step, the certified bisection no probe, branch and bound no
+    batch once the deadline has passed: each keeps what it holds (CROWN's bound, 0, gave
+    up), which is as sound as a finished run's."""
+    from robustscope.solvers.bounds.propagate import lower_bounds
+
+    net_t = random_mlp(3, 5, (12, 12), 3).double()
+    net = read_network(net_t, (5,), "cpu")
+    x = torch.rand(2, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    y = net_t(x).argmax(1)
+    dom = make_domain(x, -x, 1 - x, torch.ones(5), torch.full((2,), 0.3), math.inf)
+    spec = margin_spec(y, 3)
+    crown = lower_bounds(net, dom, spec, "crown")
+    past = time.perf_counter() - 1
+    assert torch.equal(lower_bounds(net, dom, spec, "alpha-crown", deadline=past), crown)
+    assert lower_bounds(net, dom, spec, "alpha-crown").sum() >= crown.sum()
+    tol = torch.zeros(2, dtype=torch.float64)
+    upper = torch.full((2,), 0.5, dtype=torch.float64)
+    assert torch.equal(certified_radius(net, dom, y, upper, tol, deadline=past),
+                       torch.zeros(2, dtype=torch.float64))
+    assert (certified_radius(net, dom, y, upper, tol) > 0).all()
+    outcome = branch.prove(net, dom.subset(torch.tensor([0])), int(y[0]), 0.0, past)
+    assert outcome.proven is None and outcome.domains == 0

@@ -305,3 +305,57 @@ def test_a_constant_along_the_batch_dimension_is_refused():
     nodes = [helper.make_node("Add", ["x", "c"], ["y"])]
     with pytest.raises(UnsupportedOnnx, match="along the batch dimension"):
         onnx_to_torch(make_graph(nodes, [1, 3], [2, 3], [_init("c", _w(2, 3))]))
+
+
+@pytest.mark.parametrize("act", ["relu", "tanh"])
+def test_a_program_exported_at_a_fixed_batch_of_one_runs_on_any_number_of_rows(tmp_path, act):
+    """``torch.export`` at the usual dummy batch of 1 fixes the batch (a guard on the size):
+    the loader frees it through the ONNX reader where the graph converts, and otherwise runs
+    the program row by row; either way the load note says so and the logits are the
+    network's on every row."""
+    import warnings
+
+    from robustscope import radius
+
+    net = _cnn(act)
+    X = RNG.uniform(0, 1, (5, 1, 8, 8)).astype(np.float32)
+    path = tmp_path / "cnn.pt2"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.export.save(torch.export.export(net, (torch.zeros(1, 1, 8, 8),)), str(path))
+    clf = load_model(path, example=X[:2])
+    assert "batch is fixed at 1: inputs are run row by row" in clf.load_note
+    with torch.no_grad():
+        want = net(torch.as_tensor(X)).numpy()
+    np.testing.assert_allclose(clf.logits(torch.as_tensor(X)).numpy(), want, atol=1e-5)
+    y = want.argmax(1)
+    if act == "relu":
+        assert type(clf.module).__name__ == "OnnxModule"
+        res = radius(clf, X, y, budget=60, certify="crown")
+        assert (res.lower_bound > 0).all() and (res.lower_bound <= res.radius).all()
+    else:
+        assert type(clf.module).__name__ == "FixedBatch"
+        assert "not read into layers" in clf.load_note
+        res = radius(clf, X, y, budget=60)
+        assert np.isfinite(res.radius).all()  # gradients reach every row through the chunks
+
+
+def test_fixed_batch_fills_a_short_last_chunk_and_keeps_gradients():
+    from robustscope.models.fixed_batch import FixedBatch
+
+    seen = []
+
+    class Exactly3(torch.nn.Module):
+        def forward(self, x):
+            assert len(x) == 3
+            seen.append(len(x))
+            return 2 * x
+
+    mod = FixedBatch(Exactly3(), 3)
+    x = torch.arange(7.0).reshape(7, 1).requires_grad_(True)
+    out = mod(x)
+    assert out.shape == (7, 1) and torch.equal(out.detach(), 2 * x.detach())
+    out.sum().backward()
+    assert torch.equal(x.grad, torch.full((7, 1), 2.0))  # the filler rows add nothing
+    assert seen == [3, 3, 3]
+    assert mod(x[:0]).shape == (0, 1)

@@ -373,3 +373,27 @@ def test_an_answer_counts_every_row_the_model_saw():
         verdict = verify_property(model, prop, timeout=10, bracket=lambda form: shared)
         costs.append(verdict.queries - (rows["forward"] + rows["backward"] - before))
     assert costs == [40, 0]
+
+
+@pytest.mark.parametrize("with_bracket", [True, False])
+def test_an_answer_keeps_its_timeout(with_bracket):
+    """A property that no method decides in time ends as ``timeout`` near its limit: the
+    radius bracket's rounds and bound probes, alpha-CROWN's steps and branch and bound all
+    watch the clock (before, the bracket alone ran 4x past a 2 s limit on this network).
+    The slack allows one uninterruptible step (the planned attack, one bound batch) on a
+    loaded machine."""
+    torch.manual_seed(0)
+    d = 64
+    layers = [torch.nn.Linear(d, 128), torch.nn.ReLU()]
+    for _ in range(4):
+        layers += [torch.nn.Linear(128, 128), torch.nn.ReLU()]
+    net = torch.nn.Sequential(*layers, torch.nn.Linear(128, 10)).double().eval()
+    model = TorchClassifier(net, 10, (d,))
+    x = np.random.default_rng(0).uniform(0, 1, d)
+    with torch.no_grad():
+        label = int(net(torch.as_tensor(x)[None]).argmax())
+    prop = parse_property(robustness_text(x, label, 0.05, 10))
+    bracket = None if with_bracket else (lambda form: Bracket(0.0, np.inf, None, 0.0))
+    verdict = verify_property(model, prop, timeout=1.5, bracket=bracket)
+    assert verdict.result in ("timeout", "sat", "unsat")  # a timeout where measured
+    assert verdict.seconds < 1.5 + 2.0, verdict.seconds

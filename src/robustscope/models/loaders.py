@@ -24,6 +24,7 @@ from robustscope.core.checks import check_device
 from robustscope.core.errors import ModelError
 from robustscope.models.base import Classifier
 from robustscope.models.blackbox import ProbaClassifier
+from robustscope.models.fixed_batch import FixedBatch, static_batch
 from robustscope.models.names import feature_names, named_input
 from robustscope.models.shapes import ShapeError, Takes, fit_input, model_input
 from robustscope.models.threads import ThreadCount
@@ -106,7 +107,16 @@ def load_model(path: str | Path, trust_pickle: bool = False, device: str = "cpu"
         except Exception as exc:
             raise ModelError(f"{path}: not a torch.export program "
                              f"({native_reason(exc)})") from exc
-        return _wrap_fitted(program.module(), example, device, exported=True)
+        module = program.module()
+        batch = static_batch(module)
+        if batch is None:
+            return _wrap_fitted(module, example, device, exported=True)
+        clf = _wrap_fitted(FixedBatch(module, batch), example, device, exported=True)
+        fixed = (f"the program's batch is fixed at {batch}: inputs are run "
+                 + ("row by row" if batch == 1 else f"{batch} at a time"))
+        clf.load_note = fixed if not getattr(clf, "load_note", None) else \
+            f"{fixed}; {clf.load_note}"
+        return clf
     if suffix in PICKLE_SUFFIXES:
         if not trust_pickle:
             raise UntrustedModel(f"{path}: refusing to unpickle a {suffix} file, which can "
@@ -288,6 +298,8 @@ _PLAIN_EXPORT_CALLS = frozenset({"aten.linear.default", "aten.relu.default",
 
 def _plain(module) -> bool:
     """Whether the bound propagation reads ``module`` as it is."""
+    if isinstance(module, FixedBatch):
+        return False  # read through its ONNX export, where the batch is freed
     if isinstance(module, torch.jit.ScriptModule):
         return getattr(module, "original_name", None) == "Sequential" and all(
             getattr(m, "original_name", type(m).__name__) in _PLAIN_SCRIPT_LAYERS

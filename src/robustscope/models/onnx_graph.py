@@ -507,11 +507,17 @@ def torch_via_onnx(module: nn.Module, input_shape: tuple[int, ...],
                    dtype: torch.dtype = torch.float32) -> OnnxModule:
     """A TorchScript module (scripted or traced) or a ``torch.export`` program's module as
     an :class:`OnnxModule`: exported to ONNX in memory (torch's TorchScript-based exporter;
-    an exported program is traced first), then read by :func:`onnx_to_torch`. Raises
+    an exported program is traced first, a :class:`~robustscope.models.fixed_batch.
+    FixedBatch` at its fixed batch), then read by :func:`onnx_to_torch`. Raises
     :class:`UnsupportedOnnx` (or the exporter's error) where that fails."""
     import onnx
 
-    example = torch.zeros(1, *input_shape, dtype=dtype)
+    from robustscope.models.fixed_batch import FixedBatch
+
+    batch = 1
+    if isinstance(module, FixedBatch):  # exported at its own batch, freed by the reader
+        module, batch = module.inner, module.batch
+    example = torch.zeros(batch, *input_shape, dtype=dtype)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if isinstance(module, torch.fx.GraphModule):

@@ -148,5 +148,6 @@ def _bound_inputs(state: BatchState, sub: torch.Tensor, net: Network, method: st
     ends, kept where they beat the bound already held (branch and bound's leaf points
     verified by the model)."""
     out = BOUND_PROPAGATION(state.problem(sub, state.upper_ends(sub)), method=method,
-                            network=net, time_limit=state.config.exact_time_limit)
+                            network=net, time_limit=state.config.exact_time_limit,
+                            deadline=state.config.deadline)
     state.apply_exact(sub, out)

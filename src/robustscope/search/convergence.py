@@ -33,6 +33,8 @@ planned cascade alone, as before issue #39).
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import torch
 
@@ -84,6 +86,8 @@ def converge(state: BatchState, sub: torch.Tensor, plan: AttackPlan, grad_cost: 
     targets = _ranking(state, first[torch.as_tensor(left >= cost + ranking_cost,
                                                     device=device)], grad_cost)
     for _ in range(config.converge_max_rounds):
+        if config.deadline is not None and time.perf_counter() > config.deadline:
+            break
         done = done | (fails >= patience)
         open_ = sub[state.still_open(sub, probes=False) & ~done[sub]
                     & torch.isfinite(state.best_r[sub])]

@@ -153,6 +153,11 @@ class SearchConfig:
     converge_l1_targets: int = 4
     #: Most rounds (the ceiling usually ends them first).
     converge_max_rounds: int = 200
+    #: ``time.perf_counter()`` seconds after which no further convergence round, certified
+    #: bound probe or branch-and-bound proof starts (inputs still open are reported not
+    #: converged; bounds keep what was proven); ``None``: no clock. ``robustscope verify``
+    #: sets it so that a radius bracket keeps within its share of a property's timeout.
+    deadline: float | None = None
 
 
 #: Models without gradients (finite differences: ``2d + 1`` queries per gradient) under

@@ -27,6 +27,7 @@ outputs) computed in float64 by the bound propagation.
 from __future__ import annotations
 
 import math
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -116,7 +117,8 @@ def robustness_bracket(model: Classifier, form: RobustnessForm, time_limit: floa
     certify = "crown" if certify == "milp" else certify
     res = radius(model, x, np.array([form.label]), threat="linf", space=space, solver=solver,
                  certify=certify if white else "none", seed=seed, threads=None,
-                 config=SearchConfig(exact_time_limit=max(time_limit, 1.0)))
+                 config=SearchConfig(exact_time_limit=max(time_limit, 1.0),
+                                     deadline=t0 + time_limit))
     found = np.isfinite(res.radius[0]) and res.status[0] != "censored"
     return Bracket(float(res.lower_bound[0]), float(res.radius[0]) if found else math.inf,
                    res.x_adv[0].reshape(-1).astype(np.float64) if found else None,
@@ -222,13 +224,14 @@ def verify_property(model: Classifier, prop: Property, timeout: float,
     for method in ("crown", "alpha-crown"):
         if time.perf_counter() > deadline:
             return done(TIMEOUT, "")
-        lb = _row_bounds(net, dom, prop, rows, method)
+        lb = _row_bounds(net, dom, prop, rows, method, deadline)
         best = _best_rows(prop, rows, lb)
         if all(v > tol for v, _ in best):
             return done(UNSAT, method)
     open_rows = [(i, r) for i, (v, r) in enumerate(best) if not v > tol]
     ext = _with_rows(net, prop, open_rows)
-    outcome = prove(ext, dom, 0, tol, deadline)
+    # no domain budget: the property's own timeout is the only limit
+    outcome = prove(ext, dom, 0, tol, deadline, max_domains=sys.maxsize)
     if outcome.proven:
         return done(UNSAT, "bab")
     if outcome.point is not None:
@@ -314,12 +317,12 @@ def _attack(model: Classifier, prop: Property, white: bool, shape: tuple[int, ..
 
 
 def _row_bounds(net: Network, dom: Domain, prop: Property, rows: list[tuple[int, int]],
-                method: str) -> np.ndarray:
+                method: str, deadline: float) -> np.ndarray:
     """Lower bounds of every row's ``b_r - C_r Y`` ... as ``C_r Y - b_r`` (positive: the
-    unsafe row cannot hold) over the box."""
+    unsafe row cannot hold) over the box (alpha-CROWN's steps stop at ``deadline``)."""
     ext = _with_rows(net, prop, rows)
     spec = margin_spec(torch.tensor([0]), ext.n_classes)
-    lb = lower_bounds(ext, dom, spec, method)
+    lb = lower_bounds(ext, dom, spec, method, deadline=deadline)
     return lb[0, 1:].detach().numpy()
 
 

@@ -133,7 +133,8 @@ def prove(net: Network, dom: Domain, y: int, tolerance: float, deadline: float,
         pre = {k: (lo[rows], hi[rows]) for k, (lo, hi) in pre.items()}
         signs = {k: v[rows] for k, v in signs.items()}
         spec = spec1.expand(len(rows), -1, -1)
-        lb, losses = subdomain_bound(net, sub.subset(rows), pre, spec, signs, steps, tolerance)
+        lb, losses = subdomain_bound(net, sub.subset(rows), pre, spec, signs, steps, tolerance,
+                                     deadline)
         lb[:, y] = torch.inf
         open_rows = torch.nonzero(lb.amin(dim=1) <= tolerance).flatten()
         if len(open_rows) == 0:
@@ -175,15 +176,17 @@ def refresh_work(net: Network) -> int:
 
 
 def subdomain_bound(net: Network, dom: Domain, pre: Bounds, spec: torch.Tensor,
-                 signs: dict[int, torch.Tensor], steps: int, tolerance: float
-                 ) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
+                    signs: dict[int, torch.Tensor], steps: int, tolerance: float,
+                    deadline: float | None = None
+                    ) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
     """Lower bounds ``(m, s)`` of ``spec . f`` over each subdomain (best over the Adam steps
     on ``alpha`` and ``beta``), and the per-neuron losses of the last pass (for branching).
     ``signs`` per fed node ``(m, size)``: ``+1`` active, ``-1`` inactive, ``0`` free.
 
     Only the rows that CROWN leaves at or below ``tolerance`` on some subdomain are
     optimised (usually one or two runner-up classes), and the steps stop once every
-    subdomain's rows are above it."""
+    subdomain's rows are above it, or at ``deadline`` (``time.perf_counter()`` seconds;
+    every step's bound is valid, so stopping early only loosens it)."""
     last = len(net.nodes) - 1
     with torch.no_grad():
         best = backward_bound(net, dom, pre, last, spec)
@@ -209,6 +212,8 @@ def subdomain_bound(net: Network, dom: Domain, pre: Bounds, spec: torch.Tensor,
     if steps > 0:
         opt = torch.optim.Adam([*alphas.values(), *betas.values()], lr=LR)
         for _ in range(steps):
+            if deadline is not None and time.perf_counter() > deadline:
+                break
             with torch.enable_grad():
                 lb = bound()
                 opt.zero_grad()

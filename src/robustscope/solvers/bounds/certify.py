@@ -118,8 +118,10 @@ def proven(net: Network, dom: Domain, y: torch.Tensor, tolerance: torch.Tensor,
 
 def certified_radius(net: Network, dom: Domain, y: torch.Tensor, upper: torch.Tensor,
                      tolerance: torch.Tensor, method: str = "crown",
-                     steps: int = ALPHA_STEPS) -> torch.Tensor:
-    """``(n,)`` certified radius (float64) below ``upper`` ``(n,)`` (finite).
+                     steps: int = ALPHA_STEPS, deadline: float | None = None) -> torch.Tensor:
+    """``(n,)`` certified radius (float64) below ``upper`` ``(n,)`` (finite); no probe
+    starts after ``deadline`` (``time.perf_counter()`` seconds; the strengths proven so far
+    are kept).
 
     The worst bounded margin ``m(eps)`` (:func:`worst_margin`) falls as the domain grows;
     the radius is where it crosses zero. After the first probe near ``upper``, each probe
@@ -145,7 +147,7 @@ def certified_radius(net: Network, dom: Domain, y: torch.Tensor, upper: torch.Te
     # bounded first where a node cannot bound them all
     scores: dict[int, torch.Tensor] = {}
     for step in range(MAX_STEPS + 1):
-        if len(todo) == 0:
+        if len(todo) == 0 or (deadline is not None and time.perf_counter() > deadline):
             break
         lo_t, hi_t = lo[todo], hi[todo]
         if step == 0:
@@ -188,7 +190,8 @@ def certified_radius(net: Network, dom: Domain, y: torch.Tensor, upper: torch.Te
 
 def branch_radius(net: Network, dom: Domain, y: torch.Tensor, lower: torch.Tensor,
                   upper: torch.Tensor, tolerance: torch.Tensor, time_limit: float,
-                  verify: Callable[[int, torch.Tensor], float] | None = None
+                  verify: Callable[[int, torch.Tensor], float] | None = None,
+                  deadline: float | None = None
                   ) -> tuple[torch.Tensor, np.ndarray, np.ndarray]:
     """``(n,)`` certified radii raised from ``lower`` (a bound method's) towards ``upper``
     by branch and bound (:func:`~robustscope.solvers.bounds.branch.prove`), the
@@ -201,8 +204,9 @@ def branch_radius(net: Network, dom: Domain, y: torch.Tensor, lower: torch.Tenso
     above the true one, and a proof within float32's tolerance needs some room), then by
     bisection between the largest proven strength and the smallest unproven one, until
     ``BRANCH_RTOL``, a closed bracket (within ``2 FIRST_PROBE_GAP``) or the time runs
-    out. A failed proof is no counterexample by itself: where it comes with a point (the
-    linear program of a subdomain with every ReLU fixed, Linf / L1), ``verify(i, x')``
+    out (or ``deadline`` passes, for all inputs). A failed proof is no counterexample by
+    itself: where it comes with a point (the linear program of a subdomain with every ReLU
+    fixed, Linf / L1), ``verify(i, x')``
     (input ``i``, candidate ``(d,)`` in original units) asks the model; the verified size
     it returns (``inf`` where the model disagrees) lowers ``upper``, and the gaps start
     again from there."""
@@ -211,6 +215,8 @@ def branch_radius(net: Network, dom: Domain, y: torch.Tensor, lower: torch.Tenso
     verified = upper.to(torch.float64).cpu().numpy().copy()
     for i in range(len(y)):
         stop = time.perf_counter() + time_limit
+        if deadline is not None:
+            stop = min(stop, deadline)
         lo, top = float(out[i]), float(upper[i])
         hi = top
         row = dom.subset(torch.tensor([i], device=dom.x.device))
@@ -293,7 +299,8 @@ def bound_radius(model, x: torch.Tensor, y, space: FeatureSpace, threat: LpThrea
                  network: Network | None = None, logits: torch.Tensor | None = None,
                  model_dtype: torch.dtype = torch.float32,
                  time_limit: float = BRANCH_TIME_LIMIT,
-                 verify: Callable[[int, torch.Tensor], float] | None = None) -> SolverOutput:
+                 verify: Callable[[int, torch.Tensor], float] | None = None,
+                 deadline: float | None = None) -> SolverOutput:
     """Solver of the registry's calling convention: the certified radius of each input.
 
     ``model`` a torch module (or a ``TorchClassifier``, whose module is read), ``x``
@@ -308,7 +315,8 @@ def bound_radius(model, x: torch.Tensor, y, space: FeatureSpace, threat: LpThrea
     whose candidate counterexamples ``verify`` checks with the model (the search passes its
     verifier; without one they are dropped); ``meta["verified_upper"]`` ``(n,)`` is then
     ``eps`` lowered to the smallest verified point's size, and ``closed`` measured
-    against it.
+    against it. ``deadline`` (``time.perf_counter()`` seconds, optional) ends every
+    bisection and proof early, keeping what was proven.
     """
     if statement is not None and getattr(statement, "target", None) is not None:
         raise InputError("bound propagation certifies decision changes only (no target)")
@@ -332,14 +340,16 @@ def bound_radius(model, x: torch.Tensor, y, space: FeatureSpace, threat: LpThrea
     meta = {"method": method}
     top = upper
     if method == BRANCH_AND_BOUND:
-        lower = certified_radius(net, dom, y, upper, tolerance, "alpha-crown")
+        lower = certified_radius(net, dom, y, upper, tolerance, "alpha-crown",
+                                 deadline=deadline)
         lower, meta["domains"], verified = branch_radius(net, dom, y, lower, upper,
-                                                         tolerance, time_limit, verify)
+                                                         tolerance, time_limit, verify,
+                                                         deadline)
         # (a verified leaf point may have lowered the upper end of the bracket)
         meta["verified_upper"] = verified
         top = torch.as_tensor(verified, device=device)
     else:
-        lower = certified_radius(net, dom, y, upper, tolerance, method)
+        lower = certified_radius(net, dom, y, upper, tolerance, method, deadline=deadline)
     n = len(x)
     closed = (lower >= top * (1 - 2 * FIRST_PROBE_GAP)).cpu().numpy()
     seconds = (time.perf_counter() - t0) / max(n, 1)

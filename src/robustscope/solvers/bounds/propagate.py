@@ -17,6 +17,7 @@ All arithmetic is float64 on the network's device, batched over inputs.
 from __future__ import annotations
 
 import math
+import time
 
 import torch
 
@@ -79,12 +80,14 @@ def interval_bounds(net: Network, dom: Domain, known: Bounds | None = None) -> B
 
 def lower_bounds(net: Network, dom: Domain, spec: torch.Tensor, method: str = "crown",
                  steps: int = ALPHA_STEPS, priority: dict[int, torch.Tensor] | None = None,
-                 losses: dict[int, torch.Tensor] | None = None) -> torch.Tensor:
+                 losses: dict[int, torch.Tensor] | None = None,
+                 deadline: float | None = None) -> torch.Tensor:
     """Lower bounds ``(n, s)`` of ``spec[i] . out(x')`` over each input's domain, ``spec``
     ``(n, s, k)``. ``method`` is one of :data:`METHODS`. ``priority`` (CROWN, alpha-CROWN)
     orders the neurons a node bounds where not all fit (see :func:`preactivation_bounds`);
     ``losses``, where given, is filled by the last backward pass as
-    :func:`backward_bound` fills it."""
+    :func:`backward_bound` fills it. alpha-CROWN takes no further step after ``deadline``
+    (``time.perf_counter()`` seconds; its best bound so far is as valid as the last)."""
     if method not in METHODS:
         raise ValueError(f"method must be one of {', '.join(METHODS)}, got '{method}'")
     ibp = interval_bounds(net, dom)
@@ -98,7 +101,7 @@ def lower_bounds(net: Network, dom: Domain, spec: torch.Tensor, method: str = "c
     if method == "crown":
         with torch.no_grad():
             return backward_bound(net, dom, bounds, last, spec, losses=losses)
-    return _optimised_bound(net, dom, bounds, last, spec, steps, losses)
+    return _optimised_bound(net, dom, bounds, last, spec, steps, losses, deadline)
 
 
 def preactivation_bounds(net: Network, dom: Domain, ibp: Bounds | None = None,
@@ -339,9 +342,11 @@ def _transpose(net: Network, nd, a: torch.Tensor) -> torch.Tensor:
 
 def _optimised_bound(net: Network, dom: Domain, bounds: Bounds, target: int,
                      spec: torch.Tensor, steps: int,
-                     losses: dict[int, torch.Tensor] | None = None) -> torch.Tensor:
+                     losses: dict[int, torch.Tensor] | None = None,
+                     deadline: float | None = None) -> torch.Tensor:
     """alpha-CROWN on the last backward pass: Adam on the lower slopes, best bound kept;
-    ``losses`` (optional) filled by the pass with the last slopes."""
+    ``losses`` (optional) filled by the pass with the last slopes; no step starts after
+    ``deadline`` (``time.perf_counter()`` seconds, ``None``: all ``steps``)."""
     n, s = spec.shape[:2]
     alphas = {}
     for r in net.relus:
@@ -354,6 +359,8 @@ def _optimised_bound(net: Network, dom: Domain, bounds: Bounds, target: int,
         return best
     opt = torch.optim.Adam(list(alphas.values()), lr=ALPHA_LR)
     for _ in range(steps):
+        if deadline is not None and time.perf_counter() > deadline:
+            break
         with torch.enable_grad():
             lb = backward_bound(net, dom, bounds, target, spec, alphas)
             opt.zero_grad()

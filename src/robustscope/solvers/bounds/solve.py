@@ -14,12 +14,13 @@ from robustscope.solvers.problem import SolverProblem
 
 
 def solve(problem: SolverProblem, method: str = "crown", network: Network | None = None,
-          time_limit: float = BRANCH_TIME_LIMIT) -> SolverOutput:
+          time_limit: float = BRANCH_TIME_LIMIT, deadline: float | None = None) -> SolverOutput:
     """:func:`~robustscope.solvers.bounds.certify.bound_radius` below the verified radii
     ``problem.eps`` (``network``: the graph already read, else the model's module is read);
     branch and bound's leaf points go through ``problem.verify`` one at a time. No candidate;
     status ``exact`` on every input: the certificate covers the ball of ``eps``, so the
-    bracket closes wherever a verified radius meets ``lower_bound``."""
+    bracket closes wherever a verified radius meets ``lower_bound``. ``deadline``
+    (``time.perf_counter()`` seconds) ends the bisections and proofs early."""
     verify = None
     if problem.verify is not None:
         def verify(i, candidate):
@@ -28,5 +29,6 @@ def solve(problem: SolverProblem, method: str = "crown", network: Network | None
                        problem.y.cpu().numpy(), problem.space, problem.threat,
                        problem.eps.cpu().numpy(), statement=problem.statement, method=method,
                        network=network, logits=problem.clean_logits,
-                       model_dtype=problem.model.dtype, time_limit=time_limit, verify=verify)
+                       model_dtype=problem.model.dtype, time_limit=time_limit, verify=verify,
+                       deadline=deadline)
     return dataclasses.replace(out, status=np.full(len(problem), EXACT, dtype=object))

@@ -1,0 +1,60 @@
+"""Programs exported with a fixed batch size, run on any number of rows.
+
+``torch.export`` traces a program at its example's shape; unless the batch dimension was
+declared dynamic, the program checks that every call has exactly that many rows (a guard
+``input.size()[0] == 1`` for the usual export at batch 1). :func:`static_batch` reads that
+size from the program, and :class:`FixedBatch` feeds it chunks of that size: row by row at
+batch 1; a last chunk that falls short is filled by repeating its last row, and the filler's
+outputs are dropped (as the ONNX Runtime path does for a graph with a fixed batch).
+Gradients flow through the chunks as through the program itself.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+def static_batch(module: object) -> int | None:
+    """The batch size a ``torch.export`` program's module was fixed at (its first input's
+    leading dimension, where it is a plain integer); ``None`` when it is dynamic or the
+    module is not such a program."""
+    if not isinstance(module, torch.fx.GraphModule):
+        return None
+    for node in module.graph.nodes:
+        if node.op != "placeholder":
+            continue
+        val = node.meta.get("val")
+        if val is None or not hasattr(val, "shape") or len(val.shape) == 0:
+            return None
+        first = val.shape[0]
+        return int(first) if isinstance(first, int) else None
+    return None
+
+
+class FixedBatch(nn.Module):
+    """``inner`` (a module that takes exactly ``batch`` rows) as a module that takes any
+    number ``n`` of rows ``(n, *shape)``: chunks of ``batch`` rows, outputs ``(n, ...)``."""
+
+    def __init__(self, inner: nn.Module, batch: int) -> None:
+        super().__init__()
+        if batch < 1:
+            raise ValueError(f"batch must be at least 1, got {batch}")
+        self.inner = inner
+        self.batch = int(batch)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        n, b = len(x), self.batch
+        if n == b:
+            return self.inner(x)
+        if n == 0:  # the output's shape from one filler row
+            return self.inner(torch.zeros(b, *x.shape[1:], dtype=x.dtype,
+                                          device=x.device))[:0]
+        parts = []
+        for start in range(0, n, b):
+            chunk = x[start:start + b]
+            short = b - len(chunk)
+            if short:
+                chunk = torch.cat([chunk, chunk[-1:].expand(short, *chunk.shape[1:])])
+            parts.append(self.inner(chunk)[:b - short])
+        return torch.cat(parts)
