@@ -5,13 +5,19 @@ to a side: *active* (pre-activation ``z >= 0``) or *inactive* (``z <= 0``). The 
 children of a split cover their parent, so the decision is proven on the domain when it
 is proven on every leaf of the tree.
 
-Each subdomain is bounded in two steps:
+The root's pre-activation bounds are tightened once by alpha-CROWN, node by node
+(:func:`~robustscope.solvers.bounds.propagate.optimised_preactivation_bounds`); they hold
+on every subdomain. On the tune digits of ``benchmarks/vnncomp_mnist.py`` (256x4 network,
+eps 0.03) this alone turned a proof that gave up after 100 s (58,805 subdomains) into one
+of 58 s (37,213). Each subdomain is then bounded in two steps:
 
-1. pre-activation bounds by CROWN with the fixed neurons' bounds clamped
-   (``preactivation_bounds(..., splits=...)``: an active neuron's lower bound becomes 0,
-   so its relaxation is the identity; an inactive one's upper bound becomes 0), later
-   layers recomputed from the clamped ones; a fixed neuron whose bound leaves its side no
-   value (an active one with ``u < 0``) makes the subdomain empty, which proves it;
+1. pre-activation bounds with the fixed neurons' bounds clamped (an active neuron's lower
+   bound becomes 0, so its relaxation is the identity; an inactive one's upper bound
+   becomes 0): the root's bounds clamped, or, where it is cheap (:data:`REFRESH_WORK`),
+   CROWN again from the root's bounds and the clamps (``preactivation_bounds(...,
+   splits=...)``), later layers recomputed from the clamped ones; a fixed neuron whose
+   bound leaves its side no value (an active one with ``u < 0``) makes the subdomain
+   empty, which proves it;
 2. the margins' bound with the split constraints carried in by Lagrange multipliers
    (beta-CROWN, Wang et al., NeurIPS 2021): for ``beta >= 0`` and sign ``s = +1``
    (active) / ``-1`` (inactive), ``min spec . f - sum beta s z`` over the whole domain is
@@ -48,6 +54,7 @@ from robustscope.solvers.bounds.propagate import (
     crown_plan,
     linear_bound,
     margin_spec,
+    optimised_preactivation_bounds,
     preactivation_bounds,
 )
 from robustscope.solvers.bounds.relaxation import relu_relaxation
@@ -99,8 +106,9 @@ def prove(net: Network, dom: Domain, y: int, tolerance: float, deadline: float,
                for k in feeds}
     spec1 = margin_spec(torch.tensor([y], device=dev), net.n_classes, dt)
     refresh = 0 < refresh_work(net) <= REFRESH_WORK
-    with torch.no_grad():
-        root = None if refresh else preactivation_bounds(net, dom)
+    # the root's bounds, tightened by alpha-CROWN, hold on every subdomain: they are the
+    # clamps a refreshed subdomain starts from, or its bounds themselves
+    root = optimised_preactivation_bounds(net, dom, deadline=deadline)
     done, pending = 0, 1
     while pending:
         if done >= max_domains or time.perf_counter() > deadline:
@@ -117,7 +125,9 @@ def prove(net: Network, dom: Domain, y: int, tolerance: float, deadline: float,
                       hi_c[k].reshape(take, *net.nodes[k].shape)) for k in feeds}
         with torch.no_grad():
             if refresh:
-                pre = preactivation_bounds(net, sub, splits=shaped)
+                clamps = {k: (torch.maximum(lo, root[k][0]), torch.minimum(hi, root[k][1]))
+                          for k, (lo, hi) in shaped.items()}
+                pre = preactivation_bounds(net, sub, splits=clamps)
             else:
                 pre = {k: (torch.maximum(lo.expand(take, *lo.shape[1:]), shaped[k][0]),
                            torch.minimum(hi.expand(take, *hi.shape[1:]), shaped[k][1]))
