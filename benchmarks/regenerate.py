@@ -344,6 +344,17 @@ SECTIONS: tuple[Section, ...] = (
         "on the next 15 correctly classified digits of each network (`--skip 15`), never on "
         "the reported ones.", 90),
     Section(
+        "vnncomp_brackets", "VNN-COMP-style MNIST: the radius bracket by each certificate "
+        "(issue 41)",
+        ("benchmarks/vnncomp_brackets.py", "--images", "15", "--exact-time", "10"),
+        "The networks and digits of the section above, one radius search per network and "
+        "certificate (`certify=crown|alpha-crown|bab`; `milp`: the network MILP, "
+        "`solver=\"exact\"`, as `verify --bracket milp`): per digit the verified radius r "
+        "and the certified bound lb; the brackets closed, seconds per input, and how many of "
+        "the section above's instances the bracket alone decides (sat where r <= eps, unsat "
+        "where lb > eps). Contradiction: a certified bound above a verified radius of "
+        "another certificate.", 30),
+    Section(
         "demo", "Demo and report (issue 6)",
         ("benchmarks/report_demo.py", "--repeats", "3"),
         "`robustscope demo`'s work in-process: training and radius search (`run_demo`), then "
