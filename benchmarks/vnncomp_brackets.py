@@ -25,7 +25,6 @@ import argparse
 import sys
 import tempfile
 import time
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -33,7 +32,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from vnncomp_mnist import load_mnist, mlp, train  # noqa: E402
+from vnncomp_mnist import exported_network, load_mnist  # noqa: E402
 
 from robustscope import FeatureSpace, radius  # noqa: E402
 from robustscope.models.loaders import load_model  # noqa: E402
@@ -80,13 +79,7 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|")
     contradictions = []
     for depth in (int(d) for d in args.depths.split(",")):
-        torch.manual_seed(depth)  # the same networks as vnncomp_mnist.py
-        net = train(mlp(depth), Xtr, ytr, args.epochs)
-        path = work / f"mnist-256x{depth}.onnx"
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            torch.onnx.export(net, torch.zeros(1, 784, 1), str(path), dynamo=False,
-                              input_names=["x"], output_names=["y"])
+        net, path = exported_network(depth, args.epochs, Xtr, ytr, work)
         model = load_model(path, example=Xva[:2].reshape(2, 784, 1))
         with torch.no_grad():
             pred = net(torch.as_tensor(Xva, dtype=torch.float32)).argmax(1).numpy()

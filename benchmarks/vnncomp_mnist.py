@@ -75,6 +75,20 @@ def train(net: nn.Module, X, y, epochs: int, seed: int = 0) -> float:
     return net.eval()
 
 
+def exported_network(depth: int, epochs: int, Xtr, ytr, work: Path) -> tuple[nn.Module, Path]:
+    """The 256x``depth`` network (initial weights seeded by ``depth``: the same on every run)
+    trained ``epochs`` epochs, and its ONNX export in ``work`` with a fixed batch of 1 and
+    input shape 1x784x1 (the competition's export)."""
+    torch.manual_seed(depth)
+    net = train(mlp(depth), Xtr, ytr, epochs)
+    path = work / f"mnist-256x{depth}.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(net, torch.zeros(1, 784, 1), str(path), dynamo=False,
+                          input_names=["x"], output_names=["y"])
+    return net, path
+
+
 def vnnlib(x: np.ndarray, label: int, eps: float) -> str:
     lines = [f"; mnist robustness, label {label}, eps {eps}"]
     lines += [f"(declare-const X_{i} Real)" for i in range(len(x))]
@@ -111,16 +125,10 @@ def main() -> None:
     ratio_rows = []
     contradictions = []
     for depth in (int(d) for d in args.depths.split(",")):
-        torch.manual_seed(depth)  # the initial weights: the same networks on every run
-        net = train(mlp(depth), Xtr, ytr, args.epochs)
+        net, path = exported_network(depth, args.epochs, Xtr, ytr, work)
         with torch.no_grad():
             acc = float((net(torch.as_tensor(Xva, dtype=torch.float32)).argmax(1).numpy()
                          == yva).mean())
-        path = work / f"mnist-256x{depth}.onnx"
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            torch.onnx.export(net, torch.zeros(1, 784, 1), str(path), dynamo=False,
-                              input_names=["x"], output_names=["y"])
         load_model(path, example=Xva[:2].reshape(2, 784, 1))  # converts (checked) or fails
         with torch.no_grad():
             pred = net(torch.as_tensor(Xva, dtype=torch.float32)).argmax(1).numpy()
