@@ -35,13 +35,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from vnncomp_mnist import exported_network, load_mnist  # noqa: E402
 
 from robustscope import FeatureSpace, radius  # noqa: E402
+from robustscope.models.base import Classifier  # noqa: E402
 from robustscope.models.loaders import load_model  # noqa: E402
 from robustscope.search.plan import SearchConfig  # noqa: E402
 
 METHODS = ("crown", "alpha-crown", "bab", "milp")
 
 
-def bracket(model, X: np.ndarray, y: np.ndarray, method: str, exact_time: float):
+def bracket(model: Classifier, X: np.ndarray, y: np.ndarray, method: str, exact_time: float
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
     """``(verified radius, certified bound, exact status, seconds per input)`` per digit."""
     space = FeatureSpace.box((784, 1), 0.0, 1.0)
     config = SearchConfig(exact_time_limit=exact_time)

@@ -37,7 +37,7 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples" / "paper"))
 
 from robustscope.models.loaders import load_model  # noqa: E402
-from robustscope.runs.verification import Instance, run_instances  # noqa: E402
+from robustscope.runs.verification import Answer, Instance, run_instances  # noqa: E402
 
 
 def load_mnist(seed: int = 0, n_train: int = 4000):
@@ -143,7 +143,8 @@ def main() -> None:
         for mode in args.brackets.split(","):
             t0 = time.perf_counter()
             cache: dict = {}
-            def progress(a, tag=f"256x{depth} {mode}") -> None:
+
+            def progress(a: Answer, tag: str = f"256x{depth} {mode}") -> None:
                 v = a.verdict
                 print(f"  {tag} {a.instance.vnnlib.stem}: {v.result} {v.method} "
                       f"{v.seconds:.1f} s", file=sys.stderr, flush=True)

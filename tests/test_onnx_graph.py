@@ -324,17 +324,21 @@ def test_a_program_exported_at_a_fixed_batch_of_one_runs_on_any_number_of_rows(t
         warnings.simplefilter("ignore")
         torch.export.save(torch.export.export(net, (torch.zeros(1, 1, 8, 8),)), str(path))
     clf = load_model(path, example=X[:2])
-    assert "batch is fixed at 1: inputs are run row by row" in clf.load_note
+    assert "the program's batch is fixed at 1" in clf.load_note
     with torch.no_grad():
         want = net(torch.as_tensor(X)).numpy()
     np.testing.assert_allclose(clf.logits(torch.as_tensor(X)).numpy(), want, atol=1e-5)
     y = want.argmax(1)
     if act == "relu":
         assert type(clf.module).__name__ == "OnnxModule"
+        assert "its layers take any batch" in clf.load_note
+        flat = load_model(path, example=X.reshape(5, 64)[:2])  # flat rows fit the program
+        assert "taken as 1×8×8" in flat.shape_note
         res = radius(clf, X, y, budget=60, certify="crown")
         assert (res.lower_bound > 0).all() and (res.lower_bound <= res.radius).all()
     else:
         assert type(clf.module).__name__ == "FixedBatch"
+        assert "inputs are run row by row" in clf.load_note
         assert "not read into layers" in clf.load_note
         res = radius(clf, X, y, budget=60)
         assert np.isfinite(res.radius).all()  # gradients reach every row through the chunks
@@ -358,4 +362,8 @@ def test_fixed_batch_fills_a_short_last_chunk_and_keeps_gradients():
     out.sum().backward()
     assert torch.equal(x.grad, torch.full((7, 1), 2.0))  # the filler rows add nothing
     assert seen == [3, 3, 3]
-    assert mod(x[:0]).shape == (0, 1)
+    for n in (3, 2):  # exactly one batch; one short chunk
+        seen.clear()
+        assert torch.equal(mod(x[:n].detach()), 2 * x[:n].detach()) and seen == [3]
+    empty = mod(x[:0].detach().double())
+    assert empty.shape == (0, 1) and empty.dtype == torch.float64

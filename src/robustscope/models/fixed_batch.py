@@ -5,8 +5,9 @@ declared dynamic, the program checks that every call has exactly that many rows 
 ``input.size()[0] == 1`` for the usual export at batch 1). :func:`static_batch` reads that
 size from the program, and :class:`FixedBatch` feeds it chunks of that size: row by row at
 batch 1; a last chunk that falls short is filled by repeating its last row, and the filler's
-outputs are dropped (as the ONNX Runtime path does for a graph with a fixed batch).
-Gradients flow through the chunks as through the program itself.
+outputs are dropped (as the ONNX Runtime path does for a graph with a fixed batch), so
+they add nothing to gradients. The search's ledger counts the ``n`` rows asked for; the
+program itself computes ``ceil(n / batch) * batch``.
 """
 
 from __future__ import annotations

@@ -112,8 +112,11 @@ def load_model(path: str | Path, trust_pickle: bool = False, device: str = "cpu"
         if batch is None:
             return _wrap_fitted(module, example, device, exported=True)
         clf = _wrap_fitted(FixedBatch(module, batch), example, device, exported=True)
-        fixed = (f"the program's batch is fixed at {batch}: inputs are run "
-                 + ("row by row" if batch == 1 else f"{batch} at a time"))
+        if isinstance(getattr(clf, "module", None), FixedBatch):
+            fixed = (f"the program's batch is fixed at {batch}: inputs are run "
+                     + ("row by row" if batch == 1 else f"{batch} at a time"))
+        else:  # read into layers through ONNX, where the reader freed the batch
+            fixed = f"the program's batch is fixed at {batch}; its layers take any batch"
         clf.load_note = fixed if not getattr(clf, "load_note", None) else \
             f"{fixed}; {clf.load_note}"
         return clf

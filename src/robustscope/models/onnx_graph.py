@@ -508,16 +508,19 @@ def torch_via_onnx(module: nn.Module, input_shape: tuple[int, ...],
     """A TorchScript module (scripted or traced) or a ``torch.export`` program's module as
     an :class:`OnnxModule`: exported to ONNX in memory (torch's TorchScript-based exporter;
     an exported program is traced first, a :class:`~robustscope.models.fixed_batch.
-    FixedBatch` at its fixed batch), then read by :func:`onnx_to_torch`. Raises
+    FixedBatch` at its fixed batch, which the reader frees where it is 1), then read by
+    :func:`onnx_to_torch`. Raises
     :class:`UnsupportedOnnx` (or the exporter's error) where that fails."""
     import onnx
 
     from robustscope.models.fixed_batch import FixedBatch
 
     batch = 1
-    if isinstance(module, FixedBatch):  # exported at its own batch, freed by the reader
+    if isinstance(module, FixedBatch):  # exported at its own batch (the reader frees 1)
         module, batch = module.inner, module.batch
-    example = torch.zeros(batch, *input_shape, dtype=dtype)
+    weight = next(iter(module.parameters()), None)
+    device = weight.device if weight is not None else torch.device("cpu")
+    example = torch.zeros(batch, *input_shape, dtype=dtype, device=device)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if isinstance(module, torch.fx.GraphModule):

@@ -56,6 +56,10 @@ class ShapeError(ModelError):
 
 def model_input(module: object) -> Takes | None:
     """The input shape ``module`` takes, as far as it says (``None`` when it says nothing)."""
+    from robustscope.models.fixed_batch import FixedBatch
+
+    if isinstance(module, FixedBatch):
+        module = module.inner
     if isinstance(module, torch.fx.GraphModule):
         for node in module.graph.nodes:
             val = node.meta.get("val") if node.op == "placeholder" else None

@@ -104,7 +104,9 @@ def robustness_bracket(model: Classifier, form: RobustnessForm, time_limit: floa
     """The radius bracket of ``form``'s center under Linf in the box ``[clip_lower,
     clip_upper]``; ``certify`` (``radius(certify=...)``, or ``"milp"``: the network MILP,
     ``radius(solver="exact")``) certifies a torch network's lower bound (a black box gets
-    none), within ``time_limit`` seconds per exact method."""
+    none), within ``time_limit`` seconds: the search's convergence rounds, bound probes and
+    proofs stop at that deadline (``SearchConfig.deadline``), and an exact method gets at
+    most that long per input."""
     from robustscope.search.engine import radius
     from robustscope.search.plan import SearchConfig
 

@@ -86,13 +86,15 @@ def margin_tolerance(logits: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 def worst_margin(net: Network, dom: Domain, y: torch.Tensor, tolerance: torch.Tensor,
                  method: str, steps: int = ALPHA_STEPS,
-                 priority: dict[int, torch.Tensor] | None = None) -> torch.Tensor:
+                 priority: dict[int, torch.Tensor] | None = None,
+                 deadline: float | None = None) -> torch.Tensor:
     """``(n,)``: the smallest lower bound of a margin of class ``y`` over the domain, less
     ``tolerance``; positive where the decision is proven. ``priority``, where given, is
     read as by :func:`~robustscope.solvers.bounds.propagate.preactivation_bounds` and then
-    replaced by the scores this bound's own pass gives (:func:`_worst_losses`)."""
+    replaced by the scores this bound's own pass gives (:func:`_worst_losses`);
+    alpha-CROWN takes no step after ``deadline``."""
     losses = None if priority is None else {}
-    lb = margin_lower_bounds(net, dom, y, method, steps, priority, losses)
+    lb = margin_lower_bounds(net, dom, y, method, steps, priority, losses, deadline)
     if priority is not None:
         priority.clear()
         priority.update(_worst_losses(losses, lb))
@@ -163,7 +165,7 @@ def certified_radius(net: Network, dom: Domain, y: torch.Tensor, upper: torch.Te
             kept[todo] = torch.where(wide, 0, kept[todo])
         priority = {k: v[todo] for k, v in scores.items()}
         m = worst_margin(net, dom.subset(todo).with_eps(eps), y[todo], tolerance[todo],
-                         method, steps, priority).detach()
+                         method, steps, priority, deadline).detach()
         for k, v in priority.items():
             if k not in scores:
                 scores[k] = torch.zeros(len(upper), *v.shape[1:], dtype=v.dtype,

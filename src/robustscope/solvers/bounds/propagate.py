@@ -186,11 +186,13 @@ def optimised_preactivation_bounds(net: Network, dom: Domain, steps: int = ALPHA
     """:func:`preactivation_bounds` tightened by alpha-CROWN node by node: for every node
     that feeds a ReLU behind at least one ReLU layer, in order, the lower and upper bound
     of each of its still unstable neurons get their own lower slopes of the ReLUs before
-    it, optimised by Adam (``steps`` steps, best bound kept; every step's bound is valid);
-    later nodes are bounded from the tightened ones. This is alpha-CROWN's intermediate
-    bound optimisation (Xu et al., ICLR 2021): fewer unstable neurons for branch and bound
-    to split, at ``steps`` backward passes per node (a node whose unstable neurons' backward
-    work is above ``MAX_CROWN_WORK`` keeps CROWN's bounds). No step starts after ``deadline``
+    it, optimised by Adam (``steps`` steps, best bound kept; every step's bound is valid),
+    its backward pass relaxing the earlier nodes' ReLUs by their tightened bounds. This is
+    alpha-CROWN's intermediate bound optimisation (Xu et al., ICLR 2021): fewer unstable
+    neurons for branch and bound to split, at ``steps`` backward passes per node. The
+    neurons optimised are those CROWN's first pass left unstable; a node whose optimisation
+    would carry more than ``MAX_CROWN_WORK`` coefficients (all inputs together) keeps
+    CROWN's bounds from that pass. No step starts after ``deadline``
     (``time.perf_counter()`` seconds): the bounds held then are returned."""
     bounds = preactivation_bounds(net, dom)
     depth, carried = crown_plan(net)
@@ -430,9 +432,11 @@ def margin_spec(y: torch.Tensor, k: int, dtype=torch.float64) -> torch.Tensor:
 
 def margin_lower_bounds(net: Network, dom: Domain, y: torch.Tensor, method: str = "crown",
                         steps: int = ALPHA_STEPS, priority: dict[int, torch.Tensor] | None = None,
-                        losses: dict[int, torch.Tensor] | None = None) -> torch.Tensor:
+                        losses: dict[int, torch.Tensor] | None = None,
+                        deadline: float | None = None) -> torch.Tensor:
     """``(n, k)`` lower bounds of ``logit_y - logit_j`` (``inf`` at ``j = y``);
-    ``priority`` and ``losses`` as in :func:`lower_bounds` (rows of ``margin_spec``)."""
+    ``priority``, ``losses`` and ``deadline`` as in :func:`lower_bounds` (rows of
+    ``margin_spec``)."""
     k = net.n_classes
-    lb = lower_bounds(net, dom, margin_spec(y, k), method, steps, priority, losses)
+    lb = lower_bounds(net, dom, margin_spec(y, k), method, steps, priority, losses, deadline)
     return lb.scatter(1, y[:, None], math.inf)
