@@ -268,6 +268,7 @@ def step_down_search(
     failed_explores = full(0, torch.long)
     converged = full(False, torch.bool)
     active = torch.isfinite(oracle.best_r) & (oracle.best_r > 0)
+    explore_m = torch.as_tensor(explore_steps, dtype=dtype, device=device)
     while True:
         idx_t = torch.nonzero(active).reshape(-1)
         if not len(idx_t):
@@ -315,8 +316,7 @@ def step_down_search(
         stalled = mm < rtol / 2
         failed_explores[idx_t] = fails
         exploring[idx_t] = torch.where(success | failure, stalled, ex)
-        steps = torch.as_tensor(explore_steps, dtype=dtype, device=device)
-        m[idx_t] = torch.where(stalled, steps[fails.clamp(max=len(explore_steps) - 1)], mm)
+        m[idx_t] = torch.where(stalled, explore_m[fails.clamp(max=len(explore_m) - 1)], mm)
         settled = fails >= patience
         converged[idx_t] |= settled
         active[idx_t] &= ~settled
