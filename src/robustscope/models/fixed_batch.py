@@ -2,8 +2,9 @@
 
 ``torch.export`` traces a program at its example's shape; unless the batch dimension was
 declared dynamic, the program checks that every call has exactly that many rows (a guard
-``input.size()[0] == 1`` for the usual export at batch 1). :func:`static_batch` reads that
-size from the program, and :class:`FixedBatch` feeds it chunks of that size: row by row at
+``input.size()[0] == 1`` for the usual export at batch 1).
+:func:`robustscope.models.shapes.static_batch` reads that size from the program, and
+:class:`FixedBatch` feeds it chunks of that size: row by row at
 batch 1; a last chunk that falls short is filled by repeating its last row, and the filler's
 outputs are dropped (as the ONNX Runtime path does for a graph with a fixed batch), so
 they add nothing to gradients. The search's ledger counts the ``n`` rows asked for; the
@@ -14,23 +15,6 @@ from __future__ import annotations
 
 import torch
 from torch import nn
-
-
-def static_batch(module: object) -> int | None:
-    """The batch size a ``torch.export`` program's module was fixed at (its first input's
-    leading dimension, where it is a plain integer); ``None`` when it is dynamic or the
-    module is not such a program."""
-    if not isinstance(module, torch.fx.GraphModule):
-        return None
-    for node in module.graph.nodes:
-        if node.op != "placeholder":
-            continue
-        val = node.meta.get("val")
-        if val is None or not hasattr(val, "shape") or len(val.shape) == 0:
-            return None
-        first = val.shape[0]
-        return int(first) if isinstance(first, int) else None
-    return None
 
 
 class FixedBatch(nn.Module):

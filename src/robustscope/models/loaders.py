@@ -24,9 +24,9 @@ from robustscope.core.checks import check_device
 from robustscope.core.errors import ModelError
 from robustscope.models.base import Classifier
 from robustscope.models.blackbox import ProbaClassifier
-from robustscope.models.fixed_batch import FixedBatch, static_batch
+from robustscope.models.fixed_batch import FixedBatch
 from robustscope.models.names import feature_names, named_input
-from robustscope.models.shapes import ShapeError, Takes, fit_input, model_input
+from robustscope.models.shapes import ShapeError, Takes, fit_input, model_input, static_batch
 from robustscope.models.threads import ThreadCount
 from robustscope.models.torch_model import TorchClassifier
 from robustscope.models.trees import wrap_tree_model

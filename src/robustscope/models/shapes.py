@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from robustscope.core.errors import ModelError
+from robustscope.models.fixed_batch import FixedBatch
 
 
 @dataclass(frozen=True)
@@ -54,19 +55,36 @@ class ShapeError(ModelError):
                          f"({takes.source}){hint}")
 
 
+def _exported_shape(module: torch.fx.GraphModule) -> tuple | None:
+    """The shape (batch first; sizes ``int``, or symbolic where dynamic) of a
+    ``torch.export`` program's first input with a recorded shape, ``None`` where none is."""
+    for node in module.graph.nodes:
+        val = node.meta.get("val") if node.op == "placeholder" else None
+        if val is not None and hasattr(val, "shape") and len(val.shape) >= 1:
+            return tuple(val.shape)
+    return None
+
+
+def static_batch(module: object) -> int | None:
+    """The batch size a ``torch.export`` program's module was fixed at (its first input's
+    leading dimension, where it is a plain integer); ``None`` when it is dynamic or the
+    module is not such a program."""
+    if not isinstance(module, torch.fx.GraphModule):
+        return None
+    shape = _exported_shape(module)
+    return int(shape[0]) if shape is not None and isinstance(shape[0], int) else None
+
+
 def model_input(module: object) -> Takes | None:
     """The input shape ``module`` takes, as far as it says (``None`` when it says nothing)."""
-    from robustscope.models.fixed_batch import FixedBatch
-
     if isinstance(module, FixedBatch):
         module = module.inner
     if isinstance(module, torch.fx.GraphModule):
-        for node in module.graph.nodes:
-            val = node.meta.get("val") if node.op == "placeholder" else None
-            if val is not None and hasattr(val, "shape") and len(val.shape) >= 1:
-                dims = tuple(int(s) if isinstance(s, int) else None for s in val.shape[1:])
-                return Takes(dims, "the shape the program was exported with")
-        return None
+        shape = _exported_shape(module)
+        if shape is None:
+            return None
+        dims = tuple(int(s) if isinstance(s, int) else None for s in shape[1:])
+        return Takes(dims, "the shape the program was exported with")
     if not isinstance(module, torch.nn.Module):
         return None
     flat = False
