@@ -1,5 +1,5 @@
 """Gradient-free cascade: boundary projection, the step-down random search (restarted from
-further starts under Linf), then the decision-based boundary search.
+further starts under Linf), the decision-based boundary search, then (L2 / L1) a polish.
 
 On a smooth black box the first stage
 (:mod:`~robustscope.solvers.attacks.decision.linear_steps`) linearises the margin from
@@ -12,7 +12,11 @@ search (:mod:`~robustscope.solvers.attacks.decision.step_down`) follows the mode
 shrink a counterexample in few queries and stops an input when its explorations keep failing
 (converged); HopSkipJump (:mod:`~robustscope.solvers.attacks.decision.hop_skip_jump`) then
 spends what is left of each input's budget from that counterexample (on a label-only model the
-better of the two).
+better of the two). Under L2 / L1 a share of the budget is kept for the last stage,
+:func:`~robustscope.solvers.attacks.decision.coordinates.polish`: the random moves of the
+searches before it leave small moves on many features, which it sends back to the input's
+values before bisecting each remaining move (measured on the tune tree ensembles at the
+default ceiling: median radius / exact 1.16 -> 1.05).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from robustscope.core.checks import make_generator
 from robustscope.core.space import FeatureSpace
 from robustscope.core.statement import DECISION_CHANGE, Statement
 from robustscope.models.base import Classifier, QueryLedger
+from robustscope.solvers.attacks.decision.coordinates import polish, polish_reserve
 from robustscope.solvers.attacks.decision.hop_skip_jump import hop_skip_jump
 from robustscope.solvers.attacks.decision.linear_steps import boundary_steps
 from robustscope.solvers.attacks.decision.scaled_oracle import ScaledOracle
@@ -60,14 +65,19 @@ def gradient_free(
     linear_steps: bool = True,
     restarts: int | None = None,
     restart_min: int = 300,
+    polish_share: float | None = None,
 ) -> SolverOutput:
-    """Boundary projection (``linear_steps``), the step-down search, then HopSkipJump with
-    the rest of the per-input ``budget``.
+    """Boundary projection (``linear_steps``), the step-down search, HopSkipJump with the
+    rest of the per-input ``budget``, then (L2 / L1) the polish.
 
     Under Linf, inputs with at least ``restart_min`` queries left after the step-down search
     get up to ``restarts`` more step-down searches (default :data:`RESTARTS`; none under L2 /
     L1), each from the next nearest pool input of another class: a tree ensemble's nearest
     counterexample can lie in a region the first start's steps never reach.
+
+    ``polish_share`` of the budget (default 0.2 under L2 / L1, at most 300 queries; 0 under
+    Linf, whose norm the small moves do not change) is kept for
+    :func:`~robustscope.solvers.attacks.decision.coordinates.polish`.
 
     ``x`` ``(n, *shape)`` original units, ``y`` ``(n,)`` labels; ``step_opts`` and
     ``boundary_opts`` are passed to
@@ -80,6 +90,10 @@ def gradient_free(
     threat = get_threat(threat)
     generator = generator or make_generator(0, x.device)
     oracle = ScaledOracle(model, x, y, space, threat, statement, budget, ledger)
+    if polish_share is None:
+        polish_share = 0.0 if threat.p == math.inf else 0.2
+    reserve = min(polish_reserve(budget, polish_share), budget - 1)
+    oracle.budget = budget - reserve  # the stages before the polish see the rest
     common = dict(x_init=x_init, X_pool=X_pool, y_pool=y_pool, oracle=oracle)
     # the linearised step assumes a continuous neighbourhood: with discrete features or
     # relations its projection is not the linear optimum (measured: worse tails on the
@@ -101,6 +115,9 @@ def gradient_free(
             break
     hop_skip_jump(model, x, y, space, threat, eps, statement, generator, **common,
                   **(boundary_opts or {}))
+    if reserve > 0:
+        oracle.budget = budget
+        polish(oracle)
     out = oracle.output()
     out.meta["converged"] = stepped.meta["converged"]
     return out
@@ -133,9 +150,9 @@ def restart_from_other_start(oracle: ScaledOracle, model: Classifier, x: torch.T
     go = (left >= restart_min) & (oracle.best_r > 0).cpu().numpy()
     if not go.any():
         return False
-    fresh = ScaledOracle(model, x, y, space, threat, statement, budget, ledger)
+    fresh = ScaledOracle(model, x, y, space, threat, statement, oracle.budget, ledger)
     fresh.used = oracle.used.copy()
-    fresh.used[~go] = budget  # the others are not searched again
+    fresh.used[~go] = oracle.budget  # the others are not searched again
     step_down_search(model, x, y, space, threat, eps, statement, generator, budget=budget,
                      x_init=x_init, oracle=fresh, **(step_opts or {}))
     better = fresh.best_r < oracle.best_r

@@ -51,6 +51,7 @@ from robustscope.core.errors import InputError
 from robustscope.core.space import FeatureSpace
 from robustscope.core.statement import DECISION_CHANGE, Statement
 from robustscope.models.base import Classifier, QueryLedger
+from robustscope.solvers.attacks.decision.coordinates import coordinate_steps, shrink_coordinates
 from robustscope.solvers.attacks.decision.cube_search import propose_lp
 from robustscope.solvers.attacks.decision.scaled_oracle import ScaledOracle
 from robustscope.solvers.attacks.decision.starts import find_starts
@@ -113,71 +114,6 @@ def propose(threat: LpThreat, cur: torch.Tensor, r: torch.Tensor, p: torch.Tenso
     size = torch.where(kind < f_vertex, torch.ones_like(kind),
                        torch.where(kind < f_vertex + f_input, torch.zeros_like(kind), uniform()))
     return torch.where(pick, sign * size * r.unsqueeze(1), cur)
-
-
-def coordinate_steps(oracle: ScaledOracle, generator: torch.Generator, step: float,
-                     passes: int = 2) -> None:
-    """L2 / L1: a coordinate search from the input (SimBA's, on the features): in a random
-    order, each mutable feature is moved by ``+step`` then ``-step`` (scaled units) and the
-    move kept when the margin falls, until the point changes the decision. Two queries per
-    feature at most per pass; it builds a counterexample that moves few features, where the
-    nearest one of a tree ensemble usually is, and the sweeps and steps down then shrink it."""
-    n, d = oracle.n, oracle.d
-    every = np.arange(n)
-    dtype, device = oracle.flat.dtype, oracle.flat.device
-    live = (oracle.best_r > 0).cpu().numpy() & (oracle.remaining(every) >= 2)
-    idx = np.flatnonzero(live)
-    if not len(idx):
-        return
-    u = torch.zeros(n, d, dtype=dtype, device=device)
-    margin = torch.full((n,), math.inf, dtype=dtype, device=device)
-    _, m0, _, asked = oracle.query(idx, u[torch.as_tensor(idx)].unsqueeze(1))
-    margin[torch.as_tensor(idx)] = m0[:, 0]
-    live[idx[~asked]] = False
-    columns = torch.nonzero(oracle.mutable).reshape(-1)
-    for _ in range(passes):
-        order = columns[torch.randperm(len(columns), generator=generator).to(device)]
-        for j in order.tolist():
-            for sign in (1.0, -1.0):
-                idx = np.flatnonzero(live & (oracle.remaining(every) >= 1))
-                if not len(idx):
-                    return
-                ti = torch.as_tensor(idx, device=device)
-                trial = u[ti].clone()
-                trial[:, j] += sign * step
-                adv, marg, u_valid, _ = oracle.query(idx, trial.unsqueeze(1))
-                better = marg[:, 0] < margin[ti]
-                u[ti] = torch.where(better.unsqueeze(1), u_valid[:, 0], u[ti])
-                margin[ti] = torch.where(better, marg[:, 0], margin[ti])
-                live[idx[adv[:, 0].cpu().numpy()]] = False
-
-
-def shrink_coordinates(oracle: ScaledOracle, factors: tuple[float, ...] = (0.0, 0.5)) -> None:
-    """L2 / L1: sweeps over each input's moved coordinates, smallest first, multiplying one
-    coordinate at a time by ``factor`` (0: back to the input's value) and keeping the point
-    when it still changes the decision. One query per coordinate and sweep; a tree
-    ensemble's nearest counterexamples move few features, which a dense start hides."""
-    n = oracle.n
-    live = (torch.isfinite(oracle.best_r) & (oracle.best_r > 0)).cpu().numpy()
-    for factor in factors:
-        idx = np.flatnonzero(live)
-        if not len(idx):
-            return
-        ti = torch.as_tensor(idx, device=oracle.flat.device)
-        order = oracle.best_u[ti].abs().argsort(dim=1)  # smallest first
-        moved = (oracle.best_u[ti] != 0).sum(1)
-        for t in range(int(moved.max()) if len(moved) else 0):
-            u = oracle.best_u[ti]
-            nz = u.shape[1] - moved  # zeros come first in the order
-            pos = (nz + t).clamp(max=u.shape[1] - 1)
-            j = order.gather(1, pos.unsqueeze(1))
-            go = (t < moved).cpu().numpy() & (oracle.remaining(idx) >= 1)
-            if not go.any():
-                break
-            trial = u.scatter(1, j, u.gather(1, j) * factor)
-            sel = np.flatnonzero(go)
-            oracle.query(idx[sel], trial[torch.as_tensor(sel)].unsqueeze(1))
-        live &= oracle.remaining(np.arange(n)) >= 1
 
 
 def step_down_search(
