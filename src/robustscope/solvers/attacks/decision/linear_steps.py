@@ -10,12 +10,18 @@ From each input's best counterexample ``u*`` the stage
    differences, one query per mutable coordinate (step ``h`` in scaled units);
 3. solves the linearised problem ``min ||u|| s.t. M(b) + g·(u - b) <= 0``: with
    ``c = g·b - M(b)``, L2 ``u = c·g / ||g||²``, Linf ``u = c·sign(g) / ||g||_1``, L1 all on
-   the coordinate of largest ``|g_j|``; and tries ``u`` stretched by ``1 + overshoot``, then, if
-   that is not a counterexample, points between it and ``u*``.
+   the coordinate of largest ``|g_j|``; and tries ``u`` stretched by ``1 + overshoot``;
+4. where that is not a counterexample, removes the margin it still has along the same
+   linear step (Newton steps on the measured margin with the estimated gradient, up to
+   ``newton`` queries), then bisects the segment from the last point to ``u*`` (up to
+   ``segment_steps`` queries): a curved boundary puts the linear optimum on the wrong side,
+   and these steps find the nearest counterexample near it. Measured on the tune MLP with
+   30 features (``benchmarks/blackbox_budget.py``): at 250 queries the median radius /
+   reference fell from 1.17 to 1.02 under Linf and from 1.37 to 1.02 under L2.
 
 A margin that does not move under the differences (a tree ensemble's plateaus, a label-only
 model) ends the stage for that input after one estimate, which costs ``d`` queries and the
-bisection's few. Each round costs about ``d + 10`` queries; the stage repeats while a round
+bisection's few. Each round costs about ``d + 16`` queries; the stage repeats while a round
 shrinks the radius by more than ``min_gain`` and budget remains (at most ``rounds``
 rounds). Every query goes through the
 oracle (valid points only, charged, within the budget).
@@ -32,24 +38,71 @@ from robustscope.solvers.attacks.decision.hop_skip_jump import bisect_to_boundar
 from robustscope.solvers.attacks.decision.scaled_oracle import ScaledOracle
 
 
-def linearised_step(threat_p: float, b: torch.Tensor, g: torch.Tensor,
-                    m_b: torch.Tensor) -> torch.Tensor:
-    """Minimum-norm point ``(k, d)`` of ``{u : m_b + g·(u - b) <= 0}`` for rows of ``b``,
-    ``g`` ``(k, d)`` and margins ``m_b`` ``(k,)``."""
-    c = (g * b).sum(1) - m_b
+def unit_step(threat_p: float, g: torch.Tensor) -> torch.Tensor:
+    """The smallest step ``(k, d)`` in the threat's norm that raises the linear margin with
+    gradient ``g`` ``(k, d)`` by one: L2 ``g / ||g||²``, Linf ``sign(g) / ||g||_1``, L1
+    ``e_j / g_j`` on the coordinate of largest ``|g_j|`` (zero where ``g`` is)."""
     if threat_p == math.inf:
-        return c.unsqueeze(1) * torch.sign(g) / g.abs().sum(1).clamp_min(1e-30).unsqueeze(1)
+        return torch.sign(g) / g.abs().sum(1).clamp_min(1e-30).unsqueeze(1)
     if threat_p == 2.0:
-        return c.unsqueeze(1) * g / (g * g).sum(1).clamp_min(1e-30).unsqueeze(1)
+        return g / (g * g).sum(1).clamp_min(1e-30).unsqueeze(1)
     j = g.abs().argmax(1, keepdim=True)
-    u = torch.zeros_like(g)
-    return u.scatter(1, j, (c.unsqueeze(1) / g.gather(1, j).where(
-        g.gather(1, j) != 0, torch.ones_like(c.unsqueeze(1)))))
+    top = g.gather(1, j)
+    inverse = torch.where(top != 0, 1 / top.where(top != 0, torch.ones_like(top)),
+                          torch.zeros_like(top))
+    return torch.zeros_like(g).scatter(1, j, inverse)
+
+
+def newton_steps(oracle: ScaledOracle, idx: np.ndarray, u: torch.Tensor,
+                 margin: torch.Tensor, step: torch.Tensor, count: int,
+                 overshoot: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Up to ``count`` queries per input: from points ``u`` ``(k, d)`` that are not
+    counterexamples, with measured margins ``margin`` ``(k,)``, move by ``-(1 + overshoot)
+    · margin · step`` (``step`` from :func:`unit_step`: the linear margin falls by one per
+    unit) until the point is a counterexample or the margin is unknown. Returns the last
+    points ``(k, d)`` and whether each is a counterexample ``(k,)`` (the oracle keeps the
+    counterexamples)."""
+    u, margin = u.clone(), margin.clone()
+    hit = torch.zeros(len(idx), dtype=torch.bool, device=u.device)
+    for _ in range(count):
+        go = ~hit & torch.isfinite(margin) & (margin > 0)
+        go &= torch.as_tensor(oracle.remaining(idx) >= 1, device=u.device)
+        if not go.any():
+            break
+        sel = torch.nonzero(go).reshape(-1)
+        u[sel] = u[sel] - ((1 + overshoot) * margin[sel]).unsqueeze(1) * step[sel]
+        adv, marg, _, _ = oracle.query(idx[sel.cpu().numpy()], u[sel].unsqueeze(1))
+        hit[sel] = adv[:, 0]
+        margin[sel] = marg[:, 0]
+    return u, hit
+
+
+def bisect_segment(oracle: ScaledOracle, idx: np.ndarray, near: torch.Tensor,
+                   far: torch.Tensor, steps: int) -> None:
+    """Bisect, ``steps`` queries per input at most, the segments from ``near`` ``(k, d)``
+    (not a counterexample) to ``far`` (a counterexample) for the point nearest ``near``
+    that still changes the decision (the oracle keeps every counterexample it meets)."""
+    lo = torch.zeros(len(idx), 1, dtype=near.dtype, device=near.device)
+    hi = torch.ones_like(lo)
+    for _ in range(steps):
+        go = oracle.remaining(idx) >= 1
+        if not go.any():
+            break
+        sel = np.flatnonzero(go)
+        ts = torch.as_tensor(sel, device=near.device)
+        mid = (lo[ts] + hi[ts]) / 2
+        adv, _, _, asked = oracle.query(idx[sel],
+                                        (near[ts] + mid * (far[ts] - near[ts])).unsqueeze(1))
+        adv = adv[:, :1]
+        asked_t = torch.as_tensor(asked, device=near.device).unsqueeze(1)
+        hi[ts] = torch.where(adv, mid, hi[ts])
+        lo[ts] = torch.where(~adv & asked_t, mid, lo[ts])
 
 
 def boundary_steps(oracle: ScaledOracle, rounds: int = 6, h: float = 1e-3,
                    overshoot: float = 0.02, min_gain: float = 0.005,
-                   bisect_rtol: float = 0.02) -> None:
+                   bisect_rtol: float = 0.02, newton: int = 3,
+                   segment_steps: int = 4) -> None:
     """Run the stage on every input holding a counterexample (its counterexamples are kept
     in ``oracle``)."""
     n, d = oracle.n, oracle.d
@@ -84,15 +137,24 @@ def boundary_steps(oracle: ScaledOracle, rounds: int = 6, h: float = 1e-3,
         flat = ~torch.isfinite(g).all(1) | (g.abs().sum(1) == 0)
         g = torch.where(torch.isfinite(g), g, torch.zeros_like(g))
         bs = u_valid[:, 0, :]
-        target = linearised_step(oracle.threat.p, bs, g, base[:, 0])
-        tries = [target * (1 + overshoot)]
-        anchor = oracle.best_u[ti[torch.as_tensor(sel)]]
-        tries += [target + s * (anchor - target) for s in (0.25, 0.5)]
-        cand = torch.stack(tries, dim=1)  # (k, 3, d)
-        keep = (~flat).cpu().numpy() & (oracle.remaining(idx[sel]) >= cand.shape[1])
+        step = unit_step(oracle.threat.p, g)
+        target = ((g * bs).sum(1) - base[:, 0]).unsqueeze(1) * step * (1 + overshoot)
+        keep = (~flat).cpu().numpy() & (oracle.remaining(idx[sel]) >= 1)
         if keep.any():
             ks = np.flatnonzero(keep)
-            oracle.query(idx[sel][ks], cand[torch.as_tensor(ks)])
+            tk = torch.as_tensor(ks, device=g.device)
+            rows_k = idx[sel][ks]
+            anchor = oracle.best_u[ti[torch.as_tensor(sel[ks], device=g.device)]]
+            adv, marg_t, _, _ = oracle.query(rows_k, target[tk].unsqueeze(1))
+            missed = np.flatnonzero(~adv[:, 0].cpu().numpy())
+            if len(missed):  # the linear optimum fell short: Newton, then the segment
+                tm = torch.as_tensor(missed, device=g.device)
+                near, hit = newton_steps(oracle, rows_k[missed], target[tk][tm],
+                                         marg_t[tm, 0], step[tk][tm], newton, overshoot)
+                short = torch.nonzero(~hit).reshape(-1)
+                if len(short):
+                    bisect_segment(oracle, rows_k[missed][short.cpu().numpy()], near[short],
+                                   anchor[tm][short], segment_steps)
         after = oracle.best_r[ti]
         gain = (before - after) / before
         stop = np.ones(len(idx), dtype=bool)

@@ -1,0 +1,115 @@
+"""The boundary projection of the gradient-free cascade: its linear step, the Newton steps and
+the segment bisection that follow it where a curved boundary puts the linear optimum short."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
+
+from robustscope.core.space import FeatureSpace
+from robustscope.models.base import QueryLedger
+from robustscope.models.blackbox import ProbaClassifier
+from robustscope.models.metered import MeteredModel
+from robustscope.solvers.attacks.decision.linear_steps import (
+    bisect_segment,
+    boundary_steps,
+    newton_steps,
+    unit_step,
+)
+from robustscope.solvers.attacks.decision.scaled_oracle import ScaledOracle
+from robustscope.threats import get_threat
+
+NORMS = {math.inf: 1.0, 2.0: 2.0, 1.0: math.inf}  # the dual norm of each threat
+
+
+@settings(max_examples=50, deadline=None)
+@given(arrays(np.float64, (3, 5), elements=st.floats(-10, 10)).filter(
+    lambda g: (np.abs(g).max(1) > 1e-3).all()), st.sampled_from([math.inf, 2.0, 1.0]))
+def test_unit_step_raises_the_linear_margin_by_one_at_the_smallest_norm(g, p):
+    """``g · s = 1`` and ``||s||_p = 1 / ||g||_q`` (``q`` dual to ``p``): Hoelder's bound, met."""
+    gt = torch.as_tensor(g)
+    s = unit_step(p, gt)
+    assert torch.allclose((gt * s).sum(1), torch.ones(3, dtype=torch.float64))
+    norm = torch.linalg.vector_norm(s, ord=p, dim=1)
+    dual = torch.linalg.vector_norm(gt, ord=NORMS[p], dim=1)
+    assert torch.allclose(norm * dual, torch.ones(3, dtype=torch.float64))
+
+
+def _curved(a: float = 0.4, d: int = 4) -> ProbaClassifier:
+    """Class 1 where ``x_0 - a·||x_1:||² >= 1``, a convex cap: from the origin the nearest
+    point under L2 is ``e_0`` (radius 1), and the projection of the origin on any other
+    tangent plane of the boundary lies outside the cap, short of the boundary."""
+    def proba(x):
+        x = np.asarray(x, dtype=np.float64)
+        s = x[:, 0] - a * (x[:, 1:] ** 2).sum(1) - 1
+        p1 = 1 / (1 + np.exp(-4 * s))
+        return np.stack([1 - p1, p1], axis=1)
+    return ProbaClassifier(proba, 2, (d,))
+
+
+def _oracle(model, n: int, d: int = 4, threat: str = "l2", ledger=None):
+    space = FeatureSpace.from_arrays([-5.0] * d, [5.0] * d, scale=np.ones(d))
+    x = torch.zeros(n, d, dtype=torch.float64)
+    return ScaledOracle(model, x, torch.zeros(n, dtype=torch.long), space, get_threat(threat),
+                        ledger=ledger)
+
+
+def test_newton_steps_remove_the_margin_a_curved_boundary_leaves():
+    model = _curved()
+    oracle = _oracle(model, 2)
+    idx = np.arange(2)
+    # the linear optimum of a tangent plane far from e_0 falls short of the boundary
+    u = torch.tensor([[0.5, 0.3, 0.0, 0.0], [0.2, 0.0, 0.4, 0.0]], dtype=torch.float64)
+    adv, margin, _, _ = oracle.query(idx, u.unsqueeze(1))
+    assert not adv.any() and (margin[:, 0] > 0).all()
+    # the margin (log-odds of the input's class 0) is -4 s: its gradient along x_0 is -4
+    g = torch.tensor([[-4.0, 0, 0, 0], [-4.0, 0, 0, 0]], dtype=torch.float64)
+    step = unit_step(2.0, g)
+    last, hit = newton_steps(oracle, idx, u, margin[:, 0], step, 5, 0.02)
+    assert hit.all()
+    assert model.predict(oracle.candidates()).eq(1).all()  # verified again
+    assert (oracle.used <= 1 + 5).all()
+    # a point already past the boundary costs nothing more
+    before = oracle.used.copy()
+    newton_steps(oracle, idx, last, torch.full((2,), -1.0, dtype=torch.float64), step, 5, 0.02)
+    assert (oracle.used == before).all()
+
+
+def test_bisect_segment_ends_within_its_resolution_of_the_boundary():
+    model = _curved(a=0.0)  # a flat boundary: x_0 = 1
+    oracle = _oracle(model, 1)
+    near = torch.tensor([[0.0, 0.5, 0.0, 0.0]], dtype=torch.float64)
+    far = torch.tensor([[2.0, 0.5, 0.0, 0.0]], dtype=torch.float64)
+    oracle.query(np.arange(1), far.unsqueeze(1))
+    bisect_segment(oracle, np.arange(1), near, far, 6)
+    x0 = float(oracle.best_u[0, 0])
+    assert 1.0 <= x0 <= 1.0 + 2.0 / 2**6
+    assert oracle.used[0] == 1 + 6
+
+
+def test_the_stage_lands_near_the_radius_of_a_curved_boundary_and_charges_every_row():
+    """From far counterexamples, the linear step alone stalls on the bend; with the Newton
+    steps and the segment bisection the stage ends close to the radius 1."""
+    d, n = 4, 6
+    model = _curved(d=d)
+    starts = torch.tensor([[2.9, 2.0, 0.0, 0.0], [3.0, 0.0, 2.2, 0.0], [3.0, 1.0, 1.0, 1.0],
+                           [2.5, -1.5, 0.8, 0.0], [2.8, 0.0, 0.0, -2.0], [2.6, 1.2, -0.5, 0.3]],
+                          dtype=torch.float64)
+    radii = {}
+    for newton, segment in ((0, 0), (3, 4)):
+        ledger = QueryLedger(n)
+        oracle = _oracle(MeteredModel(model, ledger, np.arange(n)), n, d, ledger=None)
+        oracle.query(np.arange(n), starts.unsqueeze(1))
+        assert torch.isfinite(oracle.best_r).all()
+        boundary_steps(oracle, newton=newton, segment_steps=segment)
+        assert (ledger.forward == oracle.used).all()
+        assert model.predict(oracle.candidates()).eq(1).all()
+        radii[newton] = oracle.best_r.numpy()
+    assert (radii[3] >= 1 - 1e-9).all()
+    assert np.median(radii[3]) < 1.05
+    assert np.median(radii[3]) < np.median(radii[0])
