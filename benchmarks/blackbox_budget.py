@@ -418,9 +418,10 @@ def main() -> None:
     tmp = out.with_suffix(".tmp")
     tmp.write_text(json.dumps(results))
     tmp.replace(out)
-    print("Models (split: *tune* chose the step-down search's settings; *held_out* never "
-          "tuned on; *held_out_2* declared after the first held-out run, never seen before "
-          "the last change):\n")
+    print("Models (split: *tune* chose every setting; *held_out* never tuned on; "
+          "*held_out_2* declared after the first held-out run, never tuned on either; the "
+          "results of both held-out sets were read after earlier changes, never used to "
+          "choose a setting):\n")
     for c in cases:
         print(f"- `{c.name}` ({c.split}): {c.about}, {len(c.X)} test rows, {c.k} classes")
     print(report(results, cases))
