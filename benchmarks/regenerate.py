@@ -277,7 +277,8 @@ SECTIONS: tuple[Section, ...] = (
     Section(
         "zoo_peers", "Peers at matched passes on the held-out networks (issue 39)",
         ("benchmarks/zoo/peers.py", "--n", "20"),
-        "The held-out networks, threats and inputs of the section above. robustscope's default "
+        "The held-out networks, threats and inputs of the section 'Stop on evidence' (issue "
+        "39). robustscope's default "
         "(radii and passes read from that section's cache) against minimum-norm peers, each "
         "sized so that its passes per input (forward + backward rows, counted on the model) "
         "stay at or under 100, 300, 1,000, 2,000 and the default's median on the row "
