@@ -111,21 +111,8 @@ def bisect_coordinates(oracle: ScaledOracle, steps: int = POLISH_STEPS) -> None:
     for t in range(int(moved.max())):
         j = order[:, t:t + 1]  # (k, 1): each input's t-th largest move
         start = oracle.best_u[ti].gather(1, j)  # its size when its bisection starts
-        lo = torch.zeros(len(idx), 1, dtype=start.dtype, device=device)
-        hi = torch.ones_like(lo)
-        todo = t < moved
-        for _ in range(steps):
-            go = np.flatnonzero(todo & (oracle.remaining(idx) >= 1))
-            if not len(go):
-                break
-            g = torch.as_tensor(go, device=device)
-            mid = (lo[g] + hi[g]) / 2
-            trial = oracle.best_u[ti[g]].scatter(1, j[g], start[g] * mid)
-            adv, _, _, asked = oracle.query(idx[go], trial.unsqueeze(1))
-            adv = adv[:, 0].unsqueeze(1)
-            asked_t = torch.as_tensor(asked, device=device).unsqueeze(1)
-            hi[g] = torch.where(adv, mid, hi[g])
-            lo[g] = torch.where(~adv & asked_t, mid, lo[g])
+        oracle.bisect(idx, lambda pos, f, j=j, start=start: oracle.best_u[ti[pos]].scatter(
+            1, j[pos], start[pos] * f.unsqueeze(1)), steps, active=t < moved)
 
 
 def polish(oracle: ScaledOracle, steps: int = POLISH_STEPS) -> None:

@@ -58,25 +58,8 @@ def bisect_to_boundary(oracle: ScaledOracle, idx: np.ndarray, u_adv: torch.Tenso
     than ``rtol``. Returns the adversarial end of each bracket, projected (k, d). The path
     need not be monotone: the adversarial end is always a verified counterexample.
     """
-    k = len(idx)
-    lo = torch.zeros(k, dtype=u_adv.dtype, device=u_adv.device)
-    hi = torch.ones_like(lo)
-    best = u_adv.clone()
-    for _ in range(max_steps):
-        open_ = (hi - lo) > rtol * hi
-        if not open_.any():
-            break
-        sel = torch.nonzero(open_).reshape(-1)
-        mid = (lo[sel] + hi[sel]) / 2
-        adv, _, u_valid, asked = oracle.query(idx[sel.cpu().numpy()],
-                                              _path(oracle.threat, u_adv[sel], mid).unsqueeze(1))
-        adv = adv[:, 0]
-        asked_t = torch.as_tensor(asked, device=adv.device)
-        hi[sel] = torch.where(adv, mid, hi[sel])
-        lo[sel] = torch.where(~adv & asked_t, mid, lo[sel])
-        # inputs out of budget close their bracket
-        lo[sel] = torch.where(asked_t, lo[sel], hi[sel])
-        best[sel] = torch.where(adv.unsqueeze(1), u_valid[:, 0], best[sel])
+    _, best = oracle.bisect(idx, lambda pos, t: _path(oracle.threat, u_adv[pos], t),
+                            max_steps, rtol)
     return best
 
 

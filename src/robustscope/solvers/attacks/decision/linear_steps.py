@@ -82,21 +82,8 @@ def bisect_segment(oracle: ScaledOracle, idx: np.ndarray, near: torch.Tensor,
     """Bisect, ``steps`` queries per input at most, the segments from ``near`` ``(k, d)``
     (not a counterexample) to ``far`` (a counterexample) for the point nearest ``near``
     that still changes the decision (the oracle keeps every counterexample it meets)."""
-    lo = torch.zeros(len(idx), 1, dtype=near.dtype, device=near.device)
-    hi = torch.ones_like(lo)
-    for _ in range(steps):
-        go = oracle.remaining(idx) >= 1
-        if not go.any():
-            break
-        sel = np.flatnonzero(go)
-        ts = torch.as_tensor(sel, device=near.device)
-        mid = (lo[ts] + hi[ts]) / 2
-        adv, _, _, asked = oracle.query(idx[sel],
-                                        (near[ts] + mid * (far[ts] - near[ts])).unsqueeze(1))
-        adv = adv[:, :1]
-        asked_t = torch.as_tensor(asked, device=near.device).unsqueeze(1)
-        hi[ts] = torch.where(adv, mid, hi[ts])
-        lo[ts] = torch.where(~adv & asked_t, mid, lo[ts])
+    oracle.bisect(idx, lambda pos, t: near[pos] + t.unsqueeze(1) * (far[pos] - near[pos]),
+                  steps)
 
 
 def boundary_steps(oracle: ScaledOracle, rounds: int = 6, h: float = 1e-3,

@@ -18,6 +18,8 @@ An input without enough budget left for a request is simply not queried (its ans
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import torch
 
@@ -162,6 +164,37 @@ class ScaledOracle:
         adv[tsel], margin[tsel] = holds, marg
         self._keep_best(ids, u_sel, holds)
         return adv, margin, u_valid, asked
+
+    def bisect(self, idx: np.ndarray,
+               point: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], steps: int,
+               rtol: float = 0.0, active: np.ndarray | None = None
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Bisect a fraction ``t`` in ``[0, 1]`` for each input of ``idx`` ``(k,)``:
+        ``point(pos, t)`` gives the candidates ``(m, d)`` at fractions ``t`` ``(m,)`` for the
+        inputs ``idx[pos]``, ``t = 1`` taken as a counterexample and ``t = 0`` as none. Each
+        step asks once for every input (of ``active``, default all) with budget left whose
+        bracket is wider than ``rtol`` times its upper end, ``steps`` steps at most.
+
+        Returns ``(hi (k,), best (k, d))``: the upper end of each bracket and the valid
+        counterexample there (``point(., 1)`` where no step landed)."""
+        k = len(idx)
+        device = self.flat.device
+        lo = torch.zeros(k, dtype=self.flat.dtype, device=device)
+        hi = torch.ones_like(lo)
+        best = point(torch.arange(k, device=device), hi).clone()
+        live = np.ones(k, dtype=bool) if active is None else np.asarray(active, dtype=bool)
+        for _ in range(steps):
+            go = live & ((hi - lo) > rtol * hi).cpu().numpy() & (self.remaining(idx) >= 1)
+            if not go.any():
+                break
+            pos = torch.as_tensor(np.flatnonzero(go), device=device)
+            mid = (lo[pos] + hi[pos]) / 2
+            adv, _, u_valid, _ = self.query(idx[go], point(pos, mid).unsqueeze(1))
+            adv = adv[:, 0]
+            hi[pos] = torch.where(adv, mid, hi[pos])
+            lo[pos] = torch.where(adv, lo[pos], mid)
+            best[pos] = torch.where(adv.unsqueeze(1), u_valid[:, 0], best[pos])
+        return hi, best
 
     def _keep_best(self, ids: np.ndarray, u: torch.Tensor, holds: torch.Tensor) -> None:
         k, m, d = u.shape
