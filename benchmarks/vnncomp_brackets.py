@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -32,7 +31,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from vnncomp_mnist import exported_network, load_mnist  # noqa: E402
+from vnncomp_mnist import exported_network, network_arguments, setting_up  # noqa: E402
 
 from robustscope import FeatureSpace, radius  # noqa: E402
 from robustscope.models.base import Classifier  # noqa: E402
@@ -61,17 +60,11 @@ def bracket(model: Classifier, X: np.ndarray, y: np.ndarray, method: str, exact_
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--images", type=int, default=15)
-    ap.add_argument("--eps", default="0.03,0.05")
-    ap.add_argument("--depths", default="2,4,6")
-    ap.add_argument("--epochs", type=int, default=3)
+    network_arguments(ap)
     ap.add_argument("--methods", default=",".join(METHODS))
     ap.add_argument("--exact-time", type=float, default=20.0)
     args = ap.parse_args()
-    eps_list = [float(e) for e in args.eps.split(",")]
-    Xtr, ytr, Xva, yva = load_mnist()
-    torch.set_num_threads(2)
-    work = Path(tempfile.mkdtemp(prefix="vnncomp_brackets_"))
+    eps_list, (Xtr, ytr, Xva, yva), work = setting_up(args, "vnncomp_brackets_")
     print(f"The networks and digits of the section above ({args.images} per network); Linf "
           f"in the box [0, 1]; branch and bound and the MILP get {args.exact_time:g} s per "
           f"input; 2 CPU cores. Decided: of the {args.images * len(eps_list)} instances per "

