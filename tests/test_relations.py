@@ -110,6 +110,30 @@ def test_projection_lands_in_box_and_relations(seed):
     np.testing.assert_array_equal(p[:, 0], X[:, 0])  # immutable income
 
 
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 10_000), st.floats(0.01, 0.3))
+def test_linf_proposals_stay_in_their_ball_through_the_relations(seed, radius_):
+    """The black-box oracle holds the relations' projection in each proposal's Linf ball:
+    without ``within`` the projection moves real features out of it (total follows debt)."""
+    from robustscope.solvers.attacks.decision.scaled_oracle import ScaledOracle
+
+    rng = np.random.default_rng(seed)
+    X, _ = credit_like(12, seed=seed % 5)
+    space = constrained_space(X)
+    x = torch.as_tensor(X[space.relations_hold(X)])
+    oracle = ScaledOracle(None, x, torch.zeros(len(x), dtype=torch.long), space,
+                          get_threat("linf"))
+    # vertices of the ball: every feature at +-r, which the equality cannot keep
+    u = torch.as_tensor(rng.choice([-1.0, 1.0], (len(x), 3, 4)) * radius_)
+    u_valid, x_valid = oracle.project(np.arange(len(x)), u)
+    norms = u_valid.abs().amax(dim=2)
+    assert (norms <= u.abs().amax(dim=2) * (1 + 1e-9) + 1e-12).all()
+    assert space.relations_hold(x_valid.numpy()).all()
+    flat = x.repeat_interleave(3, dim=0)
+    loose = (space.project(flat + u.reshape(-1, 4) * oracle.scale, flat) - flat) / oracle.scale
+    assert (loose.abs().amax(dim=1) > radius_ * (1 + 1e-6)).any()  # what the ball prevents
+
+
 def test_projection_keeps_integers_and_one_hot():
     # late <= payments over integers, a one-hot group that a relation reads
     names = ["payments", "late", "debt", "g0", "g1"]

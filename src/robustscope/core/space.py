@@ -354,11 +354,18 @@ class FeatureSpace:
         scale = torch.as_tensor(self.scale, dtype=x.dtype, device=x.device)
         return x + (u * scale).reshape(x.shape)
 
-    def project(self, x_adv: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    def project(self, x_adv: torch.Tensor, x: torch.Tensor,
+                within: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
         """Make candidates valid: in bounds, integers integral, binaries 0/1, one-hot groups
         one-hot, immutable features equal to ``x``. Shapes ``(n, *shape)``; returns a new tensor.
+
+        ``within``: per-row bounds ``(lower, upper)``, each ``(n, d)`` in raw units, that
+        tighten the feature box (for example a candidate's Linf ball around ``x``, which then
+        holds the projection onto the relations too); each must contain its row of ``x``.
         """
         lower, upper, _, mutable = self.tensors(x.device, x.dtype)
+        if within is not None:
+            lower, upper = torch.maximum(lower, within[0]), torch.minimum(upper, within[1])
         flat = x_adv.reshape(x_adv.shape[0], -1).clone()
         orig = x.reshape(x.shape[0], -1)
         integral = torch.as_tensor(np.isin(self.types, ("integer", "binary")), device=x.device)
@@ -387,8 +394,9 @@ class FeatureSpace:
         flat, ok = project_relations(self.relations, flat, orig, lower, upper, scale, free)
         if (~ok).any() and (~free).any():
             retry = torch.where(free, flat[~ok], orig[~ok])
-            flat[~ok] = project_relations(self.relations, retry, orig[~ok], lower, upper,
-                                          scale, free)[0]
+            rows = lambda b: b[~ok] if b.ndim == 2 else b  # noqa: E731 (per-row bounds)
+            flat[~ok] = project_relations(self.relations, retry, orig[~ok], rows(lower),
+                                          rows(upper), scale, free)[0]
         return flat
 
 

@@ -18,6 +18,7 @@ An input without enough budget left for a request is simply not queried (its ans
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import numpy as np
@@ -123,7 +124,15 @@ class ScaledOracle:
             step = torch.where(self.integral, torch.trunc(step + 1e-9 * torch.sign(step)), step)
         cand = base + step
         shape = self.x.shape[1:]
-        valid = self.space.project(cand.reshape(k * m, *shape), base.reshape(k * m, *shape))
+        within = None
+        if self.threat.p == math.inf and self.space.has_relations:
+            # the relations' projection may move real features anywhere in the box: held in
+            # the candidate's own Linf ball, it cannot leave the ball it was proposed in
+            # (measured: 7 % of the step-down search's proposals did on the credit table)
+            reach = (u.abs() * self.mutable).amax(dim=2).reshape(k * m, 1) * self.scale
+            within = (base - reach, base + reach)
+        valid = self.space.project(cand.reshape(k * m, *shape), base.reshape(k * m, *shape),
+                                   within)
         valid = torch.where(self.mutable, valid.reshape(k * m, d), base)
         u_valid = ((valid - base) / self.scale).reshape(k, m, d)
         valid = valid.reshape(k * m, *shape)
