@@ -88,7 +88,8 @@ SOLVERS: dict[str, SolverInfo] = {s.name: s for s in (
                "boundary walk from decisions only (HopSkipJump)"),
     SolverInfo("gradient-free", "decision-based",
                "attacks.decision.gradient_free:solve", "queries", _LP,
-               "step-down search, then HopSkipJump on one budget (L2 / L1: then a polish)"),
+               "step-down search, (Linf) line descent, then HopSkipJump on one budget "
+               "(L2 / L1: then a polish)"),
     SolverInfo("random-directions", "fixed-strength",
                "attacks.decision.random_directions:solve", "queries", _LP,
                "random directions of norm eps (the paper's estimator)"),

@@ -1,0 +1,153 @@
+"""Linf coordinate descent with line searches inside a fixed ball: a tree ensemble's needle.
+
+A tree ensemble's nearest Linf counterexample often needs some features at a vertex of the
+ball and others inside a narrow interval between two of the model's thresholds (past one,
+short of the next): the random vertex proposals of the step-down search overshoot such an
+interval, and every search from every start then settles on the same counterexample, well
+above the exact radius (measured on the mixed-type credit table's gradient-boosted model,
+tune seeds: 45 of 324 inputs above 1.05x exact, independent restarts agreeing on them).
+
+:func:`line_descent` asks, for each input, for a counterexample inside the ball of radius
+``r = R·(1 - s)`` below the one held (``R``), with a coordinate descent on the statement's
+margin: from the counterexample held, pulled into that ball, each mutable feature in turn is
+set to ``grid`` evenly spaced values of ``[-r, r]``, the pair of neighbouring values whose
+margins differ with the lowest margin is bisected ``steps`` times (a threshold between them,
+and the narrow piece beyond it), and the feature keeps the value of lowest margin. A sweep
+over the features that lowers no margin ends the attempt. An attempt that finds a
+counterexample tries again below it with the same ``s``; one that fails moves to the next,
+smaller ``s`` of ``shrinks``, and an input stops after the last. Measured at ``1.02x`` the
+exact radius on the hard inputs of that table (from the counterexample held): the descent
+finds one in 9 of 25, where 20,000 random proposals found none.
+
+Every candidate goes through the oracle (valid points, each query charged to its input), and
+a counterexample replaces the one held only when it is verified and smaller.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from robustscope.solvers.attacks.decision.scaled_oracle import ScaledOracle
+
+#: Shares of the radius held by which each attempt asks for a smaller counterexample, in the
+#: order they are tried after failures (chosen on the tune models).
+SHRINKS = (0.3, 0.1, 0.03)
+
+
+def line_descent(oracle: ScaledOracle, generator: torch.Generator,
+                 shrinks: tuple[float, ...] = SHRINKS, grid: int = 9, steps: int = 6,
+                 sweeps: int = 3, min_left: int = 300) -> None:
+    """Coordinate-descent attempts (Linf) for each input holding a counterexample and at
+    least ``min_left`` queries; an input starts a new attempt only while it has that many
+    left. See the module docstring for ``shrinks``, ``grid``, ``steps`` and ``sweeps``."""
+    n = oracle.n
+    every = np.arange(n)
+    level = np.zeros(n, dtype=np.int64)
+    held = (torch.isfinite(oracle.best_r) & (oracle.best_r > 0)).cpu().numpy()
+    live = held & (oracle.remaining(every) >= min_left)
+    share = torch.as_tensor(shrinks, dtype=oracle.flat.dtype, device=oracle.flat.device)
+    while live.any():
+        idx = np.flatnonzero(live)
+        ti = torch.as_tensor(idx, device=oracle.flat.device)
+        r = oracle.best_r[ti] * (1 - share[torch.as_tensor(level[idx], device=ti.device)])
+        found = descend(oracle, idx, r, generator, grid, steps, sweeps)
+        level[idx[~found]] += 1
+        live[idx] = (level[idx] < len(shrinks)) & (oracle.remaining(idx) >= min_left)
+
+
+def descend(oracle: ScaledOracle, idx: np.ndarray, r: torch.Tensor,
+            generator: torch.Generator, grid: int = 9, steps: int = 6,
+            sweeps: int = 3) -> np.ndarray:
+    """One coordinate-descent attempt per input of ``idx`` ``(k,)`` inside its Linf ball of
+    radius ``r`` ``(k,)`` (scaled units), from the counterexample held clipped into it.
+    Returns the boolean ``(k,)`` mask of inputs that found a counterexample in their ball."""
+    k = len(idx)
+    device, dtype = oracle.flat.device, oracle.flat.dtype
+    ti = torch.as_tensor(idx, device=device)
+    start = torch.maximum(torch.minimum(oracle.best_u[ti], r.unsqueeze(1)), -r.unsqueeze(1))
+    adv, margin, u_valid, asked = oracle.query(idx, start.unsqueeze(1))
+    inside = _inside(u_valid[:, 0], r)
+    found = (adv[:, 0] & inside).cpu().numpy()
+    cur, cur_m = u_valid[:, 0].clone(), torch.where(inside, margin[:, 0], math.inf)
+    active = asked & ~found
+    levels = torch.linspace(-1.0, 1.0, grid, dtype=dtype, device=device)
+    columns = torch.nonzero(oracle.mutable).reshape(-1)
+    for _ in range(sweeps):
+        improved = np.zeros(k, dtype=bool)
+        order = columns[torch.randperm(len(columns), generator=generator).to(device)]
+        for j in order.tolist():
+            go = active & (oracle.remaining(idx) >= grid)
+            if not go.any():
+                break
+            pos = np.flatnonzero(go)
+            tp = torch.as_tensor(pos, device=device)
+            values = levels.unsqueeze(0) * r[tp].unsqueeze(1)  # (m, grid)
+            hit, best_m, best_u = _line_search(oracle, idx[pos], cur[tp], r[tp], j, values,
+                                               steps)
+            found[pos[hit]] = True
+            active[pos[hit]] = False
+            lower = (best_m < cur_m[tp]).cpu().numpy() & ~hit
+            if lower.any():
+                tk = torch.as_tensor(lower, device=device)
+                cur[tp[tk]], cur_m[tp[tk]] = best_u[tk], best_m[tk]
+                improved[pos[lower]] = True
+        active &= improved
+        if not active.any():
+            break
+    return found
+
+
+def _line_search(oracle: ScaledOracle, idx: np.ndarray, cur: torch.Tensor, r: torch.Tensor,
+                 j: int, values: torch.Tensor, steps: int
+                 ) -> tuple[np.ndarray, torch.Tensor, torch.Tensor]:
+    """Feature ``j`` of ``cur`` ``(m, d)`` set to each of ``values`` ``(m, g)``, then the
+    neighbouring pair of lowest margin whose margins differ bisected ``steps`` times. Returns
+    ``(hit (m,) bool: a counterexample inside the ball, lowest margin (m,), its point
+    (m, d))``."""
+    m, g = values.shape
+    device = cur.device
+    cand = cur.unsqueeze(1).repeat(1, g, 1)
+    cand[:, :, j] = values
+    adv, margin, u_valid, _ = oracle.query(idx, cand)
+    inside = _inside(u_valid.reshape(m * g, -1), r.repeat_interleave(g)).reshape(m, g)
+    margin = torch.where(inside, margin, math.inf)
+    hit = (adv & inside).any(dim=1)
+    best_m, at = margin.min(dim=1)
+    best_u = u_valid[torch.arange(m, device=device), at]
+    left, right = margin[:, :-1], margin[:, 1:]
+    key = torch.where(left != right, torch.minimum(left, right), math.inf)
+    key_min, pair = key.min(dim=1)
+    bisecting = (torch.isfinite(key_min) & ~hit).cpu().numpy()
+    lo = values.gather(1, pair.unsqueeze(1))[:, 0]
+    hi = values.gather(1, (pair + 1).unsqueeze(1))[:, 0]
+    m_lo = left.gather(1, pair.unsqueeze(1))[:, 0]
+    for _ in range(steps):
+        go = bisecting & (oracle.remaining(idx) >= 1)
+        if not go.any():
+            break
+        pos = torch.as_tensor(np.flatnonzero(go), device=device)
+        mid = (lo[pos] + hi[pos]) / 2
+        probe = cur[pos].clone()
+        probe[:, j] = mid
+        a, mg, uv, _ = oracle.query(idx[go], probe.unsqueeze(1))
+        a, mg, uv = a[:, 0], mg[:, 0], uv[:, 0]
+        ok = _inside(uv, r[pos])
+        mg = torch.where(ok, mg, math.inf)
+        now = (a & ok).cpu().numpy()
+        hit[pos[torch.as_tensor(now, device=device)]] = True
+        bisecting[np.flatnonzero(go)[now]] = False
+        lower = mg < best_m[pos]
+        best_m[pos] = torch.where(lower, mg, best_m[pos])
+        best_u[pos] = torch.where(lower.unsqueeze(1), uv, best_u[pos])
+        same = mg == m_lo[pos]
+        lo[pos] = torch.where(same, mid, lo[pos])
+        hi[pos] = torch.where(same, hi[pos], mid)
+    return hit.cpu().numpy(), best_m, best_u
+
+
+def _inside(u: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
+    """Rows of ``u`` ``(m, d)`` inside their Linf ball of radius ``r`` ``(m,)``."""
+    return u.abs().amax(dim=1) <= r * (1 + 1e-9)

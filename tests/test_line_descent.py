@@ -1,0 +1,133 @@
+"""The Linf line descent of the gradient-free cascade on tree-like (piecewise-constant) models
+whose nearest counterexample needs a feature inside a narrow interval."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from robustscope.core.checks import make_generator
+from robustscope.core.space import FeatureSpace
+from robustscope.models.base import QueryLedger
+from robustscope.models.blackbox import ProbaClassifier
+from robustscope.models.metered import MeteredModel
+from robustscope.solvers.attacks.decision.line_descent import descend, line_descent
+from robustscope.solvers.attacks.decision.scaled_oracle import ScaledOracle
+from robustscope.threats import get_threat
+
+D = 5
+
+
+def _needle_model(a: float, lo: float, hi: float, far: float) -> ProbaClassifier:
+    """Trees' sum of votes: +1 for ``x0 >= a``, +1 for ``x1 >= lo``, -0.8 for ``x1 >= hi``
+    and +2 for ``x2 >= far``; class 1 above 1.5. The nearest counterexample (Linf, from 0)
+    has ``x0 = a`` and ``x1`` in ``[lo, hi)``, a piece every vertex of a larger ball
+    overshoots; ``x2 = far`` is a counterexample further away."""
+
+    def proba(z):
+        z = np.asarray(z)
+        votes = (1.0 * (z[:, 0] >= a) + 1.0 * (z[:, 1] >= lo) - 0.8 * (z[:, 1] >= hi)
+                 + 2.0 * (z[:, 2] >= far))
+        p1 = 1 / (1 + np.exp(-4 * (votes - 1.5)))
+        return np.stack([1 - p1, p1], axis=1)
+
+    return ProbaClassifier(proba, 2, (D,))
+
+
+def _oracle(model, n: int = 1, budget: int | None = None, ledger=None) -> ScaledOracle:
+    space = FeatureSpace.from_arrays([-1.0] * D, [1.0] * D, scale=np.ones(D))
+    x = torch.zeros(n, D, dtype=torch.float64)
+    return ScaledOracle(model, x, torch.zeros(n, dtype=torch.long), space, get_threat("linf"),
+                        budget=budget, ledger=ledger)
+
+
+def _hold_far(oracle: ScaledOracle, far: float) -> None:
+    u = torch.zeros(oracle.n, 1, D, dtype=torch.float64)
+    u[:, 0, 2] = far
+    adv, _, _, _ = oracle.query(np.arange(oracle.n), u)
+    assert adv.all()
+
+
+def test_line_descent_finds_the_narrow_piece_the_vertices_overshoot():
+    a, lo, hi, far = 0.1, 0.06, 0.065, 0.3
+    model = _needle_model(a, lo, hi, far)
+    ledger = QueryLedger(1)
+    oracle = _oracle(MeteredModel(model, ledger, np.arange(1)), budget=3000)
+    _hold_far(oracle, far)
+    line_descent(oracle, make_generator(0))
+    u = oracle.best_u[0].numpy()
+    assert a <= oracle.best_r[0] <= 1.05 * a  # the exact radius is a
+    assert lo <= u[1] < hi  # inside the piece
+    assert model.predict(oracle.candidates())[0] == 1  # the model confirms it
+    assert ledger.forward[0] == oracle.used[0] <= 3000
+
+
+def test_vertices_of_the_same_ball_miss_the_piece():
+    """What the descent is for: a random vertex of a ball 1.05x the exact radius never
+    lands in the piece (x1 at +-r overshoots it), so the step-down's vertex proposals fail."""
+    a, lo, hi, far = 0.1, 0.06, 0.065, 0.3
+    model = _needle_model(a, lo, hi, far)
+    signs = torch.randint(0, 2, (2000, D), generator=make_generator(1)).double() * 2 - 1
+    assert model.predict(signs * 1.05 * a).sum() == 0
+
+
+def test_an_attempt_in_a_ball_too_small_fails_and_spends_little():
+    a, lo, hi, far = 0.1, 0.06, 0.065, 0.3
+    oracle = _oracle(_needle_model(a, lo, hi, far))
+    _hold_far(oracle, far)
+    before = oracle.best_r.clone()
+    found = descend(oracle, np.arange(1), torch.tensor([0.09], dtype=torch.float64),
+                    make_generator(0))
+    assert not found[0] and torch.equal(oracle.best_r, before)
+    # one start, then at most three sweeps of (grid + bisection) over the features
+    assert oracle.used[0] <= 1 + 1 + 3 * D * (9 + 6)
+
+
+def test_inputs_without_a_counterexample_or_budget_are_left_alone():
+    a, lo, hi, far = 0.1, 0.06, 0.065, 0.3
+    oracle = _oracle(_needle_model(a, lo, hi, far), n=3, budget=400)
+    u = torch.zeros(3, 1, D, dtype=torch.float64)
+    u[:2, 0, 2] = far
+    oracle.query(np.arange(3), u)  # inputs 0, 1 hold a counterexample, input 2 none
+    oracle.used[1] = 400 - 299  # fewer than min_left=300 queries left
+    used = oracle.used.copy()
+    line_descent(oracle, make_generator(0), min_left=300)
+    assert oracle.used[0] > used[0]
+    assert oracle.used[1] == used[1] and oracle.used[2] == used[2]
+    assert (oracle.used <= 400).all()
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.floats(0.05, 0.4), st.floats(0.1, 0.9), st.floats(0.01, 0.3), st.integers(0, 99))
+def test_line_descent_never_goes_below_exact_and_keeps_a_verified_point(a, lo_share, width,
+                                                                        seed):
+    lo = a * lo_share
+    hi = lo + width * a
+    far = min(3 * a, 0.95)
+    model = _needle_model(a, lo, hi, far)
+    oracle = _oracle(model, budget=2000)
+    _hold_far(oracle, far)
+    before = float(oracle.best_r[0])
+    line_descent(oracle, make_generator(seed))
+    exact = a  # lo < a: the piece is inside the ball of radius a
+    assert exact * (1 - 1e-9) <= oracle.best_r[0] <= before
+    assert model.predict(oracle.candidates())[0] == 1
+    assert oracle.used[0] <= 2000
+
+
+def test_the_linf_cascade_runs_the_descent_and_reaches_the_piece():
+    from robustscope.solvers.attacks.decision.gradient_free import gradient_free
+
+    a, lo, hi, far = 0.1, 0.06, 0.065, 0.3
+    model = _needle_model(a, lo, hi, far)
+    space = FeatureSpace.from_arrays([-1.0] * D, [1.0] * D, scale=np.ones(D))
+    x = torch.zeros(2, D, dtype=torch.float64)
+    start = x.clone()
+    start[:, 2] = far
+    out = gradient_free(model, x, torch.zeros(2, dtype=torch.long), space, "linf",
+                        generator=make_generator(0), budget=3000, x_init=start)
+    assert (out.radius <= 1.05 * a).all() and (out.radius >= a).all()
+    assert (model.predict(out.x_adv) == 1).all()
+    assert (out.forward_queries <= 3000).all()
