@@ -131,3 +131,23 @@ def test_the_linf_cascade_runs_the_descent_and_reaches_the_piece():
     assert (out.radius <= 1.05 * a).all() and (out.radius >= a).all()
     assert (model.predict(out.x_adv) == 1).all()
     assert (out.forward_queries <= 3000).all()
+
+
+def test_an_attempt_from_the_input_starts_there():
+    """The second schedule's attempts start from the input, not from the counterexample
+    held: the first row the model sees is the input itself."""
+    a, lo, hi, far = 0.1, 0.06, 0.065, 0.3
+    inner = _needle_model(a, lo, hi, far)
+    seen = []
+
+    def proba(z):
+        seen.append(np.array(z, copy=True))
+        return inner.probabilities_numpy(z)
+
+    oracle = _oracle(ProbaClassifier(proba, 2, (D,)))
+    _hold_far(oracle, far)
+    seen.clear()
+    found = descend(oracle, np.arange(1), torch.tensor([0.2], dtype=torch.float64),
+                    make_generator(0), from_input=True)
+    assert np.array_equal(seen[0], np.zeros((1, D)))
+    assert found[0] and oracle.best_r[0] <= 0.2

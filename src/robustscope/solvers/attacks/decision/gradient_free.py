@@ -15,7 +15,7 @@ shrink a counterexample in few queries and stops an input when its explorations 
 (:mod:`~robustscope.solvers.attacks.decision.line_descent`) then looks inside smaller balls
 with coordinate line searches, for the narrow pieces between a tree's thresholds that the
 random corners overshoot (measured on the mixed-type credit table's gradient-boosted model,
-tune seeds, default ceiling: p90 radius / exact 1.095 -> 1.018); HopSkipJump
+tune seeds, default ceiling: p90 radius / exact 1.095 -> 1.012); HopSkipJump
 (:mod:`~robustscope.solvers.attacks.decision.hop_skip_jump`) then
 spends what is left of each input's budget from that counterexample (on a label-only model the
 better of the two). Under L2 / L1 a share of the budget is kept for the last stage,
