@@ -4,11 +4,13 @@ whose nearest counterexample needs a feature inside a narrow interval."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from robustscope.core.checks import make_generator
+from robustscope.core.errors import InputError
 from robustscope.core.space import FeatureSpace
 from robustscope.models.base import QueryLedger
 from robustscope.models.blackbox import ProbaClassifier
@@ -113,6 +115,7 @@ def test_line_descent_never_goes_below_exact_and_keeps_a_verified_point(a, lo_sh
     line_descent(oracle, make_generator(seed))
     exact = a  # lo < a: the piece is inside the ball of radius a
     assert exact * (1 - 1e-9) <= oracle.best_r[0] <= before
+    assert oracle.best_r[0] <= 1.1 * exact  # from 3x away to the piece's ball
     assert model.predict(oracle.candidates())[0] == 1
     assert oracle.used[0] <= 2000
 
@@ -151,3 +154,48 @@ def test_an_attempt_from_the_input_starts_there():
                     make_generator(0), from_input=True)
     assert np.array_equal(seen[0], np.zeros((1, D)))
     assert found[0] and oracle.best_r[0] <= 0.2
+
+
+def test_discrete_features_that_cannot_move_cost_no_query():
+    """Integer features whose step (1 raw unit = 1 scaled here) exceeds the ball are never
+    queried: their 9 grid values would all round back to the point held."""
+    a, lo, hi, far = 0.1, 0.06, 0.065, 0.3
+    inner = _needle_model(a, lo, hi, far)
+    calls = []
+
+    def proba(z):
+        calls.append(np.array(z, copy=True))
+        return inner.probabilities_numpy(z)
+
+    space = FeatureSpace.from_arrays([-1.0] * D, [1.0] * D, scale=np.ones(D),
+                                     types=["real", "real", "real", "integer", "integer"])
+    oracle = ScaledOracle(ProbaClassifier(proba, 2, (D,)), torch.zeros(1, D, dtype=torch.float64),
+                          torch.zeros(1, dtype=torch.long), space, get_threat("linf"))
+    _hold_far(oracle, far)
+    calls.clear()
+    descend(oracle, np.arange(1), torch.tensor([0.09], dtype=torch.float64), make_generator(0))
+    grids = [rows for rows in calls if len(rows) == 9]
+    assert grids  # the real features were searched
+    assert all(len(np.unique(rows, axis=0)) == 9 for rows in grids)  # no grid of repeats
+
+
+@pytest.mark.parametrize("bad", [dict(shrinks=()), dict(shrinks=(0.3, 0.0)),
+                                 dict(shrinks=(1.0,)), dict(grid=1), dict(sweeps=0),
+                                 dict(steps=-1)])
+def test_bad_settings_are_refused(bad):
+    oracle = _oracle(_needle_model(0.1, 0.06, 0.065, 0.3))
+    with pytest.raises(InputError):
+        line_descent(oracle, make_generator(0), **bad)
+
+
+def test_an_image_sized_input_leaves_its_budget_to_the_next_stage():
+    """One grid pass over 784 features costs more than the budget left: no attempt starts."""
+    d = 784
+    model = ProbaClassifier(lambda z: np.tile([0.2, 0.8], (len(z), 1)), 2, (d,))
+    space = FeatureSpace.from_arrays([0.0] * d, [1.0] * d)
+    oracle = ScaledOracle(model, torch.full((1, d), 0.5, dtype=torch.float64),
+                          torch.zeros(1, dtype=torch.long), space, get_threat("linf"),
+                          budget=5000)
+    oracle.query(np.arange(1), torch.full((1, 1, d), 0.3, dtype=torch.float64))
+    line_descent(oracle, make_generator(0))
+    assert oracle.used[0] == 1

@@ -34,6 +34,7 @@ import math
 import numpy as np
 import torch
 
+from robustscope.core.errors import InputError
 from robustscope.solvers.attacks.decision.scaled_oracle import ScaledOracle
 
 #: Shares of the radius held by which each attempt asks for a smaller counterexample, in the
@@ -45,13 +46,22 @@ def line_descent(oracle: ScaledOracle, generator: torch.Generator,
                  shrinks: tuple[float, ...] = SHRINKS, grid: int = 9, steps: int = 6,
                  sweeps: int = 3, min_left: int = 300) -> None:
     """Coordinate-descent attempts (Linf) for each input holding a counterexample and at
-    least ``min_left`` queries; an input starts a new attempt only while it has that many
+    least ``min_left`` queries, and at least one grid pass over its mutable features
+    (``grid`` per feature); an input starts a new attempt only while it has that many
     left. The schedule of ``shrinks`` runs twice: from the counterexample held (clipped into
     each ball), then from the input itself. See the module docstring for ``shrinks``,
     ``grid``, ``steps`` and ``sweeps``."""
+    if not shrinks or not all(0 < v < 1 for v in shrinks):
+        raise InputError(f"shrinks must be shares of the radius in (0, 1), got {shrinks}")
+    if grid < 2 or steps < 0 or sweeps < 1:
+        raise InputError(f"line descent needs grid >= 2, steps >= 0 and sweeps >= 1, got "
+                         f"grid={grid}, steps={steps}, sweeps={sweeps}")
     n = oracle.n
     every = np.arange(n)
     share = torch.as_tensor(shrinks, dtype=oracle.flat.dtype, device=oracle.flat.device)
+    # an attempt that cannot afford one grid pass over the features is not started (an
+    # image's 784 pixels would take a whole budget and leave HopSkipJump nothing)
+    min_left = max(min_left, grid * int(oracle.mutable.sum()))
     for from_input in (False, True):
         level = np.zeros(n, dtype=np.int64)
         held = (torch.isfinite(oracle.best_r) & (oracle.best_r > 0)).cpu().numpy()
@@ -85,6 +95,7 @@ def descend(oracle: ScaledOracle, idx: np.ndarray, r: torch.Tensor,
     active = asked & ~found
     levels = torch.linspace(-1.0, 1.0, grid, dtype=dtype, device=device)
     columns = torch.nonzero(oracle.mutable).reshape(-1)
+    discrete = _discrete(oracle)
     for _ in range(sweeps):
         improved = np.zeros(k, dtype=bool)
         order = columns[torch.randperm(len(columns), generator=generator).to(device)]
@@ -92,11 +103,16 @@ def descend(oracle: ScaledOracle, idx: np.ndarray, r: torch.Tensor,
             go = active & (oracle.remaining(idx) >= grid)
             if not go.any():
                 break
+            if discrete[j]:  # no query where every value rounds back to the point held
+                go &= _can_move(oracle, idx, cur, r, j, levels)
+                if not go.any():
+                    continue
             pos = np.flatnonzero(go)
             tp = torch.as_tensor(pos, device=device)
             values = levels.unsqueeze(0) * r[tp].unsqueeze(1)  # (m, grid)
+            step = float(oracle.scale[j]) if discrete[j] else None
             hit, best_m, best_u = _line_search(oracle, idx[pos], cur[tp], r[tp], j, values,
-                                               steps)
+                                               steps, step)
             found[pos[hit]] = True
             active[pos[hit]] = False
             lower = (best_m < cur_m[tp]).cpu().numpy() & ~hit
@@ -111,12 +127,13 @@ def descend(oracle: ScaledOracle, idx: np.ndarray, r: torch.Tensor,
 
 
 def _line_search(oracle: ScaledOracle, idx: np.ndarray, cur: torch.Tensor, r: torch.Tensor,
-                 j: int, values: torch.Tensor, steps: int
+                 j: int, values: torch.Tensor, steps: int, unit: float | None = None
                  ) -> tuple[np.ndarray, torch.Tensor, torch.Tensor]:
     """Feature ``j`` of ``cur`` ``(m, d)`` set to each of ``values`` ``(m, g)``, then the
-    neighbouring pair of lowest margin whose margins differ bisected ``steps`` times. Returns
-    ``(hit (m,) bool: a counterexample inside the ball, lowest margin (m,), its point
-    (m, d))``."""
+    neighbouring pair of lowest margin whose margins differ bisected ``steps`` times (on a
+    discrete feature, whose values move in raw steps of 1 = ``1 / unit`` scaled, only while
+    a value lies strictly between the pair). Returns ``(hit (m,) bool: a counterexample
+    inside the ball, lowest margin (m,), its point (m, d))``."""
     m, g = values.shape
     device = cur.device
     cand = cur.unsqueeze(1).repeat(1, g, 1)
@@ -136,6 +153,8 @@ def _line_search(oracle: ScaledOracle, idx: np.ndarray, cur: torch.Tensor, r: to
     m_lo = left.gather(1, pair.unsqueeze(1))[:, 0]
     for _ in range(steps):
         go = bisecting & (oracle.remaining(idx) >= 1)
+        if unit is not None:
+            go &= ((hi - lo) * unit > 1 + 1e-9).cpu().numpy()
         if not go.any():
             break
         pos = torch.as_tensor(np.flatnonzero(go), device=device)
@@ -156,6 +175,24 @@ def _line_search(oracle: ScaledOracle, idx: np.ndarray, cur: torch.Tensor, r: to
         lo[pos] = torch.where(same, mid, lo[pos])
         hi[pos] = torch.where(same, hi[pos], mid)
     return hit.cpu().numpy(), best_m, best_u
+
+
+def _discrete(oracle: ScaledOracle) -> list[bool]:
+    """Per feature: integer, binary or a member of a one-hot group."""
+    discrete = oracle.integral.clone()
+    for group in oracle.space.groups:
+        discrete[torch.as_tensor(group, device=discrete.device)] = True
+    return discrete.tolist()
+
+
+def _can_move(oracle: ScaledOracle, idx: np.ndarray, cur: torch.Tensor, r: torch.Tensor,
+              j: int, levels: torch.Tensor) -> np.ndarray:
+    """Boolean ``(k,)``: some of the values ``levels · r`` of feature ``j`` projects onto a
+    valid point other than ``cur`` ``(k, d)`` (the projection costs no query)."""
+    cand = cur.unsqueeze(1).repeat(1, len(levels), 1)
+    cand[:, :, j] = levels.unsqueeze(0) * r.unsqueeze(1)
+    u_valid, _ = oracle.project(idx, cand)
+    return (u_valid != cur.unsqueeze(1)).any(dim=2).any(dim=1).cpu().numpy()
 
 
 def _inside(u: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
