@@ -38,6 +38,17 @@ def _needle_model(a: float, lo: float, hi: float, far: float) -> ProbaClassifier
     return ProbaClassifier(proba, 2, (D,))
 
 
+def _recording(inner: ProbaClassifier) -> tuple[ProbaClassifier, list[np.ndarray]]:
+    """``inner`` as a model that keeps a copy of every batch of rows it is asked about."""
+    calls: list[np.ndarray] = []
+
+    def proba(z):
+        calls.append(np.array(z, copy=True))
+        return inner.probabilities_numpy(z)
+
+    return ProbaClassifier(proba, 2, (D,)), calls
+
+
 def _oracle(model, n: int = 1, budget: int | None = None, ledger=None) -> ScaledOracle:
     space = FeatureSpace.from_arrays([-1.0] * D, [1.0] * D, scale=np.ones(D))
     x = torch.zeros(n, D, dtype=torch.float64)
@@ -140,14 +151,8 @@ def test_an_attempt_from_the_input_starts_there():
     """The second schedule's attempts start from the input, not from the counterexample
     held: the first row the model sees is the input itself."""
     a, lo, hi, far = 0.1, 0.06, 0.065, 0.3
-    inner = _needle_model(a, lo, hi, far)
-    seen = []
-
-    def proba(z):
-        seen.append(np.array(z, copy=True))
-        return inner.probabilities_numpy(z)
-
-    oracle = _oracle(ProbaClassifier(proba, 2, (D,)))
+    model, seen = _recording(_needle_model(a, lo, hi, far))
+    oracle = _oracle(model)
     _hold_far(oracle, far)
     seen.clear()
     found = descend(oracle, np.arange(1), torch.tensor([0.2], dtype=torch.float64),
@@ -160,16 +165,10 @@ def test_discrete_features_that_cannot_move_cost_no_query():
     """Integer features whose step (1 raw unit = 1 scaled here) exceeds the ball are never
     queried: their 9 grid values would all round back to the point held."""
     a, lo, hi, far = 0.1, 0.06, 0.065, 0.3
-    inner = _needle_model(a, lo, hi, far)
-    calls = []
-
-    def proba(z):
-        calls.append(np.array(z, copy=True))
-        return inner.probabilities_numpy(z)
-
+    model, calls = _recording(_needle_model(a, lo, hi, far))
     space = FeatureSpace.from_arrays([-1.0] * D, [1.0] * D, scale=np.ones(D),
                                      types=["real", "real", "real", "integer", "integer"])
-    oracle = ScaledOracle(ProbaClassifier(proba, 2, (D,)), torch.zeros(1, D, dtype=torch.float64),
+    oracle = ScaledOracle(model, torch.zeros(1, D, dtype=torch.float64),
                           torch.zeros(1, dtype=torch.long), space, get_threat("linf"))
     _hold_far(oracle, far)
     calls.clear()
