@@ -36,6 +36,7 @@ import torch
 
 from robustscope.core.errors import InputError
 from robustscope.solvers.attacks.decision.scaled_oracle import ScaledOracle
+from robustscope.solvers.attacks.decision.step_down import pull_into_ball
 
 #: Shares of the radius held by which each attempt asks for a smaller counterexample, in the
 #: order they are tried after failures (chosen on the tune models).
@@ -85,7 +86,7 @@ def descend(oracle: ScaledOracle, idx: np.ndarray, r: torch.Tensor,
     k = len(idx)
     device, dtype = oracle.flat.device, oracle.flat.dtype
     ti = torch.as_tensor(idx, device=device)
-    start = torch.maximum(torch.minimum(oracle.best_u[ti], r.unsqueeze(1)), -r.unsqueeze(1))
+    start = pull_into_ball(oracle.threat, oracle.best_u[ti], r)
     if from_input:
         start = torch.zeros_like(start)
     adv, margin, u_valid, asked = oracle.query(idx, start.unsqueeze(1))
@@ -95,7 +96,7 @@ def descend(oracle: ScaledOracle, idx: np.ndarray, r: torch.Tensor,
     active = asked & ~found
     levels = torch.linspace(-1.0, 1.0, grid, dtype=dtype, device=device)
     columns = torch.nonzero(oracle.mutable).reshape(-1)
-    discrete = _discrete(oracle)
+    discrete = (oracle.space.types != "real").tolist()  # integer, binary, one-hot
     for _ in range(sweeps):
         improved = np.zeros(k, dtype=bool)
         order = columns[torch.randperm(len(columns), generator=generator).to(device)]
@@ -175,14 +176,6 @@ def _line_search(oracle: ScaledOracle, idx: np.ndarray, cur: torch.Tensor, r: to
         lo[pos] = torch.where(same, mid, lo[pos])
         hi[pos] = torch.where(same, hi[pos], mid)
     return hit.cpu().numpy(), best_m, best_u
-
-
-def _discrete(oracle: ScaledOracle) -> list[bool]:
-    """Per feature: integer, binary or a member of a one-hot group."""
-    discrete = oracle.integral.clone()
-    for group in oracle.space.groups:
-        discrete[torch.as_tensor(group, device=discrete.device)] = True
-    return discrete.tolist()
 
 
 def _can_move(oracle: ScaledOracle, idx: np.ndarray, cur: torch.Tensor, r: torch.Tensor,
