@@ -323,7 +323,9 @@ SECTIONS: tuple[Section, ...] = (
         "search (`predict_proba` only) against exact: median, p90 and largest ratio, censored "
         "inputs where exact is finite, inputs below exact's certified bound, and the share of "
         "counterexamples that satisfy the relations and the feature space (re-checked). "
-        "Targets: median <= 1.02x, p90 <= 1.05x, 0 censored, every counterexample valid.", 10),
+        "Targets: median <= 1.02x, p90 <= 1.05x, 0 censored, every counterexample valid. "
+        "Seed 0 is held out: the black box's settings were chosen on seeds 1-7; seeds 8-10, "
+        "also never tuned on, check the gradient-boosted black box on three more draws.", 10),
     Section(
         "vnncomp", "VNN-COMP-style MNIST instances: ONNX networks, VNN-LIB properties, "
         "verdicts (issue 41)",

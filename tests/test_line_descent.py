@@ -15,7 +15,11 @@ from robustscope.core.space import FeatureSpace
 from robustscope.models.base import QueryLedger
 from robustscope.models.blackbox import ProbaClassifier
 from robustscope.models.metered import MeteredModel
-from robustscope.solvers.attacks.decision.line_descent import descend, line_descent
+from robustscope.solvers.attacks.decision.line_descent import (
+    descend,
+    line_descent,
+    search_lines,
+)
 from robustscope.solvers.attacks.decision.scaled_oracle import ScaledOracle
 from robustscope.threats import get_threat
 
@@ -198,3 +202,71 @@ def test_an_image_sized_input_leaves_its_budget_to_the_next_stage():
     oracle.query(np.arange(1), torch.full((1, 1, d), 0.3, dtype=torch.float64))
     line_descent(oracle, make_generator(0))
     assert oracle.used[0] == 1
+
+
+def _sum_space() -> FeatureSpace:
+    """Three features ``savings + investments == assets`` (scales 1, 2 and 3)."""
+    space = FeatureSpace.from_arrays([0.0] * 3, [4.0] * 3, scale=np.array([1.0, 2.0, 3.0]),
+                                     names=["savings", "investments", "assets"])
+    return space.constrain(["savings + investments == assets"])
+
+
+def test_relation_lines_keep_the_rows_they_slide_along():
+    """One line per mutable feature, then one per pair of features of a relation row, each
+    keeping that row's value; none moves an immutable or categorical feature."""
+    names = ["a", "b", "c", "d", "h1", "h2"]
+    space = FeatureSpace.from_arrays([0.0] * 6, [10.0] * 6, names=names,
+                                     scale=np.array([1.0, 2.0, 4.0, 1.0, 1.0, 1.0]),
+                                     types=["real", "real", "integer", "real", "categorical",
+                                            "categorical"],
+                                     mutable=[True, True, True, False, True, True],
+                                     groups=[[4, 5]])
+    space = space.constrain(["a + b == c", "a <= 2 * b", "d <= a", "c <= 5 * h1"])
+    oracle = ScaledOracle(_needle_model(0.1, 0.06, 0.065, 0.3), torch.ones(1, 6),
+                          torch.zeros(1, dtype=torch.long), space, get_threat("linf"))
+    lines = search_lines(oracle)
+    directions = np.stack([v.numpy() for v, _ in lines])
+    assert np.allclose(np.abs(directions).max(axis=1), 1.0)
+    coordinate = [v for v in directions if np.count_nonzero(v) == 1]
+    assert len(coordinate) == 5  # a, b, c and the two arms; d is immutable
+    pairs = [v for v in directions if np.count_nonzero(v) == 2]
+    assert len(pairs) == 4  # (a, b), (a, c), (b, c) of the sum; (a, b) of a <= 2 b
+    rows = np.vstack([space.relations.C, space.relations.A[:1]])
+    raw = np.stack(pairs) * space.scale  # scaled -> raw units
+    for v in raw:  # each holds a row over both its features at the same value
+        assert any(abs(row @ v) < 1e-12 for row in rows if np.count_nonzero(row * v) == 2)
+    assert not np.any(directions[:, 3]) and not np.any(np.stack(pairs)[:, 4:])
+
+
+def test_the_descent_slides_along_an_equality_a_single_feature_cannot_follow():
+    """Class 1 needs investments up by 0.1 with savings held: under ``savings + investments
+    == assets`` only investments and assets moving together get there (Linf radius 0.05 in
+    scaled units, investments' scale being 2). A single feature's move is projected back onto
+    the relation by moving savings too, so the coordinate lines alone find nothing."""
+    def proba(z):
+        z = np.asarray(z)
+        hit = (z[:, 1] >= 1.6) & (z[:, 0] >= 1.0 - 1e-3)
+        return np.stack([~hit, hit], axis=1).astype(float)
+
+    model = ProbaClassifier(proba, 2, (3,))
+    x = torch.tensor([[1.0, 1.5, 2.5]], dtype=torch.float64)
+    r = torch.tensor([0.08], dtype=torch.float64)
+
+    def attempt(lines) -> tuple[bool, ScaledOracle]:
+        oracle = ScaledOracle(model, x, torch.zeros(1, dtype=torch.long), _sum_space(),
+                              get_threat("linf"))
+        oracle.best_u[0], oracle.best_r[0] = torch.tensor([0.0, 0.5, 0.5]), 0.5  # held far
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr("robustscope.solvers.attacks.decision.line_descent.search_lines",
+                       lambda o: lines(o))
+            found = descend(oracle, np.arange(1), r, make_generator(0), from_input=True)
+        return bool(found[0]), oracle
+
+    found, oracle = attempt(search_lines)
+    assert found and oracle.best_r[0] <= 0.08
+    x_adv = oracle.candidates().numpy()
+    assert model.predict(oracle.candidates())[0] == 1
+    assert _sum_space().relations_hold(x_adv).all()
+    found_alone, _ = attempt(lambda o: [ln for ln in search_lines(o)
+                                        if int(torch.count_nonzero(ln[0])) == 1])
+    assert not found_alone
