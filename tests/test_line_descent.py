@@ -192,8 +192,10 @@ def test_bad_settings_are_refused(bad):
 
 
 def test_an_image_sized_input_leaves_its_budget_to_the_next_stage():
-    """One grid pass over 784 features costs more than the budget left: no attempt starts."""
-    d = 784
+    """One grid pass over a 3x32x32 image's 3,072 features costs more than the budget left:
+    no attempt starts. (Its lines are sparse: built as dense vectors, 3,072 of them took
+    minutes and gigabytes before a query was asked.)"""
+    d = 3 * 32 * 32
     model = ProbaClassifier(lambda z: np.tile([0.2, 0.8], (len(z), 1)), 2, (d,))
     space = FeatureSpace.from_arrays([0.0] * d, [1.0] * d)
     oracle = ScaledOracle(model, torch.full((1, d), 0.5, dtype=torch.float64),
@@ -224,9 +226,13 @@ def test_relation_lines_keep_the_rows_they_slide_along():
     space = space.constrain(["a + b == c", "a <= 2 * b", "d <= a", "c <= 5 * h1"])
     oracle = ScaledOracle(_needle_model(0.1, 0.06, 0.065, 0.3), torch.ones(1, 6),
                           torch.zeros(1, dtype=torch.long), space, get_threat("linf"))
-    lines = search_lines(oracle)
-    directions = np.stack([v.numpy() for v, _ in lines])
+    directions = np.zeros((0, 6))
+    for line in search_lines(oracle):
+        v = np.zeros(6)
+        v[line.support.numpy()] = line.coef.numpy()
+        directions = np.vstack([directions, v])
     assert np.allclose(np.abs(directions).max(axis=1), 1.0)
+    assert all(len(line.support) == len(line.coef) <= 2 for line in search_lines(oracle))
     coordinate = [v for v in directions if np.count_nonzero(v) == 1]
     assert len(coordinate) == 5  # a, b, c and the two arms; d is immutable
     pairs = [v for v in directions if np.count_nonzero(v) == 2]
@@ -267,6 +273,5 @@ def test_the_descent_slides_along_an_equality_a_single_feature_cannot_follow():
     x_adv = oracle.candidates().numpy()
     assert model.predict(oracle.candidates())[0] == 1
     assert _sum_space().relations_hold(x_adv).all()
-    found_alone, _ = attempt(lambda o: [ln for ln in search_lines(o)
-                                        if int(torch.count_nonzero(ln[0])) == 1])
+    found_alone, _ = attempt(lambda o: [ln for ln in search_lines(o) if len(ln.support) == 1])
     assert not found_alone

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -102,22 +103,22 @@ def descend(oracle: ScaledOracle, idx: np.ndarray, r: torch.Tensor,
     for _ in range(sweeps):
         improved = np.zeros(k, dtype=bool)
         for li in torch.randperm(len(lines), generator=generator).tolist():
-            direction, unit = lines[li]
+            line = lines[li]
             go = active & (oracle.remaining(idx) >= grid)
             if not go.any():
                 break
             pos = np.flatnonzero(go)
             tp = torch.as_tensor(pos, device=device)
-            t_lo, t_hi = _segment(cur[tp], r[tp], direction)  # (m,), (m,)
+            t_lo, t_hi = _segment(cur[tp], r[tp], line)  # (m,), (m,)
             values = t_lo.unsqueeze(1) + levels.unsqueeze(0) * (t_hi - t_lo).unsqueeze(1)
-            if unit is not None:  # no query where every value rounds back to the point held
-                movable = _can_move(oracle, idx[pos], cur[tp], values, direction)
+            if line.unit is not None:  # no query where every value rounds back to the point
+                movable = _can_move(oracle, idx[pos], cur[tp], values, line)
                 if not movable.any():
                     continue
                 pos, tp = pos[movable], tp[torch.as_tensor(movable, device=device)]
                 values = values[torch.as_tensor(movable, device=device)]
-            hit, best_m, best_u = _line_search(oracle, idx[pos], cur[tp], r[tp], direction,
-                                               values, steps, unit)
+            hit, best_m, best_u = _line_search(oracle, idx[pos], cur[tp], r[tp], line, values,
+                                               steps)
             found[pos[hit]] = True
             active[pos[hit]] = False
             lower = (best_m < cur_m[tp]).cpu().numpy() & ~hit
@@ -131,77 +132,86 @@ def descend(oracle: ScaledOracle, idx: np.ndarray, r: torch.Tensor,
     return found
 
 
-def search_lines(oracle: ScaledOracle) -> list[tuple[torch.Tensor, float | None]]:
-    """The lines each sweep searches, as ``(direction (d,) scaled units, max-abs 1, unit)``:
-    one per mutable feature, then, for each relation row (inequality or equality) and each
-    pair of mutable, non-categorical features in it, the direction moving both so that the
-    row's value stays the same (``savings + investments == assets``: investments and assets
-    up together, savings held). A single feature's move breaks such a row, and the
-    projection back spreads it over every feature of the row, so without these lines the
-    descent cannot slide along a relation.
+@dataclass(frozen=True)
+class Line:
+    """A direction of search in scaled units, sparse: ``support`` ``(s,)`` long, the features
+    it moves, ``coef`` ``(s,)`` their coefficients (largest absolute value 1), and ``unit``:
+    the largest raw change of a feature per scaled unit of the line's parameter where every
+    feature it moves is integer, binary or one-hot (for the bisection and the no-move check),
+    ``None`` otherwise."""
 
-    ``unit`` (for the bisection and the no-move check) is the largest raw change of an
-    integer, binary or one-hot feature per scaled unit of the line's parameter where every
-    feature the line moves is discrete; ``None`` otherwise."""
+    support: torch.Tensor
+    coef: torch.Tensor
+    unit: float | None
+
+    def points(self, cur: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        """``cur + t · direction``: ``cur`` ``(m, d)``, ``t`` ``(m, g)`` -> ``(m, g, d)``."""
+        cand = cur.unsqueeze(1).repeat(1, t.shape[1], 1)
+        cand[:, :, self.support] += t.unsqueeze(2) * self.coef
+        return cand
+
+
+def search_lines(oracle: ScaledOracle) -> list[Line]:
+    """The lines each sweep searches: one per mutable feature, then, for each relation row
+    (inequality or equality) and each pair of mutable, non-categorical features in it, the
+    direction moving both so that the row's value stays the same (``savings + investments
+    == assets``: investments and assets up together, savings held). A single feature's move
+    breaks such a row, and the projection back spreads it over every feature of the row, so
+    without these lines the descent cannot slide along a relation."""
     device, dtype = oracle.flat.device, oracle.flat.dtype
     space, scale = oracle.space, oracle.scale.cpu().numpy()
     mutable = oracle.mutable.cpu().numpy()
     discrete = space.types != "real"  # integer, binary, one-hot
-    d = oracle.d
-    raw: list[np.ndarray] = [np.eye(d)[j] for j in np.flatnonzero(mutable)]
-    if space.relations is not None:
-        movable = mutable & (space.types != "categorical")
-        rel = space.relations
-        for row in np.vstack([rel.A, rel.C]):
-            support = np.flatnonzero((row != 0) & movable)
-            for a, b in itertools.combinations(support, 2):
-                v = np.zeros(d)
-                v[a], v[b] = row[b], -row[a]  # row . v == 0
-                raw.append(v)
-    lines: list[tuple[torch.Tensor, float | None]] = []
-    seen: set[tuple[float, ...]] = set()
-    for v in raw:
-        u = v / scale  # raw -> scaled units
-        u = u / np.abs(u).max()
-        key = tuple(np.round(u * np.sign(u[np.flatnonzero(u)[0]]), 12))
-        if key in seen:
-            continue
-        seen.add(key)
-        support = np.flatnonzero(u)
-        unit = (float(np.max(np.abs(u[support]) * scale[support]))
-                if discrete[support].all() else None)
-        lines.append((torch.as_tensor(u, dtype=dtype, device=device), unit))
+    one = torch.ones(1, dtype=dtype, device=device)
+    lines = [Line(torch.tensor([j], device=device), one,
+                  float(scale[j]) if discrete[j] else None) for j in np.flatnonzero(mutable)]
+    if space.relations is None:
+        return lines
+    movable = mutable & (space.types != "categorical")
+    rel = space.relations
+    seen: set[tuple[int, int, float]] = set()
+    for row in np.vstack([rel.A, rel.C]):
+        support = np.flatnonzero((row != 0) & movable)
+        for a, b in itertools.combinations(support, 2):
+            coef = np.array([row[b], -row[a]]) / scale[[a, b]]  # row . raw move == 0
+            coef = coef / np.abs(coef).max()
+            key = (int(a), int(b), round(float(coef[1] * np.sign(coef[0])), 12))
+            if key in seen:
+                continue
+            seen.add(key)
+            pair = np.array([a, b])
+            unit = (float(np.max(np.abs(coef) * scale[pair])) if discrete[pair].all()
+                    else None)
+            lines.append(Line(torch.as_tensor(pair, device=device),
+                              torch.as_tensor(coef, dtype=dtype, device=device), unit))
     return lines
 
 
-def _segment(cur: torch.Tensor, r: torch.Tensor, direction: torch.Tensor
+def _segment(cur: torch.Tensor, r: torch.Tensor, line: Line
              ) -> tuple[torch.Tensor, torch.Tensor]:
     """The parameters ``(t_lo (m,), t_hi (m,))`` where ``cur + t · direction`` leaves the
-    Linf ball of radius ``r`` ``(m,)`` on the features the direction moves (``cur`` ``(m, d)``
+    Linf ball of radius ``r`` ``(m,)`` on the features the line moves (``cur`` ``(m, d)``
     inside it)."""
-    support = torch.nonzero(direction).reshape(-1)
-    dj = direction[support]
-    ends = torch.stack([(-r.unsqueeze(1) - cur[:, support]) / dj,
-                        (r.unsqueeze(1) - cur[:, support]) / dj])  # (2, m, s)
+    ends = torch.stack([(-r.unsqueeze(1) - cur[:, line.support]) / line.coef,
+                        (r.unsqueeze(1) - cur[:, line.support]) / line.coef])  # (2, m, s)
     lo = torch.minimum(ends[0], ends[1]).amax(dim=1)
     hi = torch.maximum(ends[0], ends[1]).amin(dim=1)
     return torch.minimum(lo, torch.zeros_like(lo)), torch.maximum(hi, torch.zeros_like(hi))
 
 
 def _line_search(oracle: ScaledOracle, idx: np.ndarray, cur: torch.Tensor, r: torch.Tensor,
-                 direction: torch.Tensor, values: torch.Tensor, steps: int,
-                 unit: float | None = None
+                 line: Line, values: torch.Tensor, steps: int
                  ) -> tuple[np.ndarray, torch.Tensor, torch.Tensor]:
     """``cur + t · direction`` for ``cur`` ``(m, d)`` and each ``t`` of ``values`` ``(m, g)``
     (increasing), then the neighbouring pair of lowest margin whose margins differ bisected
-    ``steps`` times (on a line of discrete features, whose values change by at most ``unit``
-    raw steps per unit of ``t``, only while a raw step fits strictly between the pair).
+    ``steps`` times (on a line of discrete features, whose values change by at most
+    ``line.unit`` raw steps per unit of ``t``, only while a raw step fits strictly between
+    the pair).
     Returns ``(hit (m,) bool: a counterexample inside the ball, lowest margin (m,), its
     point (m, d))``."""
     m, g = values.shape
     device = cur.device
-    cand = cur.unsqueeze(1) + values.unsqueeze(2) * direction
-    adv, margin, u_valid, _ = oracle.query(idx, cand)
+    adv, margin, u_valid, _ = oracle.query(idx, line.points(cur, values))
     inside = _inside(u_valid.reshape(m * g, -1), r.repeat_interleave(g)).reshape(m, g)
     margin = torch.where(inside, margin, math.inf)
     hit = (adv & inside).any(dim=1)
@@ -216,14 +226,13 @@ def _line_search(oracle: ScaledOracle, idx: np.ndarray, cur: torch.Tensor, r: to
     m_lo = left.gather(1, pair.unsqueeze(1))[:, 0]
     for _ in range(steps):
         go = bisecting & (oracle.remaining(idx) >= 1)
-        if unit is not None:
-            go &= ((hi - lo) * unit > 1 + 1e-9).cpu().numpy()
+        if line.unit is not None:
+            go &= ((hi - lo) * line.unit > 1 + 1e-9).cpu().numpy()
         if not go.any():
             break
         pos = torch.as_tensor(np.flatnonzero(go), device=device)
         mid = (lo[pos] + hi[pos]) / 2
-        probe = cur[pos] + mid.unsqueeze(1) * direction
-        a, mg, uv, _ = oracle.query(idx[go], probe.unsqueeze(1))
+        a, mg, uv, _ = oracle.query(idx[go], line.points(cur[pos], mid.unsqueeze(1)))
         a, mg, uv = a[:, 0], mg[:, 0], uv[:, 0]
         ok = _inside(uv, r[pos])
         mg = torch.where(ok, mg, math.inf)
@@ -240,12 +249,11 @@ def _line_search(oracle: ScaledOracle, idx: np.ndarray, cur: torch.Tensor, r: to
 
 
 def _can_move(oracle: ScaledOracle, idx: np.ndarray, cur: torch.Tensor, values: torch.Tensor,
-              direction: torch.Tensor) -> np.ndarray:
+              line: Line) -> np.ndarray:
     """Boolean ``(k,)``: some point ``cur + t · direction`` (``cur`` ``(k, d)``, ``t`` of
     ``values`` ``(k, g)``) projects onto a valid point other than ``cur`` (the projection
     costs no query)."""
-    cand = cur.unsqueeze(1) + values.unsqueeze(2) * direction
-    u_valid, _ = oracle.project(idx, cand)
+    u_valid, _ = oracle.project(idx, line.points(cur, values))
     return (u_valid != cur.unsqueeze(1)).any(dim=2).any(dim=1).cpu().numpy()
 
 
