@@ -208,6 +208,8 @@ def more_seeds(seeds: list[int], train: int, n: int) -> None:
         ok = (ex.status == "exact") & np.isfinite(ex.radius) & att.found
         if ((ex.status == "exact") & np.isfinite(ex.radius) & ~att.found).any():
             raise AssertionError(f"seed {seed}: the black box censored an input exact breaks")
+        if (att.radius[ok] < ex.lower_bound[ok] * (1 - 1e-6)).any():
+            raise AssertionError(f"seed {seed}: a black-box radius below exact's bound")
         ratios.append(att.radius[ok] / ex.radius[ok])
     r = np.concatenate(ratios)
     print()
@@ -215,7 +217,8 @@ def more_seeds(seeds: list[int], train: int, n: int) -> None:
           f"(`make_credit({train + n}, seed)` for seeds {', '.join(map(str, seeds))}, the "
           f"first {n} test inputs, {len(r)} with an exact finite radius): median "
           f"{np.median(r):.4f}, p90 {np.percentile(r, 90):.4f}, largest {r.max():.4f}; above "
-          f"1.05x: {int((r > 1.05).sum())}; censored where exact is finite: 0.")
+          f"1.05x: {int((r > 1.05).sum())}; censored where exact is finite: 0; below exact's "
+          "certified bound: 0.")
 
 
 if __name__ == "__main__":

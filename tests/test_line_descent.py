@@ -275,3 +275,41 @@ def test_the_descent_slides_along_an_equality_a_single_feature_cannot_follow():
     assert _sum_space().relations_hold(x_adv).all()
     found_alone, _ = attempt(lambda o: [ln for ln in search_lines(o) if len(ln.support) == 1])
     assert not found_alone
+
+
+def _pair_lines(constraints: list[str], d: int = 6, types=None) -> list:
+    names = [f"f{j}" for j in range(d)]
+    space = FeatureSpace.from_arrays([0.0] * d, [10.0] * d, names=names,
+                                     scale=np.arange(1.0, d + 1), types=types)
+    model = ProbaClassifier(lambda z: np.tile([0.8, 0.2], (len(z), 1)), 2, (d,))
+    oracle = ScaledOracle(model, torch.ones(1, d, dtype=torch.float64),
+                          torch.zeros(1, dtype=torch.long),
+                          space.constrain(constraints), get_threat("linf"))
+    return [line for line in search_lines(oracle) if len(line.support) == 2]
+
+
+def test_rows_over_the_same_pair_at_other_ratios_keep_a_line_each():
+    """``2 f0 <= f1`` and ``4 f0 <= f1`` slide along different directions: two lines; the
+    same row written twice, or scaled, or with its features' roles swapped, is one."""
+    assert len(_pair_lines(["2 * f0 <= f1", "4 * f0 <= f1"])) == 2
+    assert len(_pair_lines(["2 * f0 <= f1", "4 * f0 <= 2 * f1", "-2 * f0 >= -f1"])) == 1
+
+
+def test_a_wide_row_gets_a_chain_of_pairs_that_keep_it():
+    """A sum over 6 features: 5 lines (each feature with the next), not 15, each keeping it."""
+    lines = _pair_lines(["f0 + f1 + f2 + f3 + f4 == f5"])
+    assert [line.support.tolist() for line in lines] == [[j, j + 1] for j in range(5)]
+    row = np.array([1.0, 1, 1, 1, 1, -1])
+    scale = np.arange(1.0, 7)
+    for line in lines:
+        v = np.zeros(6)
+        v[line.support.numpy()] = line.coef.numpy()
+        assert abs(row @ (v * scale)) < 1e-12
+
+
+def test_a_pair_of_integer_features_is_checked_for_moves_but_bisected_to_the_end():
+    """A pair of integers: its points may all round back (checked before a query), but the
+    two features cross their integer steps at different places, so the bisection is not
+    cut short by one feature's step."""
+    (line,) = _pair_lines(["f0 <= 2 * f1"], types=["integer"] * 6)
+    assert line.discrete and line.unit is None

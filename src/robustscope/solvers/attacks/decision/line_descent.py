@@ -111,7 +111,7 @@ def descend(oracle: ScaledOracle, idx: np.ndarray, r: torch.Tensor,
             tp = torch.as_tensor(pos, device=device)
             t_lo, t_hi = _segment(cur[tp], r[tp], line)  # (m,), (m,)
             values = t_lo.unsqueeze(1) + levels.unsqueeze(0) * (t_hi - t_lo).unsqueeze(1)
-            if line.unit is not None:  # no query where every value rounds back to the point
+            if line.discrete:  # no query where every value rounds back to the point held
                 movable = _can_move(oracle, idx[pos], cur[tp], values, line)
                 if not movable.any():
                     continue
@@ -132,17 +132,25 @@ def descend(oracle: ScaledOracle, idx: np.ndarray, r: torch.Tensor,
     return found
 
 
+#: A relation row with more movable features than this gets a chain of pair lines (each
+#: feature with the next, which still spans the moves that keep the row) instead of one line
+#: per pair, whose count grows with the square of the row's width.
+ALL_PAIRS_UP_TO = 4
+
+
 @dataclass(frozen=True)
 class Line:
     """A direction of search in scaled units, sparse: ``support`` ``(s,)`` long, the features
-    it moves, ``coef`` ``(s,)`` their coefficients (largest absolute value 1), and ``unit``:
-    the largest raw change of a feature per scaled unit of the line's parameter where every
-    feature it moves is integer, binary or one-hot (for the bisection and the no-move check),
-    ``None`` otherwise."""
+    it moves, and ``coef`` ``(s,)`` their coefficients (largest absolute value 1).
+    ``discrete``: every feature it moves is integer, binary or one-hot (its points may
+    round back to the point held: checked before a query). ``unit``, for a single discrete
+    feature: its raw change per scaled unit of the line's parameter (the bisection stops
+    where no raw step fits between two values); ``None`` otherwise."""
 
     support: torch.Tensor
     coef: torch.Tensor
-    unit: float | None
+    discrete: bool = False
+    unit: float | None = None
 
     def points(self, cur: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
         """``cur + t · direction``: ``cur`` ``(m, d)``, ``t`` ``(m, g)`` -> ``(m, g, d)``."""
@@ -153,49 +161,55 @@ class Line:
 
 def search_lines(oracle: ScaledOracle) -> list[Line]:
     """The lines each sweep searches: one per mutable feature, then, for each relation row
-    (inequality or equality) and each pair of mutable, non-categorical features in it, the
-    direction moving both so that the row's value stays the same (``savings + investments
-    == assets``: investments and assets up together, savings held). A single feature's move
-    breaks such a row, and the projection back spreads it over every feature of the row, so
-    without these lines the descent cannot slide along a relation."""
+    (inequality or equality) and each pair of mutable, non-categorical features in it (a
+    chain of pairs in a row wider than :data:`ALL_PAIRS_UP_TO`), the direction moving both
+    so that the row's value stays the same (``savings + investments == assets``:
+    investments and assets up together, savings held). A single feature's move breaks such
+    a row, and the projection back spreads it over every feature of the row, so without
+    these lines the descent cannot slide along a relation."""
     device, dtype = oracle.flat.device, oracle.flat.dtype
     space, scale = oracle.space, oracle.scale.cpu().numpy()
     mutable = oracle.mutable.cpu().numpy()
     discrete = space.types != "real"  # integer, binary, one-hot
     one = torch.ones(1, dtype=dtype, device=device)
-    lines = [Line(torch.tensor([j], device=device), one,
+    lines = [Line(torch.tensor([j], device=device), one, bool(discrete[j]),
                   float(scale[j]) if discrete[j] else None) for j in np.flatnonzero(mutable)]
     if space.relations is None:
         return lines
     movable = mutable & (space.types != "categorical")
     rel = space.relations
-    seen: set[tuple[int, int, float]] = set()
+    seen: set[tuple[int, int, float, float]] = set()
     for row in np.vstack([rel.A, rel.C]):
         support = np.flatnonzero((row != 0) & movable)
-        for a, b in itertools.combinations(support, 2):
+        pairs = (itertools.combinations(support, 2) if len(support) <= ALL_PAIRS_UP_TO
+                 else itertools.pairwise(support))
+        for a, b in pairs:
             coef = np.array([row[b], -row[a]]) / scale[[a, b]]  # row . raw move == 0
             coef = coef / np.abs(coef).max()
-            key = (int(a), int(b), round(float(coef[1] * np.sign(coef[0])), 12))
+            sign = np.sign(coef[0])  # a line and its reverse are one line
+            key = (int(a), int(b), round(float(coef[0] * sign), 12),
+                   round(float(coef[1] * sign), 12))
             if key in seen:
                 continue
             seen.add(key)
-            pair = np.array([a, b])
-            unit = (float(np.max(np.abs(coef) * scale[pair])) if discrete[pair].all()
-                    else None)
-            lines.append(Line(torch.as_tensor(pair, device=device),
-                              torch.as_tensor(coef, dtype=dtype, device=device), unit))
+            lines.append(Line(torch.as_tensor([a, b], device=device),
+                              torch.as_tensor(coef, dtype=dtype, device=device),
+                              bool(discrete[[a, b]].all())))
     return lines
 
 
 def _segment(cur: torch.Tensor, r: torch.Tensor, line: Line
              ) -> tuple[torch.Tensor, torch.Tensor]:
     """The parameters ``(t_lo (m,), t_hi (m,))`` where ``cur + t · direction`` leaves the
-    Linf ball of radius ``r`` ``(m,)`` on the features the line moves (``cur`` ``(m, d)``
-    inside it)."""
+    Linf ball of radius ``r`` ``(m,)`` on the features the line moves: for one feature, the
+    values ``[-r, r]`` of that feature; for more, widened to hold ``t = 0`` where ``cur``
+    ``(m, d)`` lies outside the ball on them."""
     ends = torch.stack([(-r.unsqueeze(1) - cur[:, line.support]) / line.coef,
                         (r.unsqueeze(1) - cur[:, line.support]) / line.coef])  # (2, m, s)
     lo = torch.minimum(ends[0], ends[1]).amax(dim=1)
     hi = torch.maximum(ends[0], ends[1]).amin(dim=1)
+    if len(line.support) == 1:
+        return lo, hi
     return torch.minimum(lo, torch.zeros_like(lo)), torch.maximum(hi, torch.zeros_like(hi))
 
 
@@ -204,10 +218,9 @@ def _line_search(oracle: ScaledOracle, idx: np.ndarray, cur: torch.Tensor, r: to
                  ) -> tuple[np.ndarray, torch.Tensor, torch.Tensor]:
     """``cur + t · direction`` for ``cur`` ``(m, d)`` and each ``t`` of ``values`` ``(m, g)``
     (increasing), then the neighbouring pair of lowest margin whose margins differ bisected
-    ``steps`` times (on a line of discrete features, whose values change by at most
+    ``steps`` times (on the line of one discrete feature, whose value changes by
     ``line.unit`` raw steps per unit of ``t``, only while a raw step fits strictly between
-    the pair).
-    Returns ``(hit (m,) bool: a counterexample inside the ball, lowest margin (m,), its
+    the pair). Returns ``(hit (m,) bool: a counterexample inside the ball, lowest margin (m,), its
     point (m, d))``."""
     m, g = values.shape
     device = cur.device
