@@ -220,8 +220,8 @@ def _line_search(oracle: ScaledOracle, idx: np.ndarray, cur: torch.Tensor, r: to
     (increasing), then the neighbouring pair of lowest margin whose margins differ bisected
     ``steps`` times (on the line of one discrete feature, whose value changes by
     ``line.unit`` raw steps per unit of ``t``, only while a raw step fits strictly between
-    the pair). Returns ``(hit (m,) bool: a counterexample inside the ball, lowest margin (m,), its
-    point (m, d))``."""
+    the pair). Returns ``(hit (m,) bool: a counterexample inside the ball, lowest margin
+    (m,), its point (m, d))``."""
     m, g = values.shape
     device = cur.device
     adv, margin, u_valid, _ = oracle.query(idx, line.points(cur, values))
