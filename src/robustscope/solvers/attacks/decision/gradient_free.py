@@ -13,10 +13,10 @@ search (:mod:`~robustscope.solvers.attacks.decision.step_down`) follows the mode
 shrink a counterexample in few queries and stops an input when its explorations keep failing
 (converged); under Linf the line descent
 (:mod:`~robustscope.solvers.attacks.decision.line_descent`) then looks inside smaller balls
-with coordinate line searches, for the narrow pieces between a tree's thresholds that the
-random corners overshoot (measured on the mixed-type credit table's gradient-boosted model,
-tune seeds, default ceiling: p90 radius / exact 1.095 -> 1.009); HopSkipJump
-(:mod:`~robustscope.solvers.attacks.decision.hop_skip_jump`) then
+with line searches along each feature and each relation, for the narrow pieces between a
+tree's thresholds that the random corners overshoot (measured on the mixed-type credit
+table's gradient-boosted model, tune seeds, default ceiling: p90 radius / exact 1.095 ->
+1.009); HopSkipJump (:mod:`~robustscope.solvers.attacks.decision.hop_skip_jump`) then
 spends what is left of each input's budget from that counterexample (on a label-only model the
 better of the two). Under L2 / L1 a share of the budget is kept for the last stage,
 :func:`~robustscope.solvers.attacks.decision.coordinates.polish`: the random moves of the
@@ -90,8 +90,8 @@ def gradient_free(
 
     ``descent`` (default: under Linf only) runs
     :func:`~robustscope.solvers.attacks.decision.line_descent.line_descent` after the
-    restarts, for the inputs with at least 300 queries left (and one grid pass over the
-    features: never on images).
+    restarts, for the inputs with at least 300 queries left (and one grid pass over its
+    lines: never on images).
 
     ``x`` ``(n, *shape)`` original units, ``y`` ``(n,)`` labels; ``step_opts`` and
     ``boundary_opts`` are passed to

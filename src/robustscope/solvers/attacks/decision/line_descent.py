@@ -66,7 +66,8 @@ def line_descent(oracle: ScaledOracle, generator: torch.Generator,
     share = torch.as_tensor(shrinks, dtype=oracle.flat.dtype, device=oracle.flat.device)
     # an attempt that cannot afford one grid pass over the lines is not started (an
     # image's 784 pixels would take a whole budget and leave HopSkipJump nothing)
-    min_left = max(min_left, grid * len(search_lines(oracle)))
+    lines = search_lines(oracle)  # fixed by the space: built once for every attempt
+    min_left = max(min_left, grid * len(lines))
     for from_input in (False, True):
         level = np.zeros(n, dtype=np.int64)
         held = (torch.isfinite(oracle.best_r) & (oracle.best_r > 0)).cpu().numpy()
@@ -75,18 +76,20 @@ def line_descent(oracle: ScaledOracle, generator: torch.Generator,
             idx = np.flatnonzero(live)
             ti = torch.as_tensor(idx, device=oracle.flat.device)
             r = oracle.best_r[ti] * (1 - share[torch.as_tensor(level[idx], device=ti.device)])
-            found = descend(oracle, idx, r, generator, grid, steps, sweeps, from_input)
+            found = descend(oracle, idx, r, generator, grid, steps, sweeps, from_input,
+                            lines)
             level[idx[~found]] += 1
             live[idx] = (level[idx] < len(shrinks)) & (oracle.remaining(idx) >= min_left)
 
 
 def descend(oracle: ScaledOracle, idx: np.ndarray, r: torch.Tensor,
             generator: torch.Generator, grid: int = 9, steps: int = 6, sweeps: int = 3,
-            from_input: bool = False) -> np.ndarray:
+            from_input: bool = False, lines: list[Line] | None = None) -> np.ndarray:
     """One coordinate-descent attempt per input of ``idx`` ``(k,)`` inside its Linf ball of
     radius ``r`` ``(k,)`` (scaled units), from the counterexample held clipped into it (or,
-    ``from_input``, from the input itself). Returns the boolean ``(k,)`` mask of inputs that
-    found a counterexample in their ball."""
+    ``from_input``, from the input itself), over ``lines`` (default
+    :func:`search_lines`). Returns the boolean ``(k,)`` mask of inputs that found a
+    counterexample in their ball."""
     k = len(idx)
     device, dtype = oracle.flat.device, oracle.flat.dtype
     ti = torch.as_tensor(idx, device=device)
@@ -99,7 +102,8 @@ def descend(oracle: ScaledOracle, idx: np.ndarray, r: torch.Tensor,
     cur, cur_m = u_valid[:, 0].clone(), torch.where(inside, margin[:, 0], math.inf)
     active = asked & ~found
     levels = torch.linspace(0.0, 1.0, grid, dtype=dtype, device=device)
-    lines = search_lines(oracle)
+    if lines is None:
+        lines = search_lines(oracle)
     for _ in range(sweeps):
         improved = np.zeros(k, dtype=bool)
         for li in torch.randperm(len(lines), generator=generator).tolist():
