@@ -89,7 +89,7 @@ def test_subdomain_bounds_lie_below_every_sampled_margin_of_the_subdomain(p):
         pre = preactivation_bounds(graph, sub, splits=clamps)
     signs = {k: (lo == 0).double() - (hi == 0).double() for k, (lo, hi) in clamps.items()}
     spec = margin_spec(torch.full((m,), y), 4)
-    lb, _ = branch.subdomain_bound(graph, sub, pre, spec, signs, steps=15,
+    lb, _, _ = branch.subdomain_bound(graph, sub, pre, spec, signs, steps=15,
                                    tolerance=math.inf)
     margins = logits[:, [y]] - logits
     checked = 0

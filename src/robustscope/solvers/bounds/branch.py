@@ -56,16 +56,21 @@ from robustscope.solvers.bounds.propagate import (
     margin_spec,
     optimised_preactivation_bounds,
     preactivation_bounds,
+    relaxations,
 )
 from robustscope.solvers.bounds.relaxation import relu_relaxation
 from robustscope.solvers.milp.highs import scipy_lp
 
-#: Subdomains bounded in one batch.
+#: Subdomains bounded in one batch: where each subdomain's pre-activation bounds are
+#: recomputed (:data:`REFRESH_WORK`), and where they are the root's clamped (cheap passes, so
+#: fewer and larger batches; on a 256x4 tune digit of ``benchmarks/vnncomp_mnist.py`` a proof
+#: of 36,181 subdomains took 15.9 s in batches of 128, 9.2 s in batches of 1,024).
 BATCH = 128
+BATCH_CLAMPED = 1024
 #: Subdomains bounded at most per proof.
 MAX_DOMAINS = 50_000
 #: Adam steps on ``alpha`` and ``beta`` per batch, and their step size.
-STEPS = 20
+STEPS = 3
 LR = 0.1
 #: Pre-activation bounds are recomputed for each subdomain (clamps carried into later
 #: layers) where that costs at most this many coefficients (:func:`refresh_work`); else
@@ -92,9 +97,48 @@ class Outcome:
 
 
 def prove(net: Network, dom: Domain, y: int, tolerance: float, deadline: float,
-          max_domains: int = MAX_DOMAINS, batch: int = BATCH, steps: int = STEPS) -> Outcome:
+          max_domains: int = MAX_DOMAINS, batch: int | None = None,
+          steps: int = STEPS) -> Outcome:
     """Whether class ``y`` keeps every margin above ``tolerance`` over ``dom`` (one input,
     its ``eps`` set), by branch and bound; ``deadline`` in ``time.perf_counter()`` seconds.
+
+    Each margin CROWN leaves open at the root gets its own search (:func:`_prove_row`),
+    the lowest first: a split that helps one runner-up class rarely helps another, so one
+    tree per margin stays smaller than one tree that must close them all at once, and a
+    margin that cannot be proven ends the proof before the easier ones are spent on.
+    ``max_domains`` counts the subdomains of every margin's search together."""
+    t0 = time.perf_counter()
+    if t0 > deadline:
+        return Outcome(None, 0, 0.0)
+    dt, dev = dom.x.dtype, dom.x.device
+    # the root's bounds, tightened by alpha-CROWN, hold on every subdomain: they are the
+    # clamps a refreshed subdomain starts from, or its bounds themselves
+    root = optimised_preactivation_bounds(net, dom, deadline=deadline)
+    spec = margin_spec(torch.tensor([y], device=dev), net.n_classes, dt)
+    with torch.no_grad():
+        lb = backward_bound(net, dom, root, len(net.nodes) - 1, spec)[0]
+    lb[y] = torch.inf
+    done = 0
+    for j in torch.argsort(lb).tolist():
+        if not lb[j] <= tolerance:
+            break
+        row = _prove_row(net, dom, spec[:, j:j + 1], root, tolerance, deadline,
+                         max_domains - done, batch, steps)
+        done += row.domains
+        if row.proven is not True:
+            return Outcome(row.proven, done, time.perf_counter() - t0, row.point)
+    return Outcome(True, done, time.perf_counter() - t0)
+
+
+def _prove_row(net: Network, dom: Domain, spec: torch.Tensor, root: Bounds, tolerance: float,
+               deadline: float, max_domains: int, batch: int | None, steps: int,
+               root_steps: int = 20) -> Outcome:
+    """Branch and bound on the rows ``spec`` ``(1, s, k)`` of the output (every one above
+    ``tolerance`` on every leaf), from the root's pre-activation bounds ``root``.
+
+    Each open subdomain carries the lower slopes ``alpha`` and split multipliers ``beta``
+    its parent's bound ended with: a child starts its Adam steps where its parent stopped
+    (the new split's multiplier at 0), as beta-CROWN does, rather than from CROWN's slopes.
     """
     t0 = time.perf_counter()
     feeds = [net.nodes[r].parents[0] for r in net.relus]
@@ -104,11 +148,11 @@ def prove(net: Network, dom: Domain, y: int, tolerance: float, deadline: float,
                for k in feeds}
     pend_hi = {k: torch.full((1, net.nodes[k].size), torch.inf, dtype=dt, device=dev)
                for k in feeds}
-    spec1 = margin_spec(torch.tensor([y], device=dev), net.n_classes, dt)
+    # and the slopes (m, s, *shape) per ReLU and multipliers (m, s, size) per fed node
+    # their bounds ended with (None: not yet bounded)
+    pend_warm: Warm | None = None
     refresh = 0 < refresh_work(net) <= REFRESH_WORK
-    # the root's bounds, tightened by alpha-CROWN, hold on every subdomain: they are the
-    # clamps a refreshed subdomain starts from, or its bounds themselves
-    root = optimised_preactivation_bounds(net, dom, deadline=deadline)
+    batch = batch or (BATCH if refresh else BATCH_CLAMPED)
     done, pending = 0, 1
     while pending:
         if done >= max_domains or time.perf_counter() > deadline:
@@ -119,6 +163,8 @@ def prove(net: Network, dom: Domain, y: int, tolerance: float, deadline: float,
         hi_c = {k: v[:take] for k, v in pend_hi.items()}
         pend_lo = {k: v[take:] for k, v in pend_lo.items()}
         pend_hi = {k: v[take:] for k, v in pend_hi.items()}
+        warm = None if pend_warm is None else pend_warm.take(take)
+        pend_warm = None if pend_warm is None else pend_warm.drop(take)
         done += take
         sub = dom.subset(torch.zeros(take, dtype=torch.long, device=dev))
         shaped = {k: (lo_c[k].reshape(take, *net.nodes[k].shape),
@@ -142,10 +188,11 @@ def prove(net: Network, dom: Domain, y: int, tolerance: float, deadline: float,
             continue
         pre = {k: (lo[rows], hi[rows]) for k, (lo, hi) in pre.items()}
         signs = {k: v[rows] for k, v in signs.items()}
-        spec = spec1.expand(len(rows), -1, -1)
-        lb, losses = subdomain_bound(net, sub.subset(rows), pre, spec, signs, steps, tolerance,
-                                     deadline)
-        lb[:, y] = torch.inf
+        warm = None if warm is None else warm.select(rows)
+        lb, losses, ended = subdomain_bound(net, sub.subset(rows), pre,
+                                            spec.expand(len(rows), -1, -1), signs,
+                                            steps if warm is not None else root_steps,
+                                            tolerance, deadline, warm=warm)
         open_rows = torch.nonzero(lb.amin(dim=1) <= tolerance).flatten()
         if len(open_rows) == 0:
             continue
@@ -156,8 +203,8 @@ def prove(net: Network, dom: Domain, y: int, tolerance: float, deadline: float,
                 return Outcome(None, done, time.perf_counter() - t0)
             one = {k: (lo[row:row + 1], hi[row:row + 1]) for k, (lo, hi) in pre.items()}
             sign = {k: v[row:row + 1] for k, v in signs.items()}
-            ok, point = _leaf_proven(net, sub.subset(rows[row:row + 1]), one, sign, y,
-                                     tolerance)
+            ok, point = _leaf_proven(net, sub.subset(rows[row:row + 1]), one, sign,
+                                     spec, tolerance)
             if not ok:
                 return Outcome(False, done, time.perf_counter() - t0, point)
         open_rows, node, index = open_rows[~leaves], node[~leaves], index[~leaves]
@@ -170,10 +217,52 @@ def prove(net: Network, dom: Domain, y: int, tolerance: float, deadline: float,
             sel = at[node == j]
             child_lo[k][sel, index[sel]] = 0.0  # first copy: active
             child_hi[k][m + sel, index[sel]] = 0.0  # second copy: inactive
+        children = ended.select(open_rows).twice(node, index, feeds)
         pend_lo = {k: torch.cat([child_lo[k], pend_lo[k]]) for k in feeds}
         pend_hi = {k: torch.cat([child_hi[k], pend_hi[k]]) for k in feeds}
+        pend_warm = children if pend_warm is None else children.then(pend_warm)
         pending += 2 * m
     return Outcome(True, done, time.perf_counter() - t0)
+
+
+@dataclass
+class Warm:
+    """Where a batch of subdomains' bounds ended: lower slopes ``alphas`` ``(m, s, *shape)``
+    per ReLU node and split multipliers ``betas`` ``(m, s, size)`` per fed node (0 at the
+    neurons not split)."""
+
+    alphas: dict[int, torch.Tensor]
+    betas: dict[int, torch.Tensor]
+
+    def take(self, n: int) -> Warm:
+        return Warm({r: a[:n] for r, a in self.alphas.items()},
+                    {k: b[:n] for k, b in self.betas.items()})
+
+    def drop(self, n: int) -> Warm:
+        return Warm({r: a[n:] for r, a in self.alphas.items()},
+                    {k: b[n:] for k, b in self.betas.items()})
+
+    def select(self, rows: torch.Tensor) -> Warm:
+        return Warm({r: a[rows] for r, a in self.alphas.items()},
+                    {k: b[rows] for k, b in self.betas.items()})
+
+    def twice(self, node: torch.Tensor, index: torch.Tensor, feeds: list[int]) -> Warm:
+        """Both children of each subdomain (active copies first, as the clamps are laid
+        out), each with its parent's slopes and multipliers; the neuron newly split at fed
+        node ``feeds[node[i]]``, flat ``index[i]``, gets the multiplier 0."""
+        m = len(node)
+        betas = {k: b.repeat(2, 1, 1) for k, b in self.betas.items()}
+        for j, k in enumerate(feeds):
+            sel = torch.nonzero(node == j).flatten()
+            betas[k][sel, :, index[sel]] = 0.0
+            betas[k][m + sel, :, index[sel]] = 0.0
+        return Warm({r: a.repeat(2, *([1] * (a.dim() - 1))) for r, a in self.alphas.items()},
+                    betas)
+
+    def then(self, rest: Warm) -> Warm:
+        """These subdomains followed by ``rest``'s."""
+        return Warm({r: torch.cat([a, rest.alphas[r]]) for r, a in self.alphas.items()},
+                    {k: torch.cat([b, rest.betas[k]]) for k, b in self.betas.items()})
 
 
 def refresh_work(net: Network) -> int:
@@ -187,67 +276,81 @@ def refresh_work(net: Network) -> int:
 
 def subdomain_bound(net: Network, dom: Domain, pre: Bounds, spec: torch.Tensor,
                     signs: dict[int, torch.Tensor], steps: int, tolerance: float,
-                    deadline: float | None = None
-                    ) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
+                    deadline: float | None = None, warm: Warm | None = None
+                    ) -> tuple[torch.Tensor, dict[int, torch.Tensor], Warm]:
     """Lower bounds ``(m, s)`` of ``spec . f`` over each subdomain (best over the Adam steps
-    on ``alpha`` and ``beta``), and the per-neuron losses of the last pass (for branching).
-    ``signs`` per fed node ``(m, size)``: ``+1`` active, ``-1`` inactive, ``0`` free.
+    on ``alpha`` and ``beta``), the per-neuron losses of the last pass (for branching), and
+    the slopes and multipliers the steps ended with (where the children start). ``signs``
+    per fed node ``(m, size)``: ``+1`` active, ``-1`` inactive, ``0`` free; ``warm``: the
+    slopes and multipliers to start from (default: CROWN's slopes, multipliers 0).
 
-    Only the rows that CROWN leaves at or below ``tolerance`` on some subdomain are
+    Only the rows left at or below ``tolerance`` on some subdomain by the starting point are
     optimised (usually one or two runner-up classes), and the steps stop once every
     subdomain's rows are above it, or at ``deadline`` (``time.perf_counter()`` seconds;
     every step's bound is valid, so stopping early only loosens it)."""
     last = len(net.nodes) - 1
-    with torch.no_grad():
-        best = backward_bound(net, dom, pre, last, spec)
-    hard = torch.nonzero(((best <= tolerance) & (spec.abs().sum(-1) > 0)).any(dim=0)).flatten()
-    if len(hard) == 0:
-        return best, {}
-    spec = spec[:, hard]
     m, s = spec.shape[:2]
-    alphas, betas = {}, {}
-    for r in net.relus:
-        k = net.nodes[r].parents[0]
-        _, _, low, _ = relu_relaxation(*pre[k])
-        alphas[r] = low[:, None].expand(m, s, *net.nodes[r].shape).clone().requires_grad_(True)
-        if (signs[k] != 0).any():
-            betas[k] = torch.zeros(m, s, net.nodes[k].size, dtype=spec.dtype,
-                                   device=spec.device, requires_grad=True)
+    feeds = {r: net.nodes[r].parents[0] for r in net.relus}
+    if warm is None:
+        alphas = {r: relu_relaxation(*pre[k])[2][:, None].expand(m, s, *net.nodes[r].shape)
+                  .clone() for r, k in feeds.items()}
+        betas = {k: torch.zeros(m, s, net.nodes[k].size, dtype=spec.dtype, device=spec.device)
+                 for k in feeds.values()}
+        warm = Warm(alphas, betas)
+    else:
+        warm = Warm({r: a.clone() for r, a in warm.alphas.items()},
+                    {k: b.clone() for k, b in warm.betas.items()})
+    split = [k for k in feeds.values() if (signs[k] != 0).any()]
 
-    def bound(losses=None):
-        extra = {k: -b.clamp_min(0) * signs[k][:, None, :] for k, b in betas.items()}
-        return backward_bound(net, dom, pre, last, spec, alphas, extra, losses)
+    relaxed = relaxations(net, pre)  # the same in every pass
 
-    sel = best[:, hard]
-    if steps > 0:
-        opt = torch.optim.Adam([*alphas.values(), *betas.values()], lr=LR)
-        for _ in range(steps):
-            if deadline is not None and time.perf_counter() > deadline:
-                break
-            with torch.enable_grad():
-                lb = bound()
-                opt.zero_grad()
-                (-lb.sum()).backward()
-            sel = torch.maximum(sel, lb.detach())
-            if (sel.amin(dim=1) > tolerance).all():
-                break
-            opt.step()
-            with torch.no_grad():
-                for a in alphas.values():
-                    a.clamp_(0, 1)
-                for b in betas.values():
-                    b.clamp_(min=0)
+    def bound(alphas, betas, spec_rows, losses=None):
+        extra = {k: -betas[k].clamp_min(0) * signs[k][:, None, :] for k in split}
+        return backward_bound(net, dom, pre, last, spec_rows, alphas, extra, losses, relaxed)
+
+    hard = torch.nonzero((spec.abs().sum(-1) > 0).any(dim=0)).flatten()
+    best = torch.zeros(m, s, dtype=spec.dtype, device=spec.device)  # 0 . f for a zero row
+    spec = spec[:, hard]
+    alphas = {r: a[:, hard].clone().requires_grad_(True) for r, a in warm.alphas.items()}
+    betas = {k: warm.betas[k][:, hard].clone().requires_grad_(True) for k in split}
+    opt = torch.optim.Adam([*alphas.values(), *betas.values()], lr=LR)
+    sel = torch.full_like(spec[..., 0], -torch.inf)
     losses: dict[int, torch.Tensor] = {}
+    # steps + 1 passes: the first bounds the starting point, each later one the point
+    # after a step; the last pass's losses are the ones branching reads
+    for i in range(max(steps, 0) + 1):
+        if i > 0 and deadline is not None and time.perf_counter() > deadline:
+            break
+        step = i < steps
+        losses = {}
+        with torch.set_grad_enabled(step):
+            lb = bound(alphas, betas, spec, losses)
+        sel = torch.maximum(sel, lb.detach())
+        if not step or (sel.amin(dim=1) > tolerance).all():
+            break
+        opt.zero_grad()
+        (-lb.sum()).backward()
+        opt.step()
+        with torch.no_grad():
+            for a_ in alphas.values():
+                a_.clamp_(0, 1)
+            for b_ in betas.values():
+                b_.clamp_(min=0)
+    losses = {k: v.detach() for k, v in losses.items()}
     with torch.no_grad():
-        sel = torch.maximum(sel, bound(losses))
+        for r, a_ in alphas.items():
+            warm.alphas[r][:, hard] = a_
+        for k, b_ in betas.items():
+            warm.betas[k][:, hard] = b_
     best[:, hard] = sel
-    return best, losses
+    return best, losses, warm
 
 
 def _leaf_proven(net: Network, dom: Domain, pre: Bounds, signs: dict[int, torch.Tensor],
-                 y: int, tolerance: float) -> tuple[bool, torch.Tensor | None]:
-    """Whether a subdomain (one row) on which every ReLU is stable is proven: its margins
-    are affine over it, so their minimum over the region (the domain cut by the split
+                 spec: torch.Tensor, tolerance: float) -> tuple[bool, torch.Tensor | None]:
+    """Whether a subdomain (one row) on which every ReLU is stable is proven: every row of
+    ``spec`` ``(1, s, k)`` above ``tolerance``. Its rows are affine over it, so their
+    minimum over the region (the domain cut by the split
     constraints ``s z >= 0``) is a linear program (Linf, L1). Its multipliers of the split
     constraints, taken as ``beta``, give a bound through :func:`backward_bound` that is
     sound whatever the LP solver's tolerances (every ``beta >= 0`` is valid) and equal to
@@ -256,13 +359,12 @@ def _leaf_proven(net: Network, dom: Domain, pre: Bounds, signs: dict[int, torch.
     (:func:`_l2_split_duals`), with the same sound evaluation.
 
     Returns ``(proven, point)``: ``point`` (Linf, L1, not proven) the smallest scaled
-    perturbation ``(d,)`` of the region at which the lowest margin reaches 0."""
+    perturbation ``(d,)`` of the region at which the lowest row reaches 0."""
     last = len(net.nodes) - 1
-    spec = margin_spec(torch.tensor([y], device=dom.x.device), net.n_classes, dom.x.dtype)
     extra, point = _leaf_multipliers(net, dom, pre, signs, spec, tolerance)
     with torch.no_grad():
         lb = backward_bound(net, dom, pre, last, spec, extra=extra)
-    lb[:, y] = torch.inf
+    lb = lb[spec.abs().sum(-1) > 0]
     proven = bool(lb.amin() > tolerance)
     return proven, (None if proven else point)
 

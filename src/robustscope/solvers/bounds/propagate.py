@@ -50,6 +50,8 @@ ALPHA_STEPS = 20
 ALPHA_LR = 0.1
 
 Bounds = dict[int, tuple[torch.Tensor, torch.Tensor]]
+#: Per ReLU node: ``(upper slope, upper intercept, default lower slope, unstable mask)``.
+Relaxed = dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]]
 
 
 def interval_bounds(net: Network, dom: Domain, known: Bounds | None = None) -> Bounds:
@@ -302,7 +304,8 @@ def _widest(net: Network, k: int) -> int:
 def backward_bound(net: Network, dom: Domain, bounds: Bounds, target: int,
                    spec: torch.Tensor, alphas: dict[int, torch.Tensor] | None = None,
                    extra: dict[int, torch.Tensor] | None = None,
-                   losses: dict[int, torch.Tensor] | None = None) -> torch.Tensor:
+                   losses: dict[int, torch.Tensor] | None = None,
+                   relaxed: Relaxed | None = None) -> torch.Tensor:
     """CROWN: lower bounds ``(n, s)`` of ``spec . value(target)``, ``spec``
     ``(n, s, size of target)``, given pre-activation ``bounds`` of every ReLU before
     ``target``. ``alphas`` (optional) maps a ReLU node to lower slopes ``(n, s, *shape)``
@@ -313,8 +316,10 @@ def backward_bound(net: Network, dom: Domain, bounds: Bounds, target: int,
     ``spec . value(target) + sum_k extra[k] . value(k)`` (branch and bound's Lagrangian
     terms of split constraints). ``losses``, where given, is filled per node that feeds a
     ReLU with ``(n, s, *shape)``: how much each neuron's upper line lowers the bound
-    (``>= 0``; zero for stable neurons), which branching reads."""
-    a_in, const = linear_bound(net, bounds, target, spec, alphas, extra, losses)
+    (``>= 0``; zero for stable neurons), which branching reads. ``relaxed`` (optional):
+    :func:`relaxations` of ``bounds``, for a caller that bounds many times over the same
+    ``bounds``."""
+    a_in, const = linear_bound(net, bounds, target, spec, alphas, extra, losses, relaxed)
     if a_in is None:  # the target does not depend on the input
         return const
     return const + dom.minimum(a_in)
@@ -323,7 +328,8 @@ def backward_bound(net: Network, dom: Domain, bounds: Bounds, target: int,
 def linear_bound(net: Network, bounds: Bounds, target: int, spec: torch.Tensor,
                  alphas: dict[int, torch.Tensor] | None = None,
                  extra: dict[int, torch.Tensor] | None = None,
-                 losses: dict[int, torch.Tensor] | None = None
+                 losses: dict[int, torch.Tensor] | None = None,
+                 relaxed: Relaxed | None = None
                  ) -> tuple[torch.Tensor | None, torch.Tensor]:
     """The linear function of the input that :func:`backward_bound` minimises:
     ``(a, c)`` with ``spec . value(target) + extra terms >= a . x' + c`` for every input
@@ -350,8 +356,12 @@ def linear_bound(net: Network, bounds: Bounds, target: int, spec: torch.Tensor,
             for p in nd.parents:
                 _accumulate(coef, p, a)
         elif nd.kind == RELU:
-            zl, u = bounds[nd.parents[0]]
-            up_slope, up_int, low_slope, unstable = relu_relaxation(zl[:, None], u[:, None])
+            if relaxed is not None and k in relaxed:
+                up_slope, up_int, low_slope, unstable = relaxed[k]
+            else:
+                zl, u = bounds[nd.parents[0]]
+                up_slope, up_int, low_slope, unstable = relu_relaxation(zl[:, None],
+                                                                        u[:, None])
             if alphas is not None and k in alphas:
                 low_slope = torch.where(unstable, alphas[k].clamp(0, 1), low_slope)
             pos, neg = a.clamp_min(0), a.clamp_max(0)
@@ -360,6 +370,15 @@ def linear_bound(net: Network, bounds: Bounds, target: int, spec: torch.Tensor,
                 losses[nd.parents[0]] = -(neg * up_int)
             _accumulate(coef, nd.parents[0], pos * low_slope + neg * up_slope)
     return (None if a_in is None else a_in.reshape(n, s, -1)), const
+
+
+def relaxations(net: Network, bounds: Bounds) -> Relaxed:
+    """Per ReLU node, its relaxation under ``bounds`` as :func:`linear_bound` uses it:
+    ``relu_relaxation`` of the fed node's bounds with a specification axis, ``(n, 1,
+    *shape)`` each."""
+    return {r: relu_relaxation(bounds[net.nodes[r].parents[0]][0][:, None],
+                               bounds[net.nodes[r].parents[0]][1][:, None])
+            for r in net.relus if net.nodes[r].parents[0] in bounds}
 
 
 def _accumulate(coef: dict, k: int, a: torch.Tensor) -> None:
