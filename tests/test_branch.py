@@ -46,10 +46,13 @@ def float64_verifier(net: nn.Module, x: torch.Tensor, y: torch.Tensor, p: float)
     return verify, calls
 
 
+@pytest.mark.parametrize("warm", [False, True])
 @pytest.mark.parametrize("p", [math.inf, 2.0, 1.0])
-def test_subdomain_bounds_lie_below_every_sampled_margin_of_the_subdomain(p):
+def test_subdomain_bounds_lie_below_every_sampled_margin_of_the_subdomain(p, warm):
     """Random splits of unstable neurons: the bound (alpha and beta optimised) is below the
-    margin at every sampled point that satisfies the split constraints."""
+    margin at every sampled point that satisfies the split constraints, from CROWN's slopes
+    or (``warm``) from arbitrary slopes and multipliers, some outside [0, 1] and below 0
+    (clamped where they are used), as a child inherits them."""
     rng = np.random.default_rng(5)
     net = random_mlp(7, 5, (12, 10), 4).double()
     graph = read_network(net, (5,))
@@ -89,8 +92,16 @@ def test_subdomain_bounds_lie_below_every_sampled_margin_of_the_subdomain(p):
         pre = preactivation_bounds(graph, sub, splits=clamps)
     signs = {k: (lo == 0).double() - (hi == 0).double() for k, (lo, hi) in clamps.items()}
     spec = margin_spec(torch.full((m,), y), 4)
+    start = None
+    if warm:
+        gen = torch.Generator().manual_seed(3)
+        start = branch.Warm(
+            {r: 1.5 * torch.rand(m, 4, *graph.nodes[r].shape, generator=gen,
+                                 dtype=torch.float64) - 0.25 for r in graph.relus},
+            {k: 2 * torch.rand(m, 4, graph.nodes[k].size, generator=gen,
+                               dtype=torch.float64) - 0.5 for k in feeds})
     lb, _, _ = branch.subdomain_bound(graph, sub, pre, spec, signs, steps=15,
-                                   tolerance=math.inf)
+                                      tolerance=math.inf, warm=start)
     margins = logits[:, [y]] - logits
     checked = 0
     for row in range(m):
@@ -106,6 +117,46 @@ def test_subdomain_bounds_lie_below_every_sampled_margin_of_the_subdomain(p):
         bound[y] = -math.inf
         assert (bound <= worst + 1e-9).all(), row
     assert checked == m
+
+
+def test_children_start_from_their_parents_slopes_and_multipliers():
+    """Both children of a subdomain inherit its alpha and beta, active copy first; the
+    neuron just split starts at multiplier 0 in both."""
+    feeds = [1, 3]
+    parent = branch.Warm({2: torch.tensor([[[0.2, 0.7]], [[0.9, 0.1]]]),
+                          4: torch.tensor([[[0.5]], [[0.6]]])},
+                         {1: torch.tensor([[[1.0, 2.0]], [[3.0, 4.0]]]),
+                          3: torch.tensor([[[5.0]], [[6.0]]])})
+    node, index = torch.tensor([0, 1]), torch.tensor([1, 0])
+    kids = parent.twice(node, index, feeds)
+    assert torch.equal(kids.alphas[2], torch.cat([parent.alphas[2], parent.alphas[2]]))
+    assert torch.equal(kids.alphas[4], torch.cat([parent.alphas[4], parent.alphas[4]]))
+    # parent 0 split neuron 1 of node 1, parent 1 neuron 0 of node 3
+    assert kids.betas[1][:, 0].tolist() == [[1.0, 0.0], [3.0, 4.0], [1.0, 0.0], [3.0, 4.0]]
+    assert kids.betas[3][:, 0].tolist() == [[5.0], [0.0], [5.0], [0.0]]
+    assert parent.betas[1][0, 0, 1] == 2.0  # the parent's own are kept
+    both = kids.then(parent)
+    assert len(both.alphas[2]) == 6 and torch.equal(both.betas[3][4:], parent.betas[3])
+
+
+def test_a_proof_holds_just_below_the_exact_radius_and_never_just_above_it():
+    """Every margin's search closes at 0.98 of the exact MILP radius; at 1.05 of it some
+    margin fails, which ends the proof with ``proven`` not ``True``."""
+    space = FeatureSpace.box(4)
+    checked = 0
+    for _, net, x, y, exact in exact_cases(LINF, range(9)):
+        graph = read_network(net, (4,))
+        x, y = x[:1], y[:1]
+        lo, hi = space.delta_bounds(x)
+        tol = float(margin_tolerance(graph.logits(x), torch.float64)[0])
+        below = make_domain(x, lo, hi, space.scale, torch.as_tensor(exact[:1] * 0.98),
+                            math.inf)
+        above = below.with_eps(torch.as_tensor(exact[:1] * 1.05))
+        later = time.perf_counter() + 30
+        assert branch.prove(graph, below, int(y[0]), tol, later).proven is True
+        assert branch.prove(graph, above, int(y[0]), tol, later).proven is not True
+        checked += 1
+    assert checked >= 4
 
 
 @pytest.mark.parametrize("threat", ["linf", "l1"])
