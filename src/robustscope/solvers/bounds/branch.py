@@ -295,10 +295,9 @@ def subdomain_bound(net: Network, dom: Domain, pre: Bounds, spec: torch.Tensor,
     per fed node ``(m, size)``: ``+1`` active, ``-1`` inactive, ``0`` free; ``warm``: the
     slopes and multipliers to start from (default: CROWN's slopes, multipliers 0).
 
-    Only the rows left at or below ``tolerance`` on some subdomain by the starting point are
-    optimised (usually one or two runner-up classes), and the steps stop once every
-    subdomain's rows are above it, or at ``deadline`` (``time.perf_counter()`` seconds;
-    every step's bound is valid, so stopping early only loosens it)."""
+    Every nonzero row is optimised (a zero row's bound is 0), and the steps stop once every
+    subdomain's rows are above ``tolerance``, or at ``deadline`` (``time.perf_counter()``
+    seconds; every step's bound is valid, so stopping early only loosens it)."""
     last = len(net.nodes) - 1
     m, s = spec.shape[:2]
     feeds = {r: net.nodes[r].parents[0] for r in net.relus}
@@ -319,11 +318,11 @@ def subdomain_bound(net: Network, dom: Domain, pre: Bounds, spec: torch.Tensor,
         extra = {k: -betas[k].clamp_min(0) * signs[k][:, None, :] for k in split}
         return backward_bound(net, dom, pre, last, spec_rows, alphas, extra, losses, relaxed)
 
-    hard = torch.nonzero((spec.abs().sum(-1) > 0).any(dim=0)).flatten()
+    live = torch.nonzero((spec.abs().sum(-1) > 0).any(dim=0)).flatten()
     best = torch.zeros(m, s, dtype=spec.dtype, device=spec.device)  # 0 . f for a zero row
-    spec = spec[:, hard]
-    alphas = {r: a[:, hard].clone().requires_grad_(True) for r, a in warm.alphas.items()}
-    betas = {k: warm.betas[k][:, hard].clone().requires_grad_(True) for k in split}
+    spec = spec[:, live]
+    alphas = {r: a[:, live].clone().requires_grad_(True) for r, a in warm.alphas.items()}
+    betas = {k: warm.betas[k][:, live].clone().requires_grad_(True) for k in split}
     opt = torch.optim.Adam([*alphas.values(), *betas.values()], lr=LR)
     sel = torch.full_like(spec[..., 0], -torch.inf)
     losses: dict[int, torch.Tensor] = {}
@@ -350,10 +349,10 @@ def subdomain_bound(net: Network, dom: Domain, pre: Bounds, spec: torch.Tensor,
     losses = {k: v.detach() for k, v in losses.items()}
     with torch.no_grad():
         for r, a_ in alphas.items():
-            warm.alphas[r][:, hard] = a_
+            warm.alphas[r][:, live] = a_
         for k, b_ in betas.items():
-            warm.betas[k][:, hard] = b_
-    best[:, hard] = sel
+            warm.betas[k][:, live] = b_
+    best[:, live] = sel
     return best, losses, warm
 
 
