@@ -120,23 +120,35 @@ def test_subdomain_bounds_lie_below_every_sampled_margin_of_the_subdomain(p, war
 
 
 def test_children_start_from_their_parents_slopes_and_multipliers():
-    """Both children of a subdomain inherit its alpha and beta, active copy first; the
-    neuron just split starts at multiplier 0 in both."""
+    """Both children of a subdomain inherit its clamps, alpha and beta, active copy first;
+    the neuron just split is clamped to its side in each and starts at multiplier 0 in
+    both."""
     feeds = [1, 3]
-    parent = branch.Warm({2: torch.tensor([[[0.2, 0.7]], [[0.9, 0.1]]]),
-                          4: torch.tensor([[[0.5]], [[0.6]]])},
-                         {1: torch.tensor([[[1.0, 2.0]], [[3.0, 4.0]]]),
-                          3: torch.tensor([[[5.0]], [[6.0]]])})
+    inf = math.inf
+    parent = branch.Pending(
+        {1: torch.tensor([[-inf, -inf], [0.0, -inf]]), 3: torch.tensor([[-inf], [-inf]])},
+        {1: torch.tensor([[inf, inf], [inf, inf]]), 3: torch.tensor([[inf], [inf]])},
+        branch.Warm({2: torch.tensor([[[0.2, 0.7]], [[0.9, 0.1]]]),
+                     4: torch.tensor([[[0.5]], [[0.6]]])},
+                    {1: torch.tensor([[[1.0, 2.0]], [[3.0, 4.0]]]),
+                     3: torch.tensor([[[5.0]], [[6.0]]])}))
     node, index = torch.tensor([0, 1]), torch.tensor([1, 0])
-    kids = parent.twice(node, index, feeds)
-    assert torch.equal(kids.alphas[2], torch.cat([parent.alphas[2], parent.alphas[2]]))
-    assert torch.equal(kids.alphas[4], torch.cat([parent.alphas[4], parent.alphas[4]]))
+    kids = parent.children(node, index, feeds)
+    warm = kids.warm
+    assert torch.equal(warm.alphas[2], torch.cat([parent.warm.alphas[2]] * 2))
+    assert torch.equal(warm.alphas[4], torch.cat([parent.warm.alphas[4]] * 2))
     # parent 0 split neuron 1 of node 1, parent 1 neuron 0 of node 3
-    assert kids.betas[1][:, 0].tolist() == [[1.0, 0.0], [3.0, 4.0], [1.0, 0.0], [3.0, 4.0]]
-    assert kids.betas[3][:, 0].tolist() == [[5.0], [0.0], [5.0], [0.0]]
-    assert parent.betas[1][0, 0, 1] == 2.0  # the parent's own are kept
+    assert warm.betas[1][:, 0].tolist() == [[1.0, 0.0], [3.0, 4.0], [1.0, 0.0], [3.0, 4.0]]
+    assert warm.betas[3][:, 0].tolist() == [[5.0], [0.0], [5.0], [0.0]]
+    assert kids.lo[1].tolist() == [[-inf, 0.0], [0.0, -inf], [-inf, -inf], [0.0, -inf]]
+    assert kids.hi[1].tolist() == [[inf, inf], [inf, inf], [inf, 0.0], [inf, inf]]
+    assert kids.lo[3].tolist() == [[-inf], [0.0], [-inf], [-inf]]
+    assert kids.hi[3].tolist() == [[inf], [inf], [inf], [0.0]]
+    assert parent.warm.betas[1][0, 0, 1] == 2.0  # the parent's own are kept
     both = kids.then(parent)
-    assert len(both.alphas[2]) == 6 and torch.equal(both.betas[3][4:], parent.betas[3])
+    assert len(both) == 6 and torch.equal(both.warm.betas[3][4:], parent.warm.betas[3])
+    assert torch.equal(both.lo[1][4:], parent.lo[1])
+    assert kids.then(parent.drop(2)) is kids  # an empty rest adds nothing
 
 
 def test_a_proof_holds_just_below_the_exact_radius_and_never_just_above_it():

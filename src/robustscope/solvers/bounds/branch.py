@@ -65,7 +65,6 @@ from robustscope.solvers.bounds.propagate import (
     preactivation_bounds,
     relaxations,
 )
-from robustscope.solvers.bounds.relaxation import relu_relaxation
 from robustscope.solvers.milp.highs import scipy_lp
 
 #: Subdomains bounded in one batch: where each subdomain's pre-activation bounds are
@@ -154,32 +153,22 @@ def _prove_row(net: Network, dom: Domain, spec: torch.Tensor, root: Bounds, tole
     t0 = time.perf_counter()
     feeds = [net.nodes[r].parents[0] for r in net.relus]
     dt, dev = dom.x.dtype, dom.x.device
-    # open subdomains: per fed node, clamps (m, size); -inf / +inf where not split
-    pend_lo = {k: torch.full((1, net.nodes[k].size), -torch.inf, dtype=dt, device=dev)
-               for k in feeds}
-    pend_hi = {k: torch.full((1, net.nodes[k].size), torch.inf, dtype=dt, device=dev)
-               for k in feeds}
-    # and the slopes (m, s, *shape) per ReLU and multipliers (m, s, size) per fed node
-    # their bounds ended with (None: not yet bounded)
-    pend_warm: Warm | None = None
+    queue = Pending({k: torch.full((1, net.nodes[k].size), -torch.inf, dtype=dt, device=dev)
+                     for k in feeds},
+                    {k: torch.full((1, net.nodes[k].size), torch.inf, dtype=dt, device=dev)
+                     for k in feeds}, None)
     refresh = 0 < refresh_work(net) <= REFRESH_WORK
     batch = batch or (BATCH if refresh else BATCH_CLAMPED)
-    done, pending = 0, 1
-    while pending:
+    done = 0
+    while len(queue):
         if done >= max_domains or time.perf_counter() > deadline:
             return Outcome(None, done, time.perf_counter() - t0)
-        take = min(pending, batch)
-        pending -= take
-        lo_c = {k: v[:take] for k, v in pend_lo.items()}
-        hi_c = {k: v[:take] for k, v in pend_hi.items()}
-        pend_lo = {k: v[take:] for k, v in pend_lo.items()}
-        pend_hi = {k: v[take:] for k, v in pend_hi.items()}
-        warm = None if pend_warm is None else pend_warm.take(take)
-        pend_warm = None if pend_warm is None else pend_warm.drop(take)
+        take = min(len(queue), batch)
+        head, queue = queue.take(take), queue.drop(take)
         done += take
         sub = dom.subset(torch.zeros(take, dtype=torch.long, device=dev))
-        shaped = {k: (lo_c[k].reshape(take, *net.nodes[k].shape),
-                      hi_c[k].reshape(take, *net.nodes[k].shape)) for k in feeds}
+        shaped = {k: (head.lo[k].reshape(take, *net.nodes[k].shape),
+                      head.hi[k].reshape(take, *net.nodes[k].shape)) for k in feeds}
         with torch.no_grad():
             if refresh:
                 clamps = {k: (torch.maximum(lo, root[k][0]), torch.minimum(hi, root[k][1]))
@@ -189,7 +178,7 @@ def _prove_row(net: Network, dom: Domain, spec: torch.Tensor, root: Bounds, tole
                 pre = {k: (torch.maximum(lo.expand(take, *lo.shape[1:]), shaped[k][0]),
                            torch.minimum(hi.expand(take, *hi.shape[1:]), shaped[k][1]))
                        for k, (lo, hi) in root.items()}
-        signs = {k: (lo_c[k] == 0).to(dt) - (hi_c[k] == 0).to(dt) for k in feeds}
+        signs = {k: (head.lo[k] == 0).to(dt) - (head.hi[k] == 0).to(dt) for k in feeds}
         empty = torch.zeros(take, dtype=torch.bool, device=dev)
         for k in feeds:
             zl, zu = (b.reshape(take, -1) for b in pre[k])
@@ -199,7 +188,7 @@ def _prove_row(net: Network, dom: Domain, spec: torch.Tensor, root: Bounds, tole
             continue
         pre = {k: (lo[rows], hi[rows]) for k, (lo, hi) in pre.items()}
         signs = {k: v[rows] for k, v in signs.items()}
-        warm = None if warm is None else warm.select(rows)
+        warm = None if head.warm is None else head.warm.select(rows)
         lb, losses, ended = subdomain_bound(net, sub.subset(rows), pre,
                                             spec.expand(len(rows), -1, -1), signs,
                                             steps if warm is not None else root_steps,
@@ -219,20 +208,10 @@ def _prove_row(net: Network, dom: Domain, spec: torch.Tensor, root: Bounds, tole
             if not ok:
                 return Outcome(False, done, time.perf_counter() - t0, point)
         open_rows, node, index = open_rows[~leaves], node[~leaves], index[~leaves]
-        parents = rows[open_rows]
-        m = len(open_rows)
-        child_lo = {k: lo_c[k][parents].repeat(2, 1) for k in feeds}
-        child_hi = {k: hi_c[k][parents].repeat(2, 1) for k in feeds}
-        at = torch.arange(m, device=dev)
-        for j, k in enumerate(feeds):
-            sel = at[node == j]
-            child_lo[k][sel, index[sel]] = 0.0  # first copy: active
-            child_hi[k][m + sel, index[sel]] = 0.0  # second copy: inactive
-        children = ended.select(open_rows).twice(node, index, feeds)
-        pend_lo = {k: torch.cat([child_lo[k], pend_lo[k]]) for k in feeds}
-        pend_hi = {k: torch.cat([child_hi[k], pend_hi[k]]) for k in feeds}
-        pend_warm = children if pend_warm is None else children.then(pend_warm)
-        pending += 2 * m
+        at = rows[open_rows]
+        parents = Pending({k: v[at] for k, v in head.lo.items()},
+                          {k: v[at] for k, v in head.hi.items()}, ended.select(open_rows))
+        queue = parents.children(node, index, feeds).then(queue)
     return Outcome(True, done, time.perf_counter() - t0)
 
 
@@ -245,35 +224,67 @@ class Warm:
     alphas: dict[int, torch.Tensor]
     betas: dict[int, torch.Tensor]
 
-    def take(self, n: int) -> Warm:
-        return Warm({r: a[:n] for r, a in self.alphas.items()},
-                    {k: b[:n] for k, b in self.betas.items()})
-
-    def drop(self, n: int) -> Warm:
-        return Warm({r: a[n:] for r, a in self.alphas.items()},
-                    {k: b[n:] for k, b in self.betas.items()})
-
-    def select(self, rows: torch.Tensor) -> Warm:
+    def select(self, rows) -> Warm:
+        """The subdomains at ``rows`` (an index tensor or a slice)."""
         return Warm({r: a[rows] for r, a in self.alphas.items()},
                     {k: b[rows] for k, b in self.betas.items()})
 
-    def twice(self, node: torch.Tensor, index: torch.Tensor, feeds: list[int]) -> Warm:
-        """Both children of each subdomain (active copies first, as the clamps are laid
-        out), each with its parent's slopes and multipliers; the neuron newly split at fed
-        node ``feeds[node[i]]``, flat ``index[i]``, gets the multiplier 0."""
+
+@dataclass
+class Pending:
+    """Subdomains waiting to be bounded, in the order they will be: per fed node the split
+    clamps ``lo``, ``hi`` ``(m, size)`` (``-inf`` / ``+inf`` where not split, 0 on a split
+    neuron's side), and where their parents' bounds ended (``None``: the root, not yet
+    bounded)."""
+
+    lo: dict[int, torch.Tensor]
+    hi: dict[int, torch.Tensor]
+    warm: Warm | None
+
+    def __len__(self) -> int:
+        return len(next(iter(self.lo.values())))
+
+    def take(self, n: int) -> Pending:
+        return self.select(slice(None, n))
+
+    def drop(self, n: int) -> Pending:
+        return self.select(slice(n, None))
+
+    def select(self, rows) -> Pending:
+        """The subdomains at ``rows`` (an index tensor or a slice)."""
+        return Pending({k: v[rows] for k, v in self.lo.items()},
+                       {k: v[rows] for k, v in self.hi.items()},
+                       None if self.warm is None else self.warm.select(rows))
+
+    def children(self, node: torch.Tensor, index: torch.Tensor, feeds: list[int]) -> Pending:
+        """Both children of each (bounded) subdomain, active copies first: subdomain ``i``
+        splits neuron ``index[i]`` (flat) of fed node ``feeds[node[i]]``; each child keeps
+        its parent's clamps, slopes and multipliers, and the split neuron starts at
+        multiplier 0 in both."""
         m = len(node)
-        betas = {k: b.repeat(2, 1, 1) for k, b in self.betas.items()}
+        lo = {k: v.repeat(2, 1) for k, v in self.lo.items()}
+        hi = {k: v.repeat(2, 1) for k, v in self.hi.items()}
+        alphas = {r: a.repeat(2, *([1] * (a.dim() - 1))) for r, a in self.warm.alphas.items()}
+        betas = {k: b.repeat(2, 1, 1) for k, b in self.warm.betas.items()}
         for j, k in enumerate(feeds):
             sel = torch.nonzero(node == j).flatten()
+            lo[k][sel, index[sel]] = 0.0  # first copy: active
+            hi[k][m + sel, index[sel]] = 0.0  # second copy: inactive
             betas[k][sel, :, index[sel]] = 0.0
             betas[k][m + sel, :, index[sel]] = 0.0
-        return Warm({r: a.repeat(2, *([1] * (a.dim() - 1))) for r, a in self.alphas.items()},
-                    betas)
+        return Pending(lo, hi, Warm(alphas, betas))
 
-    def then(self, rest: Warm) -> Warm:
-        """These subdomains followed by ``rest``'s."""
-        return Warm({r: torch.cat([a, rest.alphas[r]]) for r, a in self.alphas.items()},
-                    {k: torch.cat([b, rest.betas[k]]) for k, b in self.betas.items()})
+    def then(self, rest: Pending) -> Pending:
+        """These subdomains followed by ``rest``'s (an empty ``rest``, such as the queue
+        the root was taken from, may lack warm state)."""
+        if len(rest) == 0:
+            return self
+        return Pending({k: torch.cat([v, rest.lo[k]]) for k, v in self.lo.items()},
+                       {k: torch.cat([v, rest.hi[k]]) for k, v in self.hi.items()},
+                       Warm({r: torch.cat([a, rest.warm.alphas[r]])
+                             for r, a in self.warm.alphas.items()},
+                            {k: torch.cat([b, rest.warm.betas[k]])
+                             for k, b in self.warm.betas.items()}))
 
 
 def refresh_work(net: Network) -> int:
@@ -301,9 +312,10 @@ def subdomain_bound(net: Network, dom: Domain, pre: Bounds, spec: torch.Tensor,
     last = len(net.nodes) - 1
     m, s = spec.shape[:2]
     feeds = {r: net.nodes[r].parents[0] for r in net.relus}
-    if warm is None:
-        alphas = {r: relu_relaxation(*pre[k])[2][:, None].expand(m, s, *net.nodes[r].shape)
-                  .clone() for r, k in feeds.items()}
+    relaxed = relaxations(net, pre)  # the same in every pass
+    if warm is None:  # CROWN's lower slopes
+        alphas = {r: relaxed[r][2].expand(m, s, *net.nodes[r].shape).clone()
+                  for r in feeds}
         betas = {k: torch.zeros(m, s, net.nodes[k].size, dtype=spec.dtype, device=spec.device)
                  for k in feeds.values()}
         warm = Warm(alphas, betas)
@@ -311,8 +323,6 @@ def subdomain_bound(net: Network, dom: Domain, pre: Bounds, spec: torch.Tensor,
         warm = Warm({r: a.clone() for r, a in warm.alphas.items()},
                     {k: b.clone() for k, b in warm.betas.items()})
     split = [k for k in feeds.values() if (signs[k] != 0).any()]
-
-    relaxed = relaxations(net, pre)  # the same in every pass
 
     def bound(alphas, betas, spec_rows, losses=None):
         extra = {k: -betas[k].clamp_min(0) * signs[k][:, None, :] for k in split}
