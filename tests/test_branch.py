@@ -46,13 +46,15 @@ def float64_verifier(net: nn.Module, x: torch.Tensor, y: torch.Tensor, p: float)
     return verify, calls
 
 
+@pytest.mark.parametrize("steps_in", ["float64", "float32"])
 @pytest.mark.parametrize("warm", [False, True])
 @pytest.mark.parametrize("p", [math.inf, 2.0, 1.0])
-def test_subdomain_bounds_lie_below_every_sampled_margin_of_the_subdomain(p, warm):
+def test_subdomain_bounds_lie_below_every_sampled_margin_of_the_subdomain(p, warm, steps_in):
     """Random splits of unstable neurons: the bound (alpha and beta optimised) is below the
     margin at every sampled point that satisfies the split constraints, from CROWN's slopes
     or (``warm``) from arbitrary slopes and multipliers, some outside [0, 1] and below 0
-    (clamped where they are used), as a child inherits them."""
+    (clamped where they are used), as a child inherits them; with the Adam steps on the
+    network itself or on its float32 copy (the bound then computed on the network)."""
     rng = np.random.default_rng(5)
     net = random_mlp(7, 5, (12, 10), 4).double()
     graph = read_network(net, (5,))
@@ -100,8 +102,12 @@ def test_subdomain_bounds_lie_below_every_sampled_margin_of_the_subdomain(p, war
                                  dtype=torch.float64) - 0.25 for r in graph.relus},
             {k: 2 * torch.rand(m, 4, graph.nodes[k].size, generator=gen,
                                dtype=torch.float64) - 0.5 for k in feeds})
-    lb, _, _ = branch.subdomain_bound(graph, sub, pre, spec, signs, steps=15,
-                                      tolerance=math.inf, warm=start)
+    fast = branch.fast_copy(graph) if steps_in == "float32" else None
+    assert steps_in == "float64" or fast.dtype == torch.float32
+    lb, _, ended = branch.subdomain_bound(graph, sub, pre, spec, signs, steps=15,
+                                          tolerance=math.inf, warm=start, fast=fast)
+    assert lb.dtype == torch.float64
+    assert all(a.dtype == (fast or graph).dtype for a in ended.alphas.values())
     margins = logits[:, [y]] - logits
     checked = 0
     for row in range(m):
@@ -151,9 +157,11 @@ def test_children_start_from_their_parents_slopes_and_multipliers():
     assert kids.then(parent.drop(2)) is kids  # an empty rest adds nothing
 
 
-def test_a_proof_holds_just_below_the_exact_radius_and_never_just_above_it():
+@pytest.mark.parametrize("steps_in", ["float32", "float64"])
+def test_a_proof_holds_just_below_the_exact_radius_and_never_just_above_it(steps_in):
     """Every margin's search closes at 0.98 of the exact MILP radius; at 1.05 of it some
-    margin fails, which ends the proof with ``proven`` not ``True``."""
+    margin fails, which ends the proof with ``proven`` not ``True``; with the Adam steps on
+    the float32 copy (the default) or on the float64 network itself."""
     space = FeatureSpace.box(4)
     checked = 0
     for _, net, x, y, exact in exact_cases(LINF, range(9)):
@@ -165,8 +173,9 @@ def test_a_proof_holds_just_below_the_exact_radius_and_never_just_above_it():
                             math.inf)
         above = below.with_eps(torch.as_tensor(exact[:1] * 1.05))
         later = time.perf_counter() + 30
-        assert branch.prove(graph, below, int(y[0]), tol, later).proven is True
-        assert branch.prove(graph, above, int(y[0]), tol, later).proven is not True
+        fast = None if steps_in == "float32" else graph
+        assert branch.prove(graph, below, int(y[0]), tol, later, fast=fast).proven is True
+        assert branch.prove(graph, above, int(y[0]), tol, later, fast=fast).proven is not True
         checked += 1
     assert checked >= 4
 

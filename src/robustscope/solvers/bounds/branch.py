@@ -52,6 +52,7 @@ import numpy as np
 import torch
 from scipy.optimize import minimize
 
+from robustscope.solvers.bounds.cast import cast_network
 from robustscope.solvers.bounds.domain import Domain
 from robustscope.solvers.bounds.graph import Network
 from robustscope.solvers.bounds.propagate import (
@@ -108,7 +109,7 @@ class Outcome:
 
 def prove(net: Network, dom: Domain, y: int, tolerance: float, deadline: float,
           max_domains: int = MAX_DOMAINS, batch: int | None = None,
-          steps: int = STEPS) -> Outcome:
+          steps: int = STEPS, fast: Network | None = None) -> Outcome:
     """Whether class ``y`` keeps every margin above ``tolerance`` over ``dom`` (one input,
     its ``eps`` set), by branch and bound; ``deadline`` in ``time.perf_counter()`` seconds.
 
@@ -116,10 +117,14 @@ def prove(net: Network, dom: Domain, y: int, tolerance: float, deadline: float,
     the lowest first: a split that helps one runner-up class rarely helps another, so one
     tree per margin stays smaller than one tree that must close them all at once, and a
     margin that cannot be proven ends the proof before the easier ones are spent on.
-    ``max_domains`` counts the subdomains of every margin's search together."""
+    ``max_domains`` counts the subdomains of every margin's search together.
+
+    The Adam steps run on ``fast`` (default: :func:`fast_copy` of ``net``; pass ``net``
+    itself to run them in its own type), the bounds that decide on ``net``."""
     t0 = time.perf_counter()
     if t0 > deadline:
         return Outcome(None, 0, 0.0)
+    fast = fast or fast_copy(net)
     dt, dev = dom.x.dtype, dom.x.device
     # the root's bounds, tightened by alpha-CROWN, hold on every subdomain: they are the
     # clamps a refreshed subdomain starts from, or its bounds themselves
@@ -133,7 +138,7 @@ def prove(net: Network, dom: Domain, y: int, tolerance: float, deadline: float,
         if not lb[j] <= tolerance:
             break
         row = _prove_row(net, dom, spec[:, j:j + 1], root, tolerance, deadline,
-                         max_domains - done, batch, steps)
+                         max_domains - done, batch, steps, fast)
         done += row.domains
         if row.proven is not True:
             return Outcome(row.proven, done, time.perf_counter() - t0, row.point)
@@ -142,7 +147,7 @@ def prove(net: Network, dom: Domain, y: int, tolerance: float, deadline: float,
 
 def _prove_row(net: Network, dom: Domain, spec: torch.Tensor, root: Bounds, tolerance: float,
                deadline: float, max_domains: int, batch: int | None, steps: int,
-               root_steps: int = ROOT_STEPS) -> Outcome:
+               fast: Network, root_steps: int = ROOT_STEPS) -> Outcome:
     """Branch and bound on the rows ``spec`` ``(1, s, k)`` of the output (every one above
     ``tolerance`` on every leaf), from the root's pre-activation bounds ``root``.
 
@@ -192,7 +197,7 @@ def _prove_row(net: Network, dom: Domain, spec: torch.Tensor, root: Bounds, tole
         lb, losses, ended = subdomain_bound(net, sub.subset(rows), pre,
                                             spec.expand(len(rows), -1, -1), signs,
                                             steps if warm is not None else root_steps,
-                                            tolerance, deadline, warm=warm)
+                                            tolerance, deadline, warm=warm, fast=fast)
         open_rows = torch.nonzero(lb.amin(dim=1) <= tolerance).flatten()
         if len(open_rows) == 0:
             continue
@@ -287,6 +292,14 @@ class Pending:
                              for k, b in self.warm.betas.items()}))
 
 
+def fast_copy(net: Network) -> Network:
+    """``net`` in float32 for the Adam steps where it is in float64 and the copy computes
+    the same logits (:func:`~robustscope.solvers.bounds.cast.cast_network`); else ``net``."""
+    if net.dtype != torch.float64:
+        return net
+    return cast_network(net, torch.float32) or net
+
+
 def refresh_work(net: Network) -> int:
     """Coefficients one subdomain's pre-activation bounds carry by backward CROWN (every
     neuron of every node behind at least one ReLU layer; 0 where none is): the cost of
@@ -298,56 +311,69 @@ def refresh_work(net: Network) -> int:
 
 def subdomain_bound(net: Network, dom: Domain, pre: Bounds, spec: torch.Tensor,
                     signs: dict[int, torch.Tensor], steps: int, tolerance: float,
-                    deadline: float | None = None, warm: Warm | None = None
+                    deadline: float | None = None, warm: Warm | None = None,
+                    fast: Network | None = None
                     ) -> tuple[torch.Tensor, dict[int, torch.Tensor], Warm]:
-    """Lower bounds ``(m, s)`` of ``spec . f`` over each subdomain (best over the Adam steps
-    on ``alpha`` and ``beta``), the per-neuron losses of the last pass (for branching), and
-    the slopes and multipliers the steps ended with (where the children start). ``signs``
-    per fed node ``(m, size)``: ``+1`` active, ``-1`` inactive, ``0`` free; ``warm``: the
-    slopes and multipliers to start from (default: CROWN's slopes, multipliers 0).
+    """Lower bounds ``(m, s)`` of ``spec . f`` over each subdomain, the per-neuron losses of
+    the last pass (for branching), and the slopes and multipliers the Adam steps on
+    ``alpha`` and ``beta`` ended with (where the children start). ``signs`` per fed node
+    ``(m, size)``: ``+1`` active, ``-1`` inactive, ``0`` free; ``warm``: the slopes and
+    multipliers to start from (default: CROWN's slopes, multipliers 0).
+
+    The steps run on ``fast`` (default ``net``), a copy of ``net`` in another type
+    (:func:`~robustscope.solvers.bounds.cast.cast_network`); the bound returned is
+    computed on ``net`` from the values they reach, so it is as sound as ``net``'s passes
+    whatever ``fast``'s rounding. Where ``fast`` is ``net`` every step's bound is valid and
+    the best one seen is returned. The returned ``Warm`` is in ``fast``'s type.
 
     Every nonzero row is optimised (a zero row's bound is 0), and the steps stop once every
     subdomain's rows are above ``tolerance``, or at ``deadline`` (``time.perf_counter()``
-    seconds; every step's bound is valid, so stopping early only loosens it)."""
+    seconds; stopping early only loosens the bound)."""
+    fast = fast or net
     last = len(net.nodes) - 1
     m, s = spec.shape[:2]
+    ft = fast.dtype
     feeds = {r: net.nodes[r].parents[0] for r in net.relus}
-    relaxed = relaxations(net, pre)  # the same in every pass
+    pre_f = {k: (lo.to(ft), hi.to(ft)) for k, (lo, hi) in pre.items()}
+    relaxed_f = relaxations(fast, pre_f)  # the same in every step
     if warm is None:  # CROWN's lower slopes
-        alphas = {r: relaxed[r][2].expand(m, s, *net.nodes[r].shape).clone()
+        alphas = {r: relaxed_f[r][2].expand(m, s, *net.nodes[r].shape).clone()
                   for r in feeds}
-        betas = {k: torch.zeros(m, s, net.nodes[k].size, dtype=spec.dtype, device=spec.device)
+        betas = {k: torch.zeros(m, s, net.nodes[k].size, dtype=ft, device=spec.device)
                  for k in feeds.values()}
         warm = Warm(alphas, betas)
     else:
-        warm = Warm({r: a.clone() for r, a in warm.alphas.items()},
-                    {k: b.clone() for k, b in warm.betas.items()})
+        warm = Warm({r: a.to(ft, copy=True) for r, a in warm.alphas.items()},
+                    {k: b.to(ft, copy=True) for k, b in warm.betas.items()})
     split = [k for k in feeds.values() if (signs[k] != 0).any()]
 
-    def bound(alphas, betas, spec_rows, losses=None):
-        extra = {k: -betas[k].clamp_min(0) * signs[k][:, None, :] for k in split}
-        return backward_bound(net, dom, pre, last, spec_rows, alphas, extra, losses, relaxed)
+    def bound(network, domain, bounds, relaxed, alphas, betas, spec_rows, losses=None):
+        dt = network.dtype
+        extra = {k: -betas[k].to(dt).clamp_min(0) * signs[k][:, None, :].to(dt)
+                 for k in split}
+        return backward_bound(network, domain, bounds, last, spec_rows,
+                              {r: a.to(dt) for r, a in alphas.items()}, extra, losses, relaxed)
 
     live = torch.nonzero((spec.abs().sum(-1) > 0).any(dim=0)).flatten()
     best = torch.zeros(m, s, dtype=spec.dtype, device=spec.device)  # 0 . f for a zero row
     spec = spec[:, live]
+    spec_f, dom_f = spec.to(ft), dom.to(ft)
     alphas = {r: a[:, live].clone().requires_grad_(True) for r, a in warm.alphas.items()}
     betas = {k: warm.betas[k][:, live].clone().requires_grad_(True) for k in split}
     opt = torch.optim.Adam([*alphas.values(), *betas.values()], lr=LR)
+    sound = fast is net  # then every step's bound counts
     sel = torch.full_like(spec[..., 0], -torch.inf)
-    losses: dict[int, torch.Tensor] = {}
-    # steps + 1 passes: the first bounds the starting point, each later one the point
-    # after a step; the last pass's losses are the ones branching reads
-    for i in range(max(steps, 0) + 1):
+    for i in range(max(steps, 0)):
         if i > 0 and deadline is not None and time.perf_counter() > deadline:
             break
-        step = i < steps
-        losses = {}
-        with torch.set_grad_enabled(step):
-            lb = bound(alphas, betas, spec, losses)
-        sel = torch.maximum(sel, lb.detach())
-        if not step or (sel.amin(dim=1) > tolerance).all():
+        lb = bound(fast, dom_f, pre_f, relaxed_f, alphas, betas, spec_f)
+        if (lb.detach().amin(dim=1) > tolerance).all():
+            if sound:  # proven: no pass left to make
+                best[:, live] = torch.maximum(sel, lb.detach())
+                return best, {}, _ended(warm, alphas, betas, live)
             break
+        if sound:
+            sel = torch.maximum(sel, lb.detach())
         opt.zero_grad()
         (-lb.sum()).backward()
         opt.step()
@@ -356,14 +382,24 @@ def subdomain_bound(net: Network, dom: Domain, pre: Bounds, spec: torch.Tensor,
                 a_.clamp_(0, 1)
             for b_ in betas.values():
                 b_.clamp_(min=0)
-    losses = {k: v.detach() for k, v in losses.items()}
+    # the bound of the values reached, on net itself; its losses are the ones branching reads
+    losses: dict[int, torch.Tensor] = {}
+    with torch.no_grad():
+        lb = bound(net, dom, pre, relaxations(net, pre), alphas, betas, spec, losses)
+        sel = torch.maximum(sel, lb)
+    best[:, live] = sel
+    return best, losses, _ended(warm, alphas, betas, live)
+
+
+def _ended(warm: Warm, alphas: dict[int, torch.Tensor], betas: dict[int, torch.Tensor],
+           live: torch.Tensor) -> Warm:
+    """``warm`` (a copy of the start) with the optimised ``live`` rows written in."""
     with torch.no_grad():
         for r, a_ in alphas.items():
             warm.alphas[r][:, live] = a_
         for k, b_ in betas.items():
             warm.betas[k][:, live] = b_
-    best[:, live] = sel
-    return best, losses, warm
+    return warm
 
 
 def _leaf_proven(net: Network, dom: Domain, pre: Bounds, signs: dict[int, torch.Tensor],

@@ -45,6 +45,11 @@ class Domain:
         return Domain(self.x[rows], self.lo[rows], self.hi[rows], self.scale, self.eps[rows],
                       self.p)
 
+    def to(self, dtype: torch.dtype) -> Domain:
+        """This domain with its tensors in ``dtype``."""
+        return Domain(*(t.to(dtype) for t in (self.x, self.lo, self.hi, self.scale, self.eps)),
+                      self.p)
+
     def with_eps(self, eps: torch.Tensor) -> Domain:
         return Domain(self.x, self.lo, self.hi, self.scale, eps.to(self.x), self.p)
 
