@@ -12,6 +12,7 @@
 - :mod:`.branch` proves a decision at one strength by branch and bound over unstable ReLUs;
 - :mod:`.certify` turns them into a certified radius per input by bisection.
 
-Everything runs in float64 on the model's device: see :mod:`.certify` for how rounding is
-kept from making a certificate unsafe.
+Every bound runs in float64 on the model's device: see :mod:`.certify` for how rounding is
+kept from making a certificate unsafe. Only branch and bound's Adam steps, which choose the
+slopes and multipliers a bound is then computed from, run on a float32 copy (:mod:`.cast`).
 """
