@@ -67,7 +67,7 @@ def test_the_float32_copy_computes_the_same_logits_with_float32_parameters():
                    for a, b in zip(after, before, strict=True))
 
 
-def test_a_map_whose_constant_the_copy_cannot_reach_gives_no_copy():
+def test_a_map_whose_constant_the_copy_cannot_reach_gives_no_copy(monkeypatch):
     net, _ = _networks()[0]
     hidden = torch.ones(4, dtype=torch.float64)
 
@@ -80,8 +80,45 @@ def test_a_map_whose_constant_the_copy_cannot_reach_gives_no_copy():
                 abs_fn=lambda r: r, abs_linear=True)
     odd = Network([*net.nodes, node], net.device, net.dtype)
     assert cast_network(odd, torch.float32) is None
+    monkeypatch.setattr(branch, "FAST_MIN_MACS", 0)
     assert branch.fast_copy(odd) is odd  # branch and bound then steps in float64
     assert branch.fast_copy(net).dtype == torch.float32
 
 
+def test_small_networks_step_in_float64_and_large_ones_in_float32():
+    small, _ = _networks()[0]
+    assert small.prefix_macs()[-1] < branch.FAST_MIN_MACS
+    assert branch.fast_copy(small) is small
+    large = read_network(random_mlp(2, 784, (256, 256), 10), (784,))
+    assert large.prefix_macs()[-1] >= branch.FAST_MIN_MACS
+    assert branch.fast_copy(large).dtype == torch.float32
+
+
 _HIDDEN: list[torch.Tensor] = []
+
+
+def test_the_l2_dual_stays_finite_in_float32_on_zero_and_fully_clipped_rows():
+    """In float32 a floor of 1e-300 is 0: a row of zero coefficients, or one whose moving
+    coordinates are all clipped by the box, once divided by zero and gave NaN bounds and
+    gradients, which the Adam steps would carry into the slopes."""
+    from robustscope.solvers.bounds.domain import make_domain
+
+    x = torch.tensor([[0.5, 0.5, 0.0, 1.0]], dtype=torch.float64)
+    # coordinate 2 may only rise by 0.01, coordinate 3 may not move: a tight box in a ball
+    # of radius 5 (the L2 dual's t would grow without bound)
+    dom64 = make_domain(x, torch.tensor([[-0.01, -0.01, 0.0, 0.0]]),
+                        torch.tensor([[0.01, 0.01, 0.01, 0.0]]), torch.ones(4),
+                        torch.tensor([5.0]), 2.0)
+    rows = torch.tensor([[[0.0, 0.0, 0.0, 0.0],      # no coefficient at all
+                          [1.0, -2.0, 0.0, 0.0],     # every moving coordinate clipped
+                          [0.0, 0.0, 3.0, 7.0]]], dtype=torch.float64)
+    want = dom64.minimum(rows)
+    for dtype in (torch.float32, torch.float64):
+        a = rows.to(dtype).requires_grad_(True)
+        got = dom64.to(dtype).minimum(a)
+        (grad,) = torch.autograd.grad(got.sum(), a)
+        assert bool(torch.isfinite(got).all()) and bool(torch.isfinite(grad).all())
+        torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-6)
+    # the box's minimum, which the ball of radius 5 does not cut
+    torch.testing.assert_close(want[0], torch.tensor([0.0, -0.03, -0.0]).double()
+                               + (rows[0] * x[0]).sum(-1), rtol=0, atol=1e-12)

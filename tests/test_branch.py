@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -17,6 +18,7 @@ from robustscope import FeatureSpace
 from robustscope.search.engine import radius
 from robustscope.search.plan import SearchConfig
 from robustscope.solvers.bounds import branch
+from robustscope.solvers.bounds.cast import cast_network
 from robustscope.solvers.bounds.certify import (
     FIRST_PROBE_GAP,
     bound_radius,
@@ -46,7 +48,7 @@ def float64_verifier(net: nn.Module, x: torch.Tensor, y: torch.Tensor, p: float)
     return verify, calls
 
 
-@pytest.mark.parametrize("steps_in", ["float64", "float32"])
+@pytest.mark.parametrize("steps_in", ["float64", "float32", "a wrong copy"])
 @pytest.mark.parametrize("warm", [False, True])
 @pytest.mark.parametrize("p", [math.inf, 2.0, 1.0])
 def test_subdomain_bounds_lie_below_every_sampled_margin_of_the_subdomain(p, warm, steps_in):
@@ -54,7 +56,9 @@ def test_subdomain_bounds_lie_below_every_sampled_margin_of_the_subdomain(p, war
     margin at every sampled point that satisfies the split constraints, from CROWN's slopes
     or (``warm``) from arbitrary slopes and multipliers, some outside [0, 1] and below 0
     (clamped where they are used), as a child inherits them; with the Adam steps on the
-    network itself or on its float32 copy (the bound then computed on the network)."""
+    network itself, on its float32 copy, or on a float32 copy whose logits are 100 too
+    high for class ``y`` (its steps then find every margin proven at once): the bound is
+    computed on the network from the values they reach, whatever they are."""
     rng = np.random.default_rng(5)
     net = random_mlp(7, 5, (12, 10), 4).double()
     graph = read_network(net, (5,))
@@ -102,10 +106,16 @@ def test_subdomain_bounds_lie_below_every_sampled_margin_of_the_subdomain(p, war
                                  dtype=torch.float64) - 0.25 for r in graph.relus},
             {k: 2 * torch.rand(m, 4, graph.nodes[k].size, generator=gen,
                                dtype=torch.float64) - 0.5 for k in feeds})
-    fast = branch.fast_copy(graph) if steps_in == "float32" else None
-    assert steps_in == "float64" or fast.dtype == torch.float32
+    fast = None if steps_in == "float64" else cast_network(graph, torch.float32)
+    tolerance = math.inf
+    if steps_in == "a wrong copy":
+        lift = torch.zeros(4, dtype=torch.float32)
+        lift[y] = 100.0
+        out = fast.nodes[-1]
+        fast.nodes[-1] = replace(out, fn=lambda t, f=out.fn: f(t) + lift, bias=out.bias + lift)
+        tolerance = 0.0
     lb, _, ended = branch.subdomain_bound(graph, sub, pre, spec, signs, steps=15,
-                                          tolerance=math.inf, warm=start, fast=fast)
+                                          tolerance=tolerance, warm=start, fast=fast)
     assert lb.dtype == torch.float64
     assert all(a.dtype == (fast or graph).dtype for a in ended.alphas.values())
     margins = logits[:, [y]] - logits
@@ -161,7 +171,7 @@ def test_children_start_from_their_parents_slopes_and_multipliers():
 def test_a_proof_holds_just_below_the_exact_radius_and_never_just_above_it(steps_in):
     """Every margin's search closes at 0.98 of the exact MILP radius; at 1.05 of it some
     margin fails, which ends the proof with ``proven`` not ``True``; with the Adam steps on
-    the float32 copy (the default) or on the float64 network itself."""
+    a float32 copy or on the float64 network itself (the default for networks this small)."""
     space = FeatureSpace.box(4)
     checked = 0
     for _, net, x, y, exact in exact_cases(LINF, range(9)):
@@ -173,7 +183,7 @@ def test_a_proof_holds_just_below_the_exact_radius_and_never_just_above_it(steps
                             math.inf)
         above = below.with_eps(torch.as_tensor(exact[:1] * 1.05))
         later = time.perf_counter() + 30
-        fast = None if steps_in == "float32" else graph
+        fast = cast_network(graph, torch.float32) if steps_in == "float32" else graph
         assert branch.prove(graph, below, int(y[0]), tol, later, fast=fast).proven is True
         assert branch.prove(graph, above, int(y[0]), tol, later, fast=fast).proven is not True
         checked += 1

@@ -22,8 +22,8 @@ of 58 s (37,213). Each subdomain is then bounded in two steps:
    (beta-CROWN, Wang et al., NeurIPS 2021): for ``beta >= 0`` and sign ``s = +1``
    (active) / ``-1`` (inactive), ``min spec . f - sum beta s z`` over the whole domain is
    below ``min spec . f`` over the subdomain, where ``s z >= 0``; ``beta`` and the lower
-   slopes ``alpha`` are optimised together by Adam, and every step's bound is valid, so
-   the best one seen is kept. Without ``beta`` the split would only straighten the
+   slopes ``alpha`` are optimised together by Adam (any ``alpha`` in [0, 1] and ``beta >=
+   0`` give a valid bound). Without ``beta`` the split would only straighten the
    relaxation; with it, a subdomain with every neuron fixed is bounded by the dual of a
    linear program over its region, which is how the search can close.
 
@@ -32,10 +32,10 @@ Adam steps from the ``alpha`` and ``beta`` its parent ended with (the warm start
 beta-CROWN), so a few steps per subdomain suffice (:data:`STEPS`; :data:`ROOT_STEPS` at the
 root). On a tune digit of ``benchmarks/vnncomp_mnist.py`` (256x4, eps 0.03, its hardest
 margin) this proved in 12.5 s (36,211 subdomains, batches of 128) what starting every
-subdomain from CROWN's slopes did not prove in 30 s, with 20 steps or with 3. The steps run
-on a float32 copy of the graph (:func:`fast_copy`), and the bound that decides is computed
-in float64 from the values they reach: 1.5 times the subdomains per second on the 256x4
-tune digits.
+subdomain from CROWN's slopes did not prove in 30 s, with 20 steps or with 3. On networks
+of at least :data:`FAST_MIN_MACS` multiply-adds the steps run on a float32 copy of the graph
+(:func:`fast_copy`), and the bound that decides is computed in float64 from the values they
+reach: 1.5 times the subdomains per second on the 256x4 tune digits.
 
 Branching fixes, per open subdomain, the unstable neuron whose upper line costs the bound
 most (the intercept term of the BaBSR score of Bunel et al., JMLR 2020), read from the last
@@ -90,6 +90,13 @@ LR = 0.1
 #: layers) where that costs at most this many coefficients (:func:`refresh_work`); else
 #: they are computed once, over the whole domain, and only clamped.
 REFRESH_WORK = 2 * 10 ** 6
+#: Networks whose one-sample forward pass costs at least this many multiply-adds take
+#: their Adam steps in float32 (:func:`fast_copy`). On smaller ones the passes are bound by
+#: per-operation overhead, which float32 does not shorten: on the digits MLP of
+#: ``benchmarks/certified.py`` (9,738 multiply-adds) float32 steps took as long per input
+#: and closed one PGD-trained Linf bracket fewer (18 against 19 of 20, two runs each); the
+#: 256x4 MNIST network (403,498) bounds 1.5 times the subdomains per second with them.
+FAST_MIN_MACS = 10 ** 5
 #: Under L2, L-BFGS-B iterations on the multipliers of a subdomain with every ReLU fixed.
 L2_LEAF_ITERATIONS = 100
 
@@ -127,7 +134,6 @@ def prove(net: Network, dom: Domain, y: int, tolerance: float, deadline: float,
     t0 = time.perf_counter()
     if t0 > deadline:
         return Outcome(None, 0, 0.0)
-    fast = fast or fast_copy(net)
     dt, dev = dom.x.dtype, dom.x.device
     # the root's bounds, tightened by alpha-CROWN, hold on every subdomain: they are the
     # clamps a refreshed subdomain starts from, or its bounds themselves
@@ -136,10 +142,12 @@ def prove(net: Network, dom: Domain, y: int, tolerance: float, deadline: float,
     with torch.no_grad():
         lb = backward_bound(net, dom, root, len(net.nodes) - 1, spec)[0]
     lb[y] = torch.inf
+    lb = torch.nan_to_num(lb, nan=-torch.inf)  # a margin whose bound is NaN is open
     done = 0
     for j in torch.argsort(lb).tolist():
-        if not lb[j] <= tolerance:
+        if lb[j] > tolerance:
             break
+        fast = fast or fast_copy(net)
         row = _prove_row(net, dom, spec[:, j:j + 1], root, tolerance, deadline,
                          max_domains - done, batch, steps, fast)
         done += row.domains
@@ -201,7 +209,7 @@ def _prove_row(net: Network, dom: Domain, spec: torch.Tensor, root: Bounds, tole
                                             spec.expand(len(rows), -1, -1), signs,
                                             steps if warm is not None else root_steps,
                                             tolerance, deadline, warm=warm, fast=fast)
-        open_rows = torch.nonzero(lb.amin(dim=1) <= tolerance).flatten()
+        open_rows = torch.nonzero(~(lb.amin(dim=1) > tolerance)).flatten()  # NaN: open
         if len(open_rows) == 0:
             continue
         node, index = _branching(net, feeds, pre, losses, open_rows)
@@ -296,9 +304,10 @@ class Pending:
 
 
 def fast_copy(net: Network) -> Network:
-    """``net`` in float32 for the Adam steps where it is in float64 and the copy computes
-    the same logits (:func:`~robustscope.solvers.bounds.cast.cast_network`); else ``net``."""
-    if net.dtype != torch.float64:
+    """``net`` in float32 for the Adam steps where it is in float64, large enough for
+    float32 to pay (:data:`FAST_MIN_MACS`) and the copy computes the same logits
+    (:func:`~robustscope.solvers.bounds.cast.cast_network`); else ``net``."""
+    if net.dtype != torch.float64 or net.prefix_macs()[-1] < FAST_MIN_MACS:
         return net
     return cast_network(net, torch.float32) or net
 
@@ -388,6 +397,8 @@ def subdomain_bound(net: Network, dom: Domain, pre: Bounds, spec: torch.Tensor,
     # the bound of the values reached, on net itself; its losses are the ones branching reads
     losses: dict[int, torch.Tensor] = {}
     with torch.no_grad():
+        for v in (*alphas.values(), *betas.values()):  # a NaN step leaves a valid value
+            v.nan_to_num_(nan=0.0, posinf=0.0, neginf=0.0)
         lb = bound(net, dom, pre, relaxations(net, pre), alphas, betas, spec, losses)
         sel = torch.maximum(sel, lb)
     best[:, live] = sel

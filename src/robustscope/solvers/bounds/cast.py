@@ -8,10 +8,11 @@ same matrix products in about 0.6 of the time (benchmarked in :mod:`.branch`).
 
 A node's maps (``fn``, ``transpose``, ``abs_fn``) are modules, or functions holding the
 parameters they apply as default arguments or closure cells (see :mod:`.graph`); the copy
-rebuilds each with those parameters cast, sharing one cast per original object.
-:func:`cast_network` checks the copy's logits against the original's on random inputs and
-returns ``None`` where they disagree (a map it could not cast), so a caller falls back to
-the original.
+rebuilds each with those parameters cast, sharing one cast per original object (a
+parameter reached any other way, such as a module-level global, stays as it is).
+:func:`cast_network` checks the copy's logits and each node's transposed and absolute maps
+against the original's on random inputs and returns ``None`` where they disagree or come out
+in another type (a map it could not cast), so a caller falls back to the original.
 """
 
 from __future__ import annotations
@@ -32,28 +33,46 @@ AGREEMENT = 1e-3
 
 
 def cast_network(net: Network, dtype: torch.dtype, seed: int = 0) -> Network | None:
-    """``net`` with every parameter its nodes apply cast to ``dtype`` (a floating type), or
-    ``None`` where the copy's logits on 4 random inputs in ``[-1, 1]`` differ from
-    ``net``'s by more than :data:`AGREEMENT`."""
+    """``net`` with every parameter its nodes' maps hold cast to ``dtype`` (a floating
+    type), or ``None`` where the copy cannot be made or disagrees with ``net`` by more than
+    :data:`AGREEMENT`: its logits on 4 random inputs in ``[-1, 1]``, and each node's
+    ``transpose`` and ``abs_fn`` on random coefficients, must match and come out in
+    ``dtype``."""
     if dtype == net.dtype:
         return net
     memo: dict[int, object] = {}
-    nodes = [replace(nd, fn=_cast(nd.fn, dtype, memo), bias=_cast(nd.bias, dtype, memo),
-                     transpose=_cast(nd.transpose, dtype, memo),
-                     abs_fn=_cast(nd.abs_fn, dtype, memo)) for nd in net.nodes]
+    try:
+        nodes = [replace(nd, fn=_cast(nd.fn, dtype, memo), bias=_cast(nd.bias, dtype, memo),
+                         transpose=_cast(nd.transpose, dtype, memo),
+                         abs_fn=_cast(nd.abs_fn, dtype, memo)) for nd in net.nodes]
+    except Exception:  # a map holding something that cannot be copied
+        return None
     out = Network(nodes, net.device, dtype)
     gen = torch.Generator(device="cpu").manual_seed(seed)
-    x = (torch.rand(4, *net.input_shape, generator=gen, dtype=torch.float64) * 2 - 1).to(
-        net.device)
+
+    def sample(*shape: int) -> torch.Tensor:
+        return (torch.rand(4, *shape, generator=gen, dtype=torch.float64) * 2 - 1).to(
+            net.device)
+
+    checks = [(net.logits, out.logits, sample(*net.input_shape))]
+    for old, new in zip(net.nodes, out.nodes, strict=True):
+        if old.transpose is not None:
+            checks.append((old.transpose, new.transpose, sample(*old.shape)))
+        if old.abs_fn is not None:
+            parent = net.nodes[old.parents[0]].shape
+            checks.append((old.abs_fn, new.abs_fn, sample(*parent).abs()))
     with torch.no_grad():
-        try:
-            want, got = net.logits(x), out.logits(x)
-        except (RuntimeError, TypeError):  # a map that still mixes types
-            return None
-    if got.dtype != dtype or not bool(torch.isfinite(got).all()):
-        return None  # (a map holding a constant it could not reach computes in its type)
-    err = float((got.to(net.dtype) - want).abs().max()) / (1 + float(want.abs().max()))
-    return out if err <= AGREEMENT else None
+        for want_fn, got_fn, x in checks:
+            try:
+                want, got = want_fn(x), got_fn(x.to(dtype))
+            except (RuntimeError, TypeError):  # a map that still mixes types
+                return None
+            if got.dtype != dtype or not bool(torch.isfinite(got).all()):
+                return None  # (a map holding a constant it could not reach)
+            err = float((got.to(want.dtype) - want).abs().max())
+            if err > AGREEMENT * (1 + float(want.abs().max())):
+                return None
+    return out
 
 
 def _cast(value, dtype: torch.dtype, memo: dict[int, object]):

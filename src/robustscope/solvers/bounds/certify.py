@@ -215,6 +215,7 @@ def branch_radius(net: Network, dom: Domain, y: torch.Tensor, lower: torch.Tenso
     out = lower.clone().to(torch.float64)
     domains = np.zeros(len(y), dtype=np.int64)
     verified = upper.to(torch.float64).cpu().numpy().copy()
+    fast = branch.fast_copy(net)  # the network the proofs' Adam steps run on, made once
     for i in range(len(y)):
         stop = time.perf_counter() + time_limit
         if deadline is not None:
@@ -230,7 +231,8 @@ def branch_radius(net: Network, dom: Domain, y: torch.Tensor, lower: torch.Tenso
             if eps <= lo or now >= stop:
                 break
             res = branch.prove(net, row.with_eps(torch.tensor([eps], device=dom.x.device)),
-                               int(y[i]), float(tolerance[i]), deadline=now + (stop - now) / 2)
+                               int(y[i]), float(tolerance[i]), deadline=now + (stop - now) / 2,
+                               fast=fast)
             domains[i] += res.domains
             if res.proven:
                 lo, gaps = eps, iter(())

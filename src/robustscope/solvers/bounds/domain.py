@@ -114,15 +114,21 @@ def _l2_minimum(g: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor,
     longer changes (at most :data:`L2_DUAL_STEPS`)."""
     e2 = (eps * eps)[:, None]
     norm = torch.linalg.vector_norm(g, dim=-1)
+    # no division by zero: in float32 (branch and bound's steps) 1e-300 is 0, and an
+    # infinite t would make 0 * inf = NaN of the coordinates with g = 0
+    floor = max(1e-300, torch.finfo(g.dtype).tiny)
     with torch.no_grad():
-        t = (eps[:, None] / norm.clamp_min(1e-300)).clamp_min(1e-300)
+        t = (eps[:, None] / torch.where(norm > 0, norm, 1.0)).clamp_min(floor)
         for _ in range(L2_DUAL_STEPS):
             v = -g * t[..., None]
             free = (v > lo) & (v < hi)
             u = torch.minimum(torch.maximum(v, lo), hi)
             a = torch.where(free, g * g, 0.0).sum(-1)
             c = torch.where(free, 0.0, u * u).sum(-1)
-            step = torch.sqrt((e2 - c).clamp_min(0) / a.clamp_min(1e-300))
+            # with no free coordinate left every moving one is clipped: a larger t only
+            # tends to the box's minimum, which the return takes anyway
+            step = torch.where(a > 0, torch.sqrt((e2 - c).clamp_min(0) /
+                                                 torch.where(a > 0, a, 1.0)), t)
             grown = step > t * (1 + 1e-12)
             if not bool(grown.any()):
                 break
