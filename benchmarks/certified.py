@@ -231,6 +231,8 @@ def main() -> None:
             # what radius(..., solver="exact") runs: the attack, then the MILP over the ball
             # of its radius; every incumbent verified by the model (r may shrink)
             m = min(args.milp_n if mlp else args.milp_n_conv, len(X))
+            if not m:  # --milp-n 0: no MILP row
+                continue
             t0 = time.perf_counter()
             exact = radius(net, X[:m], y[:m], threat=threat, space=space, solver="exact",
                            certify="crown", config=config)
