@@ -346,8 +346,10 @@ def subdomain_bound(net: Network, dom: Domain, pre: Bounds, spec: torch.Tensor,
     m, s = spec.shape[:2]
     ft = fast.dtype
     feeds = {r: net.nodes[r].parents[0] for r in net.relus}
+    sound = fast is net  # then every step's bound counts
     pre_f = {k: (lo.to(ft), hi.to(ft)) for k, (lo, hi) in pre.items()}
     relaxed_f = relaxations(fast, pre_f)  # the same in every step
+    relaxed = relaxed_f if sound else relaxations(net, pre)  # the deciding pass's
     if warm is None:  # CROWN's lower slopes
         alphas = {r: relaxed_f[r][2].expand(m, s, *net.nodes[r].shape).clone()
                   for r in feeds}
@@ -373,7 +375,6 @@ def subdomain_bound(net: Network, dom: Domain, pre: Bounds, spec: torch.Tensor,
     alphas = {r: a[:, live].clone().requires_grad_(True) for r, a in warm.alphas.items()}
     betas = {k: warm.betas[k][:, live].clone().requires_grad_(True) for k in split}
     opt = torch.optim.Adam([*alphas.values(), *betas.values()], lr=LR)
-    sound = fast is net  # then every step's bound counts
     sel = torch.full_like(spec[..., 0], -torch.inf)
     for i in range(max(steps, 0)):
         if i > 0 and deadline is not None and time.perf_counter() > deadline:
@@ -399,7 +400,7 @@ def subdomain_bound(net: Network, dom: Domain, pre: Bounds, spec: torch.Tensor,
     with torch.no_grad():
         for v in (*alphas.values(), *betas.values()):  # a NaN step leaves a valid value
             v.nan_to_num_(nan=0.0, posinf=0.0, neginf=0.0)
-        lb = bound(net, dom, pre, relaxations(net, pre), alphas, betas, spec, losses)
+        lb = bound(net, dom, pre, relaxed, alphas, betas, spec, losses)
         sel = torch.maximum(sel, lb)
     best[:, live] = sel
     return best, losses, _ended(warm, alphas, betas, live)
