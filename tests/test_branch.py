@@ -51,14 +51,18 @@ def float64_verifier(net: nn.Module, x: torch.Tensor, y: torch.Tensor, p: float)
 @pytest.mark.parametrize("steps_in", ["float64", "float32", "a wrong copy"])
 @pytest.mark.parametrize("warm", [False, True])
 @pytest.mark.parametrize("p", [math.inf, 2.0, 1.0])
-def test_subdomain_bounds_lie_below_every_sampled_margin_of_the_subdomain(p, warm, steps_in):
+def test_subdomain_bounds_lie_below_every_sampled_margin_of_the_subdomain(p, warm, steps_in,
+                                                                         monkeypatch):
     """Random splits of unstable neurons: the bound (alpha and beta optimised) is below the
     margin at every sampled point that satisfies the split constraints, from CROWN's slopes
     or (``warm``) from arbitrary slopes and multipliers, some outside [0, 1] and below 0
     (clamped where they are used), as a child inherits them; with the Adam steps on the
     network itself, on its float32 copy, or on a float32 copy whose logits are 100 too
     high for class ``y`` (its steps then find every margin proven at once): the bound is
-    computed on the network from the values they reach, whatever they are."""
+    computed on the network from the values they reach, whatever they are. (The tolerance
+    is out of reach, and every subdomain gets the deciding pass: the pass skipped far below
+    the tolerance is tested below.)"""
+    monkeypatch.setattr(branch, "NEAR", 1e12)
     rng = np.random.default_rng(5)
     net = random_mlp(7, 5, (12, 10), 4).double()
     graph = read_network(net, (5,))
@@ -107,7 +111,7 @@ def test_subdomain_bounds_lie_below_every_sampled_margin_of_the_subdomain(p, war
             {k: 2 * torch.rand(m, 4, graph.nodes[k].size, generator=gen,
                                dtype=torch.float64) - 0.5 for k in feeds})
     fast = None if steps_in == "float64" else cast_network(graph, torch.float32)
-    tolerance = math.inf
+    tolerance = 1e6
     if steps_in == "a wrong copy":
         lift = torch.zeros(4, dtype=torch.float32)
         lift[y] = 100.0
@@ -117,6 +121,7 @@ def test_subdomain_bounds_lie_below_every_sampled_margin_of_the_subdomain(p, war
     lb, _, ended = branch.subdomain_bound(graph, sub, pre, spec, signs, steps=15,
                                           tolerance=tolerance, warm=start, fast=fast)
     assert lb.dtype == torch.float64
+    assert torch.isfinite(lb[:, torch.arange(4) != y]).all()  # every row was bounded
     assert all(a.dtype == (fast or graph).dtype for a in ended.alphas.values())
     margins = logits[:, [y]] - logits
     checked = 0
@@ -165,6 +170,68 @@ def test_children_start_from_their_parents_slopes_and_multipliers():
     assert len(both) == 6 and torch.equal(both.warm.betas[3][4:], parent.warm.betas[3])
     assert torch.equal(both.lo[1][4:], parent.lo[1])
     assert kids.then(parent.drop(2)) is kids  # an empty rest adds nothing
+
+
+def test_subdomains_far_below_the_tolerance_skip_the_deciding_pass_but_keep_their_losses():
+    """With the steps on a float32 copy, a subdomain whose last step's bound cannot reach
+    the tolerance gets no float64 pass: its bound is ``-inf`` (valid, and open), and the
+    losses branching reads come from the copy's last step; one within reach gets the pass
+    and a finite bound below the float64 network's own."""
+    rng = np.random.default_rng(2)
+    net = random_mlp(3, 6, (16, 16), 3).double()
+    graph = read_network(net, (6,))
+    x = torch.as_tensor(rng.uniform(0.3, 0.7, (1, 6)))
+    dom = make_domain(x, -x, 1 - x, torch.ones(6), torch.tensor([0.2], dtype=torch.float64),
+                      math.inf)
+    with torch.no_grad():
+        y = int(net(x).argmax(1))
+        pre = preactivation_bounds(graph, dom)
+    feeds = [graph.nodes[r].parents[0] for r in graph.relus]
+    signs = {k: torch.zeros(1, graph.nodes[k].size, dtype=torch.float64) for k in feeds}
+    spec = margin_spec(torch.tensor([y]), 3)
+    fast = cast_network(graph, torch.float32)
+    exact, _, _ = branch.subdomain_bound(graph, dom, pre, spec, signs, 3, 1e6, fast=graph)
+    far, losses, _ = branch.subdomain_bound(graph, dom, pre, spec, signs, 3, 1e6, fast=fast)
+    others = torch.arange(3) != y
+    assert torch.isneginf(far[0, others]).all()
+    assert set(losses) == set(feeds)
+    assert all(v.dtype == torch.float64 and torch.isfinite(v).all() and (v >= 0).all()
+               for v in losses.values())
+    assert any((v > 0).any() for v in losses.values())  # an unstable neuron costs the bound
+    reach = float(exact[0, others].min()) + 1e-3
+    near, _, _ = branch.subdomain_bound(graph, dom, pre, spec, signs, 3, reach, fast=fast)
+    assert torch.isfinite(near[0, others]).all()
+
+
+def test_may_prove_allows_for_the_unseen_last_update_and_the_copys_rounding():
+    """The skip rule: the last bound plus twice the previous step's gain plus ``NEAR`` of
+    the bound's size must reach the tolerance; without an earlier step every row passes."""
+    lb = torch.tensor([[-0.5], [-0.01], [-0.2], [float("nan")]], dtype=torch.float64)
+    prev = torch.tensor([[-0.6], [-0.01], [-0.3], [0.0]], dtype=torch.float64)
+    got = branch._may_prove(lb, prev, 0.0).tolist()
+    assert got == [False, False, True, True]  # -0.5+0.2 < 0; -0.01+0 < 0; -0.2+0.2 ~ 0; NaN
+    assert branch._may_prove(lb, None, 0.0).all()
+
+
+def test_the_open_subdomains_leave_depth_first_and_in_order():
+    """The stack hands out the last pushed block first, a batch that spans blocks in line
+    order, and copies only what it hands out (the rest stays in its blocks)."""
+    def block(values):
+        v = torch.tensor(values, dtype=torch.float64)[:, None]
+        return branch.Pending({1: v}, {1: v + 10}, branch.Warm({2: v[:, None]}, {1: v[:, None]}))
+
+    stack = branch.Stack([block([0.0])])
+    stack.push(block([1.0, 2.0, 3.0]))
+    stack.push(block([]))  # nothing to push
+    stack.push(block([4.0, 5.0]))
+    assert len(stack) == 6 and len(stack.blocks) == 3
+    head = stack.pop(3)
+    assert head.lo[1].flatten().tolist() == [4.0, 5.0, 1.0]
+    assert head.hi[1].flatten().tolist() == [14.0, 15.0, 11.0]
+    assert head.warm.betas[1].flatten().tolist() == [4.0, 5.0, 1.0]
+    assert [b.lo[1].flatten().tolist() for b in stack.blocks] == [[0.0], [2.0, 3.0]]
+    assert stack.pop(10).lo[1].flatten().tolist() == [2.0, 3.0, 0.0]
+    assert len(stack) == 0
 
 
 @pytest.mark.parametrize("steps_in", ["float32", "float64"])
