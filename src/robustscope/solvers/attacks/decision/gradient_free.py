@@ -37,6 +37,7 @@ from robustscope.core.space import FeatureSpace
 from robustscope.core.statement import DECISION_CHANGE, Statement
 from robustscope.models.base import Classifier, QueryLedger
 from robustscope.solvers.attacks.decision.coordinates import polish, polish_reserve
+from robustscope.solvers.attacks.decision.crossings import crossing_search, search_reserve
 from robustscope.solvers.attacks.decision.hop_skip_jump import hop_skip_jump
 from robustscope.solvers.attacks.decision.line_descent import line_descent
 from robustscope.solvers.attacks.decision.linear_steps import boundary_steps
@@ -74,6 +75,7 @@ def gradient_free(
     restart_min: int = 300,
     polish_share: float | None = None,
     descent: bool | None = None,
+    crossings: bool | None = None,
 ) -> SolverOutput:
     """Boundary projection (``linear_steps``), the step-down search, (Linf, ``descent``) the
     line descent, HopSkipJump with the rest of the per-input ``budget``, then (L2 / L1) the
@@ -116,6 +118,12 @@ def gradient_free(
         largest = None if eps is None else float(torch.as_tensor(eps).max())
         find_starts(oracle, generator, x_init, X_pool, y_pool, max_radius=largest)
         boundary_steps(oracle)
+    if crossings is None:  # a smooth margin is the boundary steps' and HopSkipJump's
+        held = (torch.isfinite(oracle.best_r) & (oracle.best_r > 0)).cpu().numpy()
+        crossings = (threat.p != math.inf and not oracle.smooth[held].all()
+                     and oracle.scored[held].any())
+    scan = search_reserve(oracle, budget) if crossings else 0
+    oracle.budget = budget - reserve - scan  # the stages before the last ones see the rest
     stepped = step_down_search(model, x, y, space, threat, eps, statement, generator,
                                budget=budget, **common, **(step_opts or {}))
     if restarts is None:  # chosen on the tune models: under L2 / L1 HopSkipJump does better
@@ -133,6 +141,9 @@ def gradient_free(
         line_descent(oracle, generator)
     hop_skip_jump(model, x, y, space, threat, eps, statement, generator, **common,
                   **(boundary_opts or {}))
+    if scan > 0:
+        oracle.budget = budget - reserve
+        crossing_search(oracle, generator)
     if reserve > 0:
         oracle.budget = budget
         polish(oracle)

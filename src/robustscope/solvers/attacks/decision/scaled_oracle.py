@@ -54,6 +54,11 @@ class ScaledOracle:
     used : int64 array (n,), queries spent per input by this oracle.
     best_u : tensor (n, d), smallest verified counterexample per input (scaled units).
     best_r : tensor (n,), its norm; ``inf`` where none was found.
+    smooth : bool array (n,), inputs whose margin a stage saw move under small
+        differences (a smooth model's; a tree's plateaus do not).
+    scored : bool array (n,), inputs for which two points that do not change the decision
+        got different margins: the model's scores say more than its decisions (never on a
+        label-only model).
     """
 
     def __init__(self, model: Classifier, x: torch.Tensor, y: torch.Tensor,
@@ -93,6 +98,9 @@ class ScaledOracle:
             self.ledger, self.owners = None, np.arange(n)
         self.best_u = torch.zeros_like(self.flat)
         self.best_r = torch.full((n,), float("inf"), dtype=x.dtype, device=x.device)
+        self.smooth = np.zeros(n, dtype=bool)
+        self.scored = np.zeros(n, dtype=bool)
+        self._first_margin = np.full(n, np.nan)
 
     @property
     def n(self) -> int:
@@ -172,7 +180,19 @@ class ScaledOracle:
         marg = self.statement.margin(logits, labels).reshape(-1, m)
         adv[tsel], margin[tsel] = holds, marg
         self._keep_best(ids, u_sel, holds)
+        self._note_scores(ids, holds, marg)
         return adv, margin, u_valid, asked
+
+    def _note_scores(self, ids: np.ndarray, holds: torch.Tensor, marg: torch.Tensor) -> None:
+        """Update :attr:`scored` from the margins ``(k, m)`` of the points that did not
+        change the decision."""
+        vals = np.where(holds.cpu().numpy(), np.nan, marg.detach().cpu().numpy())
+        seen = ~np.isnan(vals)
+        first = vals[np.arange(len(ids)), seen.argmax(axis=1)]  # NaN where none was seen
+        ref = np.where(np.isnan(self._first_margin[ids]), first, self._first_margin[ids])
+        self._first_margin[ids] = ref
+        differs = np.where(seen, np.abs(vals - ref[:, None]), 0.0) > 0
+        self.scored[ids] |= differs.any(axis=1)
 
     def bisect(self, idx: np.ndarray,
                point: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], steps: int,

@@ -1,0 +1,220 @@
+"""L2 / L1: counterexamples built from single-feature crossings, chosen by what each buys.
+
+A tree ensemble's nearest counterexample under L2 moves many features, each by a small amount
+just past one of the model's thresholds: a squared norm is cheapest spread thin. The random
+searches of the gradient-free cascade end with counterexamples that move fewer features by
+more (on the tune tree ensembles of ``benchmarks/blackbox_budget.py``, the exact
+counterexample moved more features than the cascade's in most of the inputs with the largest
+ratios). :func:`crossing_search` reads the margin along each feature and builds sets of moves:
+
+1. **profile**: for each mutable feature, each sign and each level ``a·R`` of :data:`LEVELS`
+   (``R`` the input's best radius so far, scaled units), the margin at ``x ± a·R·e_j``; a
+   level whose margin is below the previous level's has crossed a threshold that helps, and
+   becomes a *move*, worth its drop from the input's margin per cost ``|a·R|^p``;
+2. **constructions**, until the budget is spent: from the input (even rounds) or from the
+   best counterexample with one to three of its moves taken back (odd rounds: ruin and
+   recreate), the moves are tried in a random order weighted by worth (Gumbel keys on
+   ``log worth``); a move is kept when the margin falls and the point stays within
+   :data:`REACH` times the best radius, and the construction ends at a counterexample;
+3. **pin**: each move of a construction's counterexample is bisected towards the input's
+   value, largest first, the others held, so that each ends just past its threshold.
+
+The margin is the statement's, from the model's scores (``log`` probabilities for a
+``predict_proba`` model); on a label-only model no level ever lowers it and the search stops
+after its profile. Every candidate goes through the oracle: valid points only (the box,
+integer rounding, one-hot groups, immutable features), each query charged, and only a
+verified, smaller counterexample replaces the one held.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from robustscope.solvers.attacks.decision.scaled_oracle import ScaledOracle
+
+#: Levels of the profile, as shares of the input's best radius: steps of sqrt(2) from 1.
+LEVELS = tuple(2.0 ** (-k / 2) for k in range(7, -1, -1))
+#: Bisection steps per move when a counterexample is pinned.
+PIN_STEPS = 6
+#: A construction's point may reach this multiple of the best radius: the profile's levels
+#: overshoot each threshold by up to sqrt(2), which the pinning takes back.
+REACH = 1.3
+#: Moves a ruin takes back from the best counterexample: 1 to this many.
+RUIN_MOST = 3
+
+
+def profile_cost(oracle: ScaledOracle, levels: tuple[float, ...] = LEVELS) -> int:
+    """Queries per input of the profile: one for the input, one per feature, sign and
+    level."""
+    return 1 + 2 * int(oracle.mutable.sum()) * len(levels)
+
+
+def search_reserve(oracle: ScaledOracle, budget: int, share: float = 0.4) -> int:
+    """Queries of a per-input ``budget`` kept for :func:`crossing_search`: ``share`` of it,
+    or 0 when the profile would take more than half of that (many features, small
+    budgets)."""
+    keep = int(share * budget)
+    return keep if profile_cost(oracle) <= keep / 2 else 0
+
+
+def crossing_search(oracle: ScaledOracle, generator: torch.Generator,
+                    levels: tuple[float, ...] = LEVELS, pin_steps: int = PIN_STEPS,
+                    rounds: int | None = None) -> bool:
+    """Profile, constructions and pinning (module docstring) for every input with a
+    counterexample and the queries for its profile plus one, until their budgets are spent
+    (or ``rounds`` constructions); its counterexamples go to the oracle's record. Returns
+    whether any input had a move to build with (False: nothing was spent beyond the profile;
+    on a label-only model the rest of the budget is better left to another stage)."""
+    every = np.arange(oracle.n)
+    live = (torch.isfinite(oracle.best_r) & (oracle.best_r > 0)).cpu().numpy()
+    idx = np.flatnonzero(live & (oracle.remaining(every) >= profile_cost(oracle, levels) + 1))
+    if not len(idx):
+        return False
+    moves = _profile(oracle, idx, levels)
+    if moves is None:
+        return False
+    idx, m0, move, worth = moves
+    t = 0
+    while rounds is None or t < rounds:
+        go = oracle.remaining(idx) >= 1
+        before = oracle.used[idx].sum()
+        if not go.any():
+            break
+        _construct(oracle, idx[go], m0[go], move[go], worth[go], generator, ruin=t % 2 == 1,
+                   pin_steps=pin_steps)
+        if oracle.used[idx].sum() == before:  # every move was skipped: nothing left to try
+            break
+        t += 1
+    return True
+
+
+def _profile(oracle: ScaledOracle, idx: np.ndarray, levels: tuple[float, ...]
+             ) -> tuple[np.ndarray, torch.Tensor, torch.Tensor, torch.Tensor] | None:
+    """The profile of the inputs ``idx``: returns the inputs asked, their margins ``(k,)``,
+    the moves ``(k, o, d)`` (one feature each, ``o = 2·c·L``) and their worth ``(k, o)``
+    (``-inf`` where the level crossed no helpful threshold), or None when no input has a
+    move."""
+    device, dtype = oracle.flat.device, oracle.flat.dtype
+    ti = torch.as_tensor(idx, device=device)
+    radius = oracle.best_r[ti]
+    columns = torch.nonzero(oracle.mutable).reshape(-1)
+    c, L, k, d = len(columns), len(levels), len(idx), oracle.d
+    steps = torch.as_tensor(levels, dtype=dtype, device=device)
+    size = (torch.stack([steps, -steps]).reshape(1, 1, 2, L)
+            * radius.reshape(k, 1, 1, 1)).expand(k, c, 2, L)
+    probe = torch.zeros(k, c, 2, L, d, dtype=dtype, device=device)
+    probe.scatter_(4, columns.reshape(1, c, 1, 1, 1).expand(k, c, 2, L, 1), size.unsqueeze(4))
+    probe = torch.cat([torch.zeros(k, 1, d, dtype=dtype, device=device),
+                       probe.reshape(k, c * 2 * L, d)], dim=1)
+    _, margin, valid, asked = oracle.query(idx, probe)
+    if not asked.any():
+        return None
+    sel = torch.as_tensor(asked, device=device)
+    idx, margin, valid = idx[asked], margin[sel], valid[sel]
+    k = len(idx)
+    m0 = margin[:, 0]
+    level_margin = margin[:, 1:].reshape(k, c, 2, L)
+    before = torch.cat([m0.reshape(k, 1, 1, 1).expand(k, c, 2, 1), level_margin[..., :-1]],
+                       dim=3)
+    crossed = (level_margin < before) & (level_margin < m0.reshape(k, 1, 1, 1))
+    move = valid[:, 1:]  # (k, o, d)
+    cost = oracle.threat.norm(move.reshape(-1, d)).reshape(k, -1) ** _power(oracle)
+    drop = m0.reshape(k, 1) - level_margin.reshape(k, -1)
+    ok = crossed.reshape(k, -1) & torch.isfinite(drop) & (cost > 0)
+    if not ok.any():
+        return None
+    worth = torch.where(ok, torch.log(drop.clamp_min(1e-30) / cost.clamp_min(1e-30)),
+                        torch.full_like(drop, -math.inf))
+    return idx, m0, move, worth
+
+
+def _construct(oracle: ScaledOracle, idx: np.ndarray, m0: torch.Tensor, move: torch.Tensor,
+               worth: torch.Tensor, generator: torch.Generator, ruin: bool,
+               pin_steps: int) -> None:
+    """One construction per input of ``idx`` from its moves ``(k, o, d)``, then the pinning
+    of the counterexamples it reached."""
+    device, dtype = move.device, move.dtype
+    k, o, d = move.shape
+    ti = torch.as_tensor(idx, device=device)
+    cur = torch.zeros(k, d, dtype=dtype, device=device)
+    margin = m0.clone()
+    if ruin:
+        cur = _ruined(oracle.best_u[ti], generator)
+        _, mg, valid, asked = oracle.query(idx, cur.unsqueeze(1))
+        cur, margin = valid[:, 0], torch.where(torch.as_tensor(asked, device=device),
+                                               mg[:, 0], m0)
+    gumbel = -torch.log(-torch.log(torch.rand(k, o, generator=generator, dtype=dtype)
+                                   .clamp(1e-12, 1 - 1e-12))).to(device)
+    keys = worth + gumbel
+    order = keys.argsort(dim=1, descending=True)
+    usable = int(torch.isfinite(worth).sum(1).max())
+    rows = torch.arange(k, device=device)
+    open_ = np.ones(k, dtype=bool)
+    hit = np.zeros(k, dtype=bool)
+    reach = oracle.best_r[ti] * REACH
+    for t in range(usable):
+        pick = order[:, t]
+        step = move[rows, pick]  # (k, d): one feature moved
+        j = step.abs().argmax(dim=1)
+        v = step[rows, j]
+        held = cur[rows, j]
+        further = (torch.sign(held) != torch.sign(v)) | (held.abs() < v.abs())
+        trial = cur.clone()
+        trial[rows, j] = v
+        go = (open_ & torch.isfinite(worth[rows, pick]).cpu().numpy() & further.cpu().numpy()
+              & (oracle.threat.norm(trial) < reach).cpu().numpy()
+              & (oracle.remaining(idx) >= 1))
+        if not go.any():
+            if not (open_ & (oracle.remaining(idx) >= 1)).any():
+                break
+            continue
+        g = np.flatnonzero(go)
+        gt = torch.as_tensor(g, device=device)
+        adv, mg, valid, _ = oracle.query(idx[g], trial[gt].unsqueeze(1))
+        better = mg[:, 0] < margin[gt]
+        cur[gt] = torch.where(better.unsqueeze(1), valid[:, 0], cur[gt])
+        margin[gt] = torch.where(better, mg[:, 0], margin[gt])
+        reached = adv[:, 0].cpu().numpy()
+        hit[g[reached]] = True
+        open_[g[reached]] = False
+    if hit.any():
+        h = np.flatnonzero(hit)
+        _pin(oracle, idx[h], cur[torch.as_tensor(h, device=device)], pin_steps)
+
+
+def _ruined(best: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """``best`` ``(k, d)`` with 1 to :data:`RUIN_MOST` of each row's moves set to zero."""
+    k, d = best.shape
+    moved = best != 0
+    keys = torch.rand(k, d, generator=generator, dtype=best.dtype).to(best.device)
+    keys = torch.where(moved, keys, torch.full_like(keys, 2.0))  # unmoved ones last
+    count = torch.randint(1, RUIN_MOST + 1, (k,), generator=generator).to(best.device)
+    count = torch.minimum(count, moved.sum(1))
+    rank = keys.argsort(dim=1).argsort(dim=1)
+    return torch.where(rank < count.unsqueeze(1), torch.zeros_like(best), best)
+
+
+def _power(oracle: ScaledOracle) -> float:
+    """The exponent that makes a norm additive over coordinates (2 for L2, 1 for L1)."""
+    return 1.0 if oracle.threat.p == 1 else float(oracle.threat.p)
+
+
+def _pin(oracle: ScaledOracle, idx: np.ndarray, u: torch.Tensor, steps: int) -> None:
+    """Bisect each move of the counterexamples ``u`` ``(k, d)`` towards the input's value,
+    largest first, the others held (``steps`` queries per move at most)."""
+    if steps < 1:
+        return
+    device = u.device
+    u = u.clone()
+    order = u.abs().argsort(dim=1, descending=True)
+    moved = (u != 0).sum(1).cpu().numpy()
+    for t in range(int(moved.max()) if len(moved) else 0):
+        j = order[:, t:t + 1]
+        start = u.gather(1, j)
+        _, best = oracle.bisect(idx, lambda pos, f, j=j, start=start, base=u: base[pos].scatter(
+            1, j[pos], start[pos] * f.unsqueeze(1)), steps, active=t < moved)
+        live = torch.as_tensor(t < moved, device=device)
+        u = torch.where(live.unsqueeze(1), best, u)
