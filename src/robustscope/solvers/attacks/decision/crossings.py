@@ -20,10 +20,13 @@ ratios). :func:`crossing_search` reads the margin along each feature and builds 
    value, largest first, the others held, so that each ends just past its threshold.
 
 The margin is the statement's, from the model's scores (``log`` probabilities for a
-``predict_proba`` model); on a label-only model no level ever lowers it and the search stops
-after its profile. Every candidate goes through the oracle: valid points only (the box,
-integer rounding, one-hot groups, immutable features), each query charged, and only a
-verified, smaller counterexample replaces the one held.
+``predict_proba`` model). On a label-only model only a level that changes the decision by
+itself lowers it; where none does, the search stops after its profile (the cascade does not
+run it on models whose scores it has not seen move:
+:attr:`~robustscope.solvers.attacks.decision.scaled_oracle.ScaledOracle.scored`).
+Every candidate goes through the oracle: valid points only (the box, integer rounding,
+one-hot groups, immutable features), each query charged, and only a verified, smaller
+counterexample replaces the one held.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Gradient-free cascade: boundary projection, the step-down random search (restarted from
 further starts under Linf), (Linf) the line descent, the decision-based boundary search, then
-(L2 / L1) a polish.
+(L2 / L1) the crossing search on scored plateau models and a polish.
 
 On a smooth black box the first stage
 (:mod:`~robustscope.solvers.attacks.decision.linear_steps`) linearises the margin from
@@ -18,7 +18,14 @@ tree's thresholds that the random corners overshoot (measured on the mixed-type 
 table's gradient-boosted model, tune seeds, default ceiling: p90 radius / exact 1.095 ->
 1.009); HopSkipJump (:mod:`~robustscope.solvers.attacks.decision.hop_skip_jump`) then
 spends what is left of each input's budget from that counterexample (on a label-only model the
-better of the two). Under L2 / L1 a share of the budget is kept for the last stage,
+better of the two). Under L2 / L1, on a model whose scores move without the decision
+(:attr:`~robustscope.solvers.attacks.decision.scaled_oracle.ScaledOracle.scored`) and whose
+margin the boundary projection found flat (a tree's plateaus), 40% of the budget goes to the
+crossing search (:mod:`~robustscope.solvers.attacks.decision.crossings`), after HopSkipJump:
+it profiles each feature's thresholds and builds counterexamples that cross many of them by
+a little, where a tree ensemble's nearest one under L2 lies (measured on the tune tree
+ensembles at the default ceiling, 20 inputs each: p90 radius / exact 1.14-1.33 -> 1.06-1.14).
+Under L2 / L1 a share of the budget is kept for the last stage,
 :func:`~robustscope.solvers.attacks.decision.coordinates.polish`: the random moves of the
 searches before it leave small moves on many features, which it sends back to the input's
 values before bisecting each remaining move (measured on the tune tree ensembles at the
@@ -89,6 +96,12 @@ def gradient_free(
     ``polish_share`` of the budget (default 0.2 under L2 / L1, at most 300 queries; 0 under
     Linf, whose norm the small moves do not change) is kept for
     :func:`~robustscope.solvers.attacks.decision.coordinates.polish`.
+
+    ``crossings`` (default: under L2 / L1, on scored models none of whose inputs the boundary
+    projection found smooth) keeps
+    :func:`~robustscope.solvers.attacks.decision.crossings.search_reserve` of the budget for
+    :func:`~robustscope.solvers.attacks.decision.crossings.crossing_search`, run after
+    HopSkipJump and before the polish.
 
     ``descent`` (default: under Linf only) runs
     :func:`~robustscope.solvers.attacks.decision.line_descent.line_descent` after the

@@ -1,0 +1,176 @@
+"""The crossing search of the gradient-free cascade (L2 / L1 on scored plateau models)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from robustscope.core.space import FeatureSpace
+from robustscope.models.base import QueryLedger
+from robustscope.models.blackbox import ProbaClassifier
+from robustscope.models.metered import MeteredModel
+from robustscope.solvers.attacks.decision import crossings
+from robustscope.solvers.attacks.decision.crossings import (
+    _ruined,
+    crossing_search,
+    profile_cost,
+    search_reserve,
+)
+from robustscope.solvers.attacks.decision.gradient_free import gradient_free
+from robustscope.solvers.attacks.decision.scaled_oracle import ScaledOracle
+from robustscope.threats import get_threat
+
+D = 8
+#: Four cheap crossings (0.1 each, 1 nat of margin each) and one dear one (0.3, 5 nats):
+#: under L2 the nearest counterexample crosses the four cheap ones (radius 0.2), not the
+#: dear one alone (0.3); under L1 the dear one alone (0.3) beats the four (0.4).
+CHEAP, DEAR = 0.1, 0.3
+
+
+def _step_model(label_only: bool = False) -> ProbaClassifier:
+    """Log-odds ``3.5 - sum of the drops past each threshold``: additive steps like a boosted
+    ensemble of stumps; class 0 while the log-odds stay positive."""
+
+    def proba(a):
+        a = np.asarray(a)
+        logit = 3.5 - (a[:, :4] > CHEAP).sum(1) - 5.0 * (a[:, 4] > DEAR)
+        p0 = 1 / (1 + np.exp(-logit))
+        if label_only:
+            p0 = (logit > 0).astype(float)
+        return np.stack([p0, 1 - p0], axis=1)
+
+    return ProbaClassifier(proba, 2, (D,))
+
+
+def _oracle(model, threat: str = "l2", budget: int | None = None, ledger=None):
+    space = FeatureSpace.from_arrays([-1.0] * D, [1.0] * D, scale=np.ones(D))
+    x = torch.zeros(1, D, dtype=torch.float64)
+    return ScaledOracle(model, x, torch.zeros(1, dtype=torch.long), space,
+                        get_threat(threat), budget=budget, ledger=ledger)
+
+
+def _dear_counterexample(oracle: ScaledOracle) -> None:
+    u = torch.zeros(1, 1, D, dtype=torch.float64)
+    u[0, 0, 4] = 0.35
+    adv, _, _, _ = oracle.query(np.arange(1), u)
+    assert adv[0, 0]
+
+
+def test_the_search_spreads_an_l2_counterexample_over_the_cheap_crossings():
+    model = _step_model()
+    ledger = QueryLedger(1)
+    oracle = _oracle(MeteredModel(model, ledger, np.arange(1)), budget=2000)
+    _dear_counterexample(oracle)
+    assert crossing_search(oracle, torch.Generator().manual_seed(0), rounds=4)
+    u = oracle.best_u[0].numpy()
+    assert (u[:4] > CHEAP).all() and u[4] == 0 and (u[5:] == 0).all()
+    # pinned just past each threshold: within 0.35 * sqrt(2) / 2**6 of it
+    assert (u[:4] <= CHEAP + 0.35 * math.sqrt(2) / 2**6 + 1e-12).all()
+    assert oracle.best_r[0] < 0.21
+    assert model.predict(oracle.candidates())[0] == 1  # the model confirms it
+    assert ledger.forward[0] == oracle.used[0] <= 2000
+
+
+def test_under_l1_the_dear_crossing_alone_is_kept():
+    oracle = _oracle(_step_model(), threat="l1", budget=2000)
+    _dear_counterexample(oracle)
+    crossing_search(oracle, torch.Generator().manual_seed(0), rounds=4)
+    u = oracle.best_u[0].numpy()
+    assert u[4] > DEAR and oracle.best_r[0] < 0.35  # pinned, not replaced by the four
+    assert (u[:4] == 0).all()
+
+
+def test_a_label_only_model_gets_its_profile_and_nothing_more():
+    oracle = _oracle(_step_model(label_only=True), budget=2000)
+    u = torch.zeros(1, 1, D, dtype=torch.float64)
+    u[0, 0, :4] = 0.15  # the four cheap crossings: no single feature changes the decision
+    assert oracle.query(np.arange(1), u)[0][0, 0]
+    before = oracle.best_r.clone()
+    assert not crossing_search(oracle, torch.Generator().manual_seed(0))
+    assert oracle.used[0] == 1 + profile_cost(oracle)  # the start, then the profile only
+    assert torch.equal(oracle.best_r, before)
+
+
+def test_the_search_stays_within_the_budget_and_skips_inputs_that_cannot_profile():
+    cost = profile_cost(_oracle(_step_model()))
+    assert cost == 1 + 2 * D * len(crossings.LEVELS)
+    for budget in (cost, cost + 1, cost + 17, cost + 300):
+        oracle = _oracle(_step_model(), budget=budget)
+        _dear_counterexample(oracle)
+        ran = crossing_search(oracle, torch.Generator().manual_seed(1))
+        assert oracle.used[0] <= budget
+        assert ran == (budget >= cost + 2)  # the start's query, the profile and one more
+        if not ran:
+            assert oracle.used[0] == 1
+
+
+def test_the_reserve_is_a_share_of_the_budget_or_nothing():
+    oracle = _oracle(_step_model())
+    cost = profile_cost(oracle)
+    assert search_reserve(oracle, 5000) == 2000
+    assert search_reserve(oracle, 5 * cost - 1) == 0  # the profile would take over half
+    assert search_reserve(oracle, 5 * cost) == 2 * cost
+
+
+def test_a_ruin_takes_back_one_to_three_moves_and_keeps_the_rest():
+    g = torch.Generator().manual_seed(0)
+    best = torch.tensor([[0.5, 0.0, -0.2, 0.1, 0.3, 0.0],
+                         [0.0, 0.0, 0.7, 0.0, 0.0, 0.0]], dtype=torch.float64)
+    for _ in range(50):
+        ruined = _ruined(best, g)
+        taken = (best != 0) & (ruined == 0)
+        assert ((ruined == 0) | (ruined == best)).all()  # nothing moves elsewhere
+        assert 1 <= int(taken[0].sum()) <= 3 and int(taken[1].sum()) == 1
+
+
+def test_the_oracle_knows_scores_from_decisions():
+    scored = _oracle(_step_model())
+    blind = _oracle(_step_model(label_only=True))
+    u = torch.zeros(1, 3, D, dtype=torch.float64)
+    u[0, 1, 0] = 0.2  # one threshold crossed: the log-odds fall, the decision stays
+    u[0, 2, 4] = 0.35  # a counterexample: its margin is not compared
+    for oracle in (scored, blind):
+        oracle.query(np.arange(1), u[:, :1])
+        assert not oracle.scored[0]  # one point says nothing
+        oracle.query(np.arange(1), u[:, 1:])
+    assert scored.scored[0] and not blind.scored[0]
+
+
+def test_the_cascade_runs_the_search_on_scored_plateaus_only(monkeypatch):
+    x = torch.zeros(1, D, dtype=torch.float64)
+    y = torch.zeros(1, dtype=torch.long)
+    space = FeatureSpace.from_arrays([-1.0] * D, [1.0] * D, scale=np.ones(D))
+    pool = torch.zeros(2, D, dtype=torch.float64)
+    pool[1, 0], pool[1, 4] = 0.5, 0.9  # of the other class: the first counterexample, on
+    # whose path from the input the margin moves without the decision (a scored model)
+
+    calls = []
+    original = crossings._profile
+    monkeypatch.setattr(crossings, "_profile",
+                        lambda *a, **k: calls.append(1) or original(*a, **k))
+
+    def run(model, **kw):
+        calls.clear()
+        out = gradient_free(model, x, y, space, "l2", budget=3000, X_pool=pool,
+                            y_pool=torch.tensor([0, 1]), **kw)
+        return out, bool(calls)
+
+    out, ran = run(_step_model())
+    assert ran and out.radius[0] < 0.21
+    _, ran = run(_step_model(label_only=True))
+    assert not ran
+    _, ran = run(_step_model(), crossings=False)
+    assert not ran
+    _, ran = run(_smooth_model())  # its margin moves under small differences
+    assert not ran
+
+
+def _smooth_model() -> ProbaClassifier:
+    def proba(a):
+        logit = 3.5 - 10 * np.asarray(a)[:, :5].sum(1)
+        p0 = 1 / (1 + np.exp(-logit))
+        return np.stack([p0, 1 - p0], axis=1)
+
+    return ProbaClassifier(proba, 2, (D,))
