@@ -16,7 +16,7 @@ from robustscope.solvers.attacks.decision.crossings import (
     _ruined,
     crossing_search,
     profile_cost,
-    search_reserve,
+    search_plan,
 )
 from robustscope.solvers.attacks.decision.gradient_free import gradient_free
 from robustscope.solvers.attacks.decision.scaled_oracle import ScaledOracle
@@ -106,12 +106,20 @@ def test_the_search_stays_within_the_budget_and_skips_inputs_that_cannot_profile
             assert oracle.used[0] == 1
 
 
-def test_the_reserve_is_a_share_of_the_budget_or_nothing():
-    oracle = _oracle(_step_model())
-    cost = profile_cost(oracle)
-    assert search_reserve(oracle, 5000) == 2000
-    assert search_reserve(oracle, 5 * cost - 1) == 0  # the profile would take over half
-    assert search_reserve(oracle, 5 * cost) == 2 * cost
+def test_the_plan_keeps_a_share_with_the_finest_profile_that_fits():
+    oracle = _oracle(_step_model())  # 8 features: profiles of 129 and 49 queries
+    fine, coarse = profile_cost(oracle), profile_cost(oracle, crossings.COARSE_LEVELS)
+    assert (fine, coarse) == (129, 49)
+    assert search_plan(oracle, 5000) == (2000, crossings.LEVELS)
+    assert search_plan(oracle, 1000) == (400, crossings.LEVELS)
+    assert search_plan(oracle, 874) == (0, ())  # under MIN_RESERVE
+    wide = ScaledOracle(_step_model(), torch.zeros(1, D), torch.zeros(1, dtype=torch.long),
+                        FeatureSpace.from_arrays([-1.0] * D, [1.0] * D, scale=np.ones(D)),
+                        get_threat("l2"))
+    wide.mutable = torch.ones(40, dtype=torch.bool)  # as if 40 features: 641 and 241 queries
+    assert search_plan(wide, 5000) == (2000, crossings.LEVELS)
+    assert search_plan(wide, 2000) == (800, crossings.COARSE_LEVELS)
+    assert search_plan(wide, 1000) == (0, ())  # 399 kept: neither profile fits in half
 
 
 def test_a_ruin_takes_back_one_to_three_moves_and_keeps_the_rest():

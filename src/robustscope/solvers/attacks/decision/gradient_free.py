@@ -44,7 +44,7 @@ from robustscope.core.space import FeatureSpace
 from robustscope.core.statement import DECISION_CHANGE, Statement
 from robustscope.models.base import Classifier, QueryLedger
 from robustscope.solvers.attacks.decision.coordinates import polish, polish_reserve
-from robustscope.solvers.attacks.decision.crossings import crossing_search, search_reserve
+from robustscope.solvers.attacks.decision.crossings import crossing_search, search_plan
 from robustscope.solvers.attacks.decision.hop_skip_jump import hop_skip_jump
 from robustscope.solvers.attacks.decision.line_descent import line_descent
 from robustscope.solvers.attacks.decision.linear_steps import boundary_steps
@@ -99,7 +99,7 @@ def gradient_free(
 
     ``crossings`` (default: under L2 / L1, on scored models none of whose inputs the boundary
     projection found smooth) keeps
-    :func:`~robustscope.solvers.attacks.decision.crossings.search_reserve` of the budget for
+    :func:`~robustscope.solvers.attacks.decision.crossings.search_plan` of the budget for
     :func:`~robustscope.solvers.attacks.decision.crossings.crossing_search`, run after
     HopSkipJump and before the polish.
 
@@ -135,7 +135,7 @@ def gradient_free(
         held = (torch.isfinite(oracle.best_r) & (oracle.best_r > 0)).cpu().numpy()
         crossings = (threat.p != math.inf and not oracle.smooth[held].all()
                      and oracle.scored[held].any())
-    scan = search_reserve(oracle, budget) if crossings else 0
+    scan, levels = search_plan(oracle, budget) if crossings else (0, ())
     oracle.budget = budget - reserve - scan  # the stages before the last ones see the rest
     stepped = step_down_search(model, x, y, space, threat, eps, statement, generator,
                                budget=budget, **common, **(step_opts or {}))
@@ -156,7 +156,7 @@ def gradient_free(
                   **(boundary_opts or {}))
     if scan > 0:
         oracle.budget = budget - reserve
-        crossing_search(oracle, generator)
+        crossing_search(oracle, generator, levels)
     if reserve > 0:
         oracle.budget = budget
         polish(oracle)
