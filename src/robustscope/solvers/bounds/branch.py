@@ -429,7 +429,6 @@ def subdomain_bound(net: Network, dom: Domain, pre: Bounds, spec: torch.Tensor,
     for i in range(max(steps, 0)):
         if i > 0 and deadline is not None and time.perf_counter() > deadline:
             break
-        losses_f.clear()
         prev = lb
         lb = bound(fast, dom_f, pre_f, relaxed_f, alphas, betas, spec_f, signs,
                    None if sound or i < steps - 1 else losses_f)
