@@ -5,8 +5,10 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 import torch
 
+from robustscope.core.errors import InputError
 from robustscope.core.space import FeatureSpace
 from robustscope.models.base import QueryLedger
 from robustscope.models.blackbox import ProbaClassifier
@@ -78,14 +80,15 @@ def test_under_l1_the_dear_crossing_alone_is_kept():
     _dear_counterexample(oracle)
     crossing_search(oracle, torch.Generator().manual_seed(0), rounds=4)
     u = oracle.best_u[0].numpy()
-    assert u[4] > DEAR and oracle.best_r[0] < 0.35  # pinned, not replaced by the four
+    # pinned, not replaced by the four (whose L1 norm, 0.49 before pinning, is past the reach)
+    assert u[4] > DEAR and oracle.best_r[0] < 0.35
     assert (u[:4] == 0).all()
 
 
 def test_a_label_only_model_gets_its_profile_and_nothing_more():
     oracle = _oracle(_step_model(label_only=True), budget=2000)
     u = torch.zeros(1, 1, D, dtype=torch.float64)
-    u[0, 0, :4] = 0.15  # the four cheap crossings: no single feature changes the decision
+    u[0, 0, :4] = 0.14  # the four cheap crossings: no single feature changes the decision
     assert oracle.query(np.arange(1), u)[0][0, 0]
     before = oracle.best_r.clone()
     assert not crossing_search(oracle, torch.Generator().manual_seed(0))
@@ -159,17 +162,19 @@ def test_the_cascade_runs_the_search_on_scored_plateaus_only(monkeypatch):
     monkeypatch.setattr(crossings, "_profile",
                         lambda *a, **k: calls.append(1) or original(*a, **k))
 
-    def run(model, **kw):
+    def run(model, threat="l2", **kw):
         calls.clear()
-        out = gradient_free(model, x, y, space, "l2", budget=3000, X_pool=pool,
+        out = gradient_free(model, x, y, space, threat, budget=3000, X_pool=pool,
                             y_pool=torch.tensor([0, 1]), **kw)
         return out, bool(calls)
 
     out, ran = run(_step_model())
-    assert ran and out.radius[0] < 0.21
-    _, ran = run(_step_model(label_only=True))
-    assert not ran
+    assert ran and out.radius[0] < 0.21 and out.forward_queries[0] <= 3000
     _, ran = run(_step_model(), crossings=False)
+    assert not ran
+    _, ran = run(_step_model(), crossings=True, threat="linf")
+    assert not ran  # a move's size is its Linf cost: nothing to spread
+    _, ran = run(_step_model(label_only=True))
     assert not ran
     _, ran = run(_smooth_model())  # its margin moves under small differences
     assert not ran
@@ -182,3 +187,32 @@ def _smooth_model() -> ProbaClassifier:
         return np.stack([p0, 1 - p0], axis=1)
 
     return ProbaClassifier(proba, 2, (D,))
+
+
+def test_a_mixed_batch_searches_each_input_on_its_own_budget():
+    """Three inputs: a counterexample to spread, none at all, and one whose budget runs out
+    after its profile. Each is charged its own queries, none past the budget."""
+    model = _step_model()
+    space = FeatureSpace.from_arrays([-1.0] * D, [1.0] * D, scale=np.ones(D))
+    ledger = QueryLedger(3)
+    x = torch.zeros(3, D, dtype=torch.float64)
+    oracle = ScaledOracle(MeteredModel(model, ledger, np.arange(3)), x,
+                          torch.zeros(3, dtype=torch.long), space, get_threat("l2"),
+                          budget=600)
+    u = torch.zeros(3, 1, D, dtype=torch.float64)
+    u[0, 0, 4] = u[2, 0, 4] = 0.35
+    oracle.query(np.array([0, 2]), u[[0, 2]])
+    oracle.used[2] = 600 - profile_cost(oracle) - 1  # the profile and one more query left
+    crossing_search(oracle, torch.Generator().manual_seed(0))
+    assert oracle.best_r[0] < 0.21 and math.isinf(oracle.best_r[1])
+    assert oracle.used[1] == 0 and oracle.used[2] == 600 and oracle.used[0] <= 600
+    # the ledger saw what each input was asked: the third its start, profile and one more
+    assert ledger.forward.tolist() == [oracle.used[0], 0, 1 + profile_cost(oracle) + 1]
+
+
+def test_without_a_budget_or_rounds_the_search_refuses_to_start():
+    oracle = _oracle(_step_model())
+    _dear_counterexample(oracle)
+    with pytest.raises(InputError, match="budget"):
+        crossing_search(oracle, torch.Generator())
+    assert crossing_search(oracle, torch.Generator().manual_seed(0), rounds=2)

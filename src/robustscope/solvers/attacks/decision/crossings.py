@@ -9,8 +9,9 @@ ratios). :func:`crossing_search` reads the margin along each feature and builds 
 
 1. **profile**: for each mutable feature, each sign and each level ``a·R`` of :data:`LEVELS`
    (``R`` the input's best radius so far, scaled units), the margin at ``x ± a·R·e_j``; a
-   level whose margin is below the previous level's has crossed a threshold that helps, and
-   becomes a *move*, worth its drop from the input's margin per cost ``|a·R|^p``;
+   level whose margin is below both the previous level's and the input's has crossed a
+   threshold that helps, and becomes a *move*, worth its drop from the input's margin per
+   cost ``|a·R|^p``;
 2. **constructions**, until the budget is spent: from the input (even rounds) or from the
    best counterexample with one to three of its moves taken back (odd rounds: ruin and
    recreate), the moves are tried in a random order weighted by worth (Gumbel keys on
@@ -36,6 +37,7 @@ import math
 import numpy as np
 import torch
 
+from robustscope.core.errors import InputError
 from robustscope.solvers.attacks.decision.scaled_oracle import ScaledOracle
 
 #: Levels of the profile, as shares of the input's best radius: steps of sqrt(2) from 1.
@@ -50,7 +52,8 @@ MIN_RESERVE = 350
 #: Bisection steps per move when a counterexample is pinned.
 PIN_STEPS = 6
 #: A construction's point may reach this multiple of the best radius: the profile's levels
-#: overshoot each threshold by up to sqrt(2), which the pinning takes back.
+#: overshoot each threshold (by up to sqrt(2), or 1.7 with the coarse levels), which the
+#: pinning takes back.
 REACH = 1.3
 #: Moves a ruin takes back from the best counterexample: 1 to this many.
 RUIN_MOST = 3
@@ -85,6 +88,10 @@ def crossing_search(oracle: ScaledOracle, generator: torch.Generator,
     (or ``rounds`` constructions); its counterexamples go to the oracle's record. Returns
     whether any input had a move to build with (False: nothing was spent beyond the profile;
     on a label-only model the rest of the budget is better left to another stage)."""
+    if rounds is None and oracle.budget is None and (oracle.ledger is None
+                                                     or oracle.ledger.budget is None):
+        raise InputError("crossing_search needs a budget or a number of rounds: without "
+                         "either its constructions never end")
     every = np.arange(oracle.n)
     live = (torch.isfinite(oracle.best_r) & (oracle.best_r > 0)).cpu().numpy()
     idx = np.flatnonzero(live & (oracle.remaining(every) >= profile_cost(oracle, levels) + 1))
@@ -112,8 +119,8 @@ def _profile(oracle: ScaledOracle, idx: np.ndarray, levels: tuple[float, ...]
              ) -> tuple[np.ndarray, torch.Tensor, torch.Tensor, torch.Tensor] | None:
     """The profile of the inputs ``idx``: returns the inputs asked, their margins ``(k,)``,
     the moves ``(k, o, d)`` (one feature each, ``o = 2·c·L``) and their worth ``(k, o)``
-    (``-inf`` where the level crossed no helpful threshold), or None when no input has a
-    move."""
+    (``-inf`` where the level crossed no helpful threshold), for the inputs with a move; None
+    when none has one."""
     device, dtype = oracle.flat.device, oracle.flat.dtype
     ti = torch.as_tensor(idx, device=device)
     radius = oracle.best_r[ti]
@@ -141,11 +148,12 @@ def _profile(oracle: ScaledOracle, idx: np.ndarray, levels: tuple[float, ...]
     cost = oracle.threat.norm(move.reshape(-1, d)).reshape(k, -1) ** _power(oracle)
     drop = m0.reshape(k, 1) - level_margin.reshape(k, -1)
     ok = crossed.reshape(k, -1) & torch.isfinite(drop) & (cost > 0)
-    if not ok.any():
+    has = ok.any(dim=1)  # an input without a move has nothing to build with
+    if not has.any():
         return None
     worth = torch.where(ok, torch.log(drop.clamp_min(1e-30) / cost.clamp_min(1e-30)),
                         torch.full_like(drop, -math.inf))
-    return idx, m0, move, worth
+    return idx[has.cpu().numpy()], m0[has], move[has], worth[has]
 
 
 def _construct(oracle: ScaledOracle, idx: np.ndarray, m0: torch.Tensor, move: torch.Tensor,
@@ -158,19 +166,21 @@ def _construct(oracle: ScaledOracle, idx: np.ndarray, m0: torch.Tensor, move: to
     ti = torch.as_tensor(idx, device=device)
     cur = torch.zeros(k, d, dtype=dtype, device=device)
     margin = m0.clone()
+    open_ = np.ones(k, dtype=bool)
+    hit = np.zeros(k, dtype=bool)
     if ruin:
         cur = _ruined(oracle.best_u[ti], generator)
-        _, mg, valid, asked = oracle.query(idx, cur.unsqueeze(1))
+        adv, mg, valid, asked = oracle.query(idx, cur.unsqueeze(1))
         cur, margin = valid[:, 0], torch.where(torch.as_tensor(asked, device=device),
                                                mg[:, 0], m0)
+        hit = adv[:, 0].cpu().numpy()  # still a counterexample without those moves: pin it
+        open_ = asked & ~hit
     gumbel = -torch.log(-torch.log(torch.rand(k, o, generator=generator, dtype=dtype)
                                    .clamp(1e-12, 1 - 1e-12))).to(device)
     keys = worth + gumbel
     order = keys.argsort(dim=1, descending=True)
     usable = int(torch.isfinite(worth).sum(1).max())
     rows = torch.arange(k, device=device)
-    open_ = np.ones(k, dtype=bool)
-    hit = np.zeros(k, dtype=bool)
     reach = oracle.best_r[ti] * REACH
     for t in range(usable):
         pick = order[:, t]
@@ -191,7 +201,7 @@ def _construct(oracle: ScaledOracle, idx: np.ndarray, m0: torch.Tensor, move: to
         g = np.flatnonzero(go)
         gt = torch.as_tensor(g, device=device)
         adv, mg, valid, _ = oracle.query(idx[g], trial[gt].unsqueeze(1))
-        better = mg[:, 0] < margin[gt]
+        better = (mg[:, 0] < margin[gt]) | adv[:, 0]  # a counterexample ends it, kept
         cur[gt] = torch.where(better.unsqueeze(1), valid[:, 0], cur[gt])
         margin[gt] = torch.where(better, mg[:, 0], margin[gt])
         reached = adv[:, 0].cpu().numpy()

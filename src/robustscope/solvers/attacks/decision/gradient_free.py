@@ -86,7 +86,7 @@ def gradient_free(
 ) -> SolverOutput:
     """Boundary projection (``linear_steps``), the step-down search, (Linf, ``descent``) the
     line descent, HopSkipJump with the rest of the per-input ``budget``, then (L2 / L1) the
-    polish.
+    crossing search (``crossings``) and the polish.
 
     Under Linf, inputs with at least ``restart_min`` queries left after the step-down search
     get up to ``restarts`` more step-down searches (default :data:`RESTARTS`; none under L2 /
@@ -97,8 +97,8 @@ def gradient_free(
     Linf, whose norm the small moves do not change) is kept for
     :func:`~robustscope.solvers.attacks.decision.coordinates.polish`.
 
-    ``crossings`` (default: under L2 / L1, on scored models none of whose inputs the boundary
-    projection found smooth) keeps
+    ``crossings`` (default: on a model whose scores were seen to move and the margin of one of
+    whose inputs the boundary projection found flat; never under Linf) keeps
     :func:`~robustscope.solvers.attacks.decision.crossings.search_plan` of the budget for
     :func:`~robustscope.solvers.attacks.decision.crossings.crossing_search`, run after
     HopSkipJump and before the polish.
@@ -132,9 +132,8 @@ def gradient_free(
         find_starts(oracle, generator, x_init, X_pool, y_pool, max_radius=largest)
         boundary_steps(oracle)
     if crossings is None:  # a smooth margin is the boundary steps' and HopSkipJump's
-        held = (torch.isfinite(oracle.best_r) & (oracle.best_r > 0)).cpu().numpy()
-        crossings = (threat.p != math.inf and not oracle.smooth[held].all()
-                     and oracle.scored[held].any())
+        crossings = bool(oracle.plateau.any() and oracle.scored.any())
+    crossings = crossings and threat.p != math.inf  # under Linf a move's cost is its size
     scan, levels = search_plan(oracle, budget) if crossings else (0, ())
     oracle.budget = budget - reserve - scan  # the stages before the last ones see the rest
     stepped = step_down_search(model, x, y, space, threat, eps, statement, generator,

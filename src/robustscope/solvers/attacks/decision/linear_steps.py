@@ -122,7 +122,7 @@ def boundary_steps(oracle: ScaledOracle, rounds: int = 6, h: float = 1e-3,
         g[:, cols] = torch.where(moved.abs() > 0, diff / moved.abs().clamp_min(1e-30) *
                                  torch.sign(moved), torch.zeros_like(diff))
         flat = ~torch.isfinite(g).all(1) | (g.abs().sum(1) == 0)
-        oracle.smooth[idx[sel]] |= (~flat).cpu().numpy()
+        oracle.plateau[idx[sel]] |= flat.cpu().numpy()
         g = torch.where(torch.isfinite(g), g, torch.zeros_like(g))
         bs = u_valid[:, 0, :]
         step = unit_step(oracle.threat.p, g)

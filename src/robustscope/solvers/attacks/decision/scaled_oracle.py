@@ -54,8 +54,8 @@ class ScaledOracle:
     used : int64 array (n,), queries spent per input by this oracle.
     best_u : tensor (n, d), smallest verified counterexample per input (scaled units).
     best_r : tensor (n,), its norm; ``inf`` where none was found.
-    smooth : bool array (n,), inputs whose margin a stage saw move under small
-        differences (a smooth model's; a tree's plateaus do not).
+    plateau : bool array (n,), inputs whose margin a stage found flat under small
+        differences (a tree's plateaus, a label-only model; a smooth model's margin moves).
     scored : bool array (n,), inputs for which two points that do not change the decision
         got different margins: the model's scores say more than its decisions (never on a
         label-only model).
@@ -98,7 +98,7 @@ class ScaledOracle:
             self.ledger, self.owners = None, np.arange(n)
         self.best_u = torch.zeros_like(self.flat)
         self.best_r = torch.full((n,), float("inf"), dtype=x.dtype, device=x.device)
-        self.smooth = np.zeros(n, dtype=bool)
+        self.plateau = np.zeros(n, dtype=bool)
         self.scored = np.zeros(n, dtype=bool)
         self._first_margin = np.full(n, np.nan)
 
@@ -186,6 +186,8 @@ class ScaledOracle:
     def _note_scores(self, ids: np.ndarray, holds: torch.Tensor, marg: torch.Tensor) -> None:
         """Update :attr:`scored` from the margins ``(k, m)`` of the points that did not
         change the decision."""
+        if self.scored[ids].all():
+            return
         vals = np.where(holds.cpu().numpy(), np.nan, marg.detach().cpu().numpy())
         seen = ~np.isnan(vals)
         first = vals[np.arange(len(ids)), seen.argmax(axis=1)]  # NaN where none was seen
