@@ -216,3 +216,19 @@ def test_without_a_budget_or_rounds_the_search_refuses_to_start():
     with pytest.raises(InputError, match="budget"):
         crossing_search(oracle, torch.Generator())
     assert crossing_search(oracle, torch.Generator().manual_seed(0), rounds=2)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here")
+@pytest.mark.parametrize("threat", ["l2", "linf"])
+def test_the_cascade_called_directly_runs_on_cuda(threat):
+    """Called without a generator on CUDA inputs, the decision solvers draw on the CPU
+    generator they make themselves and move the draws (a CUDA generator cannot draw CPU
+    tensors)."""
+    x = torch.zeros(2, D, dtype=torch.float64, device="cuda")
+    space = FeatureSpace.from_arrays([-1.0] * D, [1.0] * D, scale=np.ones(D))
+    pool = torch.zeros(2, D, dtype=torch.float64, device="cuda")
+    pool[1, 0], pool[1, 4] = 0.5, 0.9
+    out = gradient_free(ProbaClassifier(_step_model()._predict_proba, 2, (D,), device="cuda"),
+                        x, torch.zeros(2, dtype=torch.long, device="cuda"), space, threat,
+                        budget=1500, X_pool=pool, y_pool=torch.tensor([0, 1], device="cuda"))
+    assert np.isfinite(out.radius).all() and (out.forward_queries <= 1500).all()

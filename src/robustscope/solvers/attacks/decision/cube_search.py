@@ -112,7 +112,7 @@ def cube_search(
     calls made per input).
     """
     threat = get_threat(threat)
-    generator = generator or make_generator(0, x.device)
+    generator = generator or make_generator(0)  # draws are made on the CPU, then moved
     if oracle is None:
         oracle = ScaledOracle(model, x, y, space, threat, statement, budget, ledger)
     largest = None if eps is None else float(torch.as_tensor(eps).max())

@@ -117,7 +117,7 @@ def gradient_free(
     search's (1 converged, -1 its budget ran out first, 0 no counterexample).
     """
     threat = get_threat(threat)
-    generator = generator or make_generator(0, x.device)
+    generator = generator or make_generator(0)  # draws are made on the CPU, then moved
     oracle = ScaledOracle(model, x, y, space, threat, statement, budget, ledger)
     if polish_share is None:
         polish_share = 0.0 if threat.p == math.inf else 0.2

@@ -175,7 +175,7 @@ def step_down_search(
     if budget is None or budget < 1:
         raise InputError(f"budget must be a positive number of queries, got {budget}")
     threat = get_threat(threat)
-    generator = generator or make_generator(0, x.device)
+    generator = generator or make_generator(0)  # draws are made on the CPU, then moved
     if oracle is None:
         oracle = ScaledOracle(model, x, y, space, threat, statement, budget, ledger)
     largest = None if eps is None else float(torch.as_tensor(eps).max())
