@@ -9,7 +9,8 @@ budget, its record of the best verified counterexample per input), batched over 
 * :func:`coordinate_steps` builds a counterexample that moves few features, from the input;
 * :func:`shrink_coordinates` sends moved features back to the input's value, smallest first;
 * :func:`bisect_coordinates` bisects each moved feature towards the input's value while the
-  point still changes the decision, largest move first;
+  point still changes the decision, largest move first (:func:`bisect_moves`, which the
+  crossing search uses on its own counterexamples too);
 * :func:`polish` is the last two, the final stage of the gradient-free cascade under L2 / L1.
 
 Every candidate goes through the oracle (valid points only, each query charged) and only ever
@@ -102,17 +103,27 @@ def bisect_coordinates(oracle: ScaledOracle, steps: int = POLISH_STEPS) -> None:
     piecewise-constant model's counterexample ends with each move just past a threshold."""
     live = (torch.isfinite(oracle.best_r) & (oracle.best_r > 0)).cpu().numpy()
     idx = np.flatnonzero(live)
-    if not len(idx) or steps < 1:
+    if len(idx):
+        bisect_moves(oracle, idx, oracle.best_u[torch.as_tensor(idx, device=oracle.flat.device)],
+                     steps)
+
+
+def bisect_moves(oracle: ScaledOracle, idx: np.ndarray, u: torch.Tensor, steps: int) -> None:
+    """Bisect each move of the counterexamples ``u`` ``(k, d)`` of the inputs ``idx``
+    towards the input's value, largest first, the others held at the counterexample reached
+    so far; ``steps`` queries per move at most. What the bisections find goes to the
+    oracle's record (:func:`bisect_coordinates` on its best counterexamples)."""
+    if steps < 1:
         return
-    device = oracle.flat.device
-    ti = torch.as_tensor(idx, device=device)
-    order = oracle.best_u[ti].abs().argsort(dim=1, descending=True)
-    moved = (oracle.best_u[ti] != 0).sum(1).cpu().numpy()
-    for t in range(int(moved.max())):
+    device = u.device
+    order = u.abs().argsort(dim=1, descending=True)
+    moved = (u != 0).sum(1).cpu().numpy()
+    for t in range(int(moved.max()) if len(moved) else 0):
         j = order[:, t:t + 1]  # (k, 1): each input's t-th largest move
-        start = oracle.best_u[ti].gather(1, j)  # its size when its bisection starts
-        oracle.bisect(idx, lambda pos, f, j=j, start=start: oracle.best_u[ti[pos]].scatter(
+        start = u.gather(1, j)  # its size when its bisection starts
+        _, best = oracle.bisect(idx, lambda pos, f, j=j, start=start, base=u: base[pos].scatter(
             1, j[pos], start[pos] * f.unsqueeze(1)), steps, active=t < moved)
+        u = torch.where(torch.as_tensor(t < moved, device=device).unsqueeze(1), best, u)
 
 
 def polish(oracle: ScaledOracle, steps: int = POLISH_STEPS) -> None:
