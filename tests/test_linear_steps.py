@@ -113,3 +113,49 @@ def test_the_stage_lands_near_the_radius_of_a_curved_boundary_and_charges_every_
     assert (radii[3] >= 1 - 1e-9).all()
     assert np.median(radii[3]) < 1.05
     assert np.median(radii[3]) < np.median(radii[0])
+
+
+def _wedge(k: float, d: int) -> ProbaClassifier:
+    """Class 1 where ``x_0 - k·|x_1| >= 1`` (other features unused): a convex wedge whose
+    apex ``e_0`` is the nearest counterexample under L2 (radius 1). From a point on one
+    face, the linear optimum lies past the apex, on the other face's wrong side."""
+    def proba(x):
+        x = np.asarray(x, dtype=np.float64)
+        s = x[:, 0] - k * np.abs(x[:, 1]) - 1
+        p1 = 1 / (1 + np.exp(-4 * s))
+        return np.stack([1 - p1, p1], axis=1)
+    return ProbaClassifier(proba, 2, (d,))
+
+
+def _wedge_run(threat: str, damped, d: int = 2) -> tuple[np.ndarray, np.ndarray]:
+    """Radii and queries of the stage on the wedge ``k = 1`` from four points on its faces."""
+    model = _wedge(1.0, d)
+    side = torch.tensor([[1.0], [-0.8], [0.5], [1.5]], dtype=torch.float64)
+    starts = torch.cat([1.2 + side.abs(), side, torch.zeros(4, d - 2, dtype=torch.float64)], 1)
+    ledger = QueryLedger(4)
+    oracle = _oracle(MeteredModel(model, ledger, np.arange(4)), 4, d, threat)
+    oracle.query(np.arange(4), starts.unsqueeze(1))
+    boundary_steps(oracle, damped=damped)
+    assert (ledger.forward == oracle.used).all()
+    assert model.predict(oracle.candidates()).eq(1).all()
+    return oracle.best_r.numpy(), oracle.used.copy()
+
+
+def test_damped_moves_reach_the_apex_where_full_steps_crawl():
+    """Each full step lands past the apex, Newton's way back gains little, and the rounds
+    stop; shorter moves along the face reach the apex (radius 1)."""
+    plain, _ = _wedge_run("l2", ())
+    damped, _ = _wedge_run("l2", (0.5, 0.25, 0.125))
+    assert (damped >= 1 - 1e-9).all()
+    assert np.median(plain) > 1.2
+    assert np.median(damped) < 1.06
+    assert (damped <= plain + 1e-12).all()
+
+
+def test_damped_moves_stay_off_where_they_were_not_measured_to_help():
+    """Not under Linf, and not where a feature's difference read zero (as on a tree, whose
+    differences mostly fall within one leaf): the same rows as without them."""
+    for threat, d in (("linf", 2), ("l2", 3)):
+        plain = _wedge_run(threat, (), d)
+        damped = _wedge_run(threat, (0.5, 0.25, 0.125), d)
+        assert np.array_equal(plain[0], damped[0]) and np.array_equal(plain[1], damped[1])
