@@ -100,10 +100,10 @@ def damped_steps(oracle: ScaledOracle, idx: np.ndarray, b: torch.Tensor, target:
                  ) -> torch.Tensor:
     """Shorter moves towards a linear optimum that fell on the wrong side of a curved
     boundary: for each share ``a`` of ``shares``, the point ``b + a·(target - b)`` (``b``,
-    ``target``, ``step`` ``(k, d)``), then, where that is no counterexample, one Newton step
-    on its measured margin along ``step`` for the inputs none of whose points was one: one
-    or two requests of ``len(shares)`` queries per input. Returns whether each input met a
-    counterexample ``(k,)`` (the oracle keeps them)."""
+    ``target``, ``step`` ``(k, d)``); for the inputs none of whose points is a
+    counterexample, one Newton step from each point, on its measured margin along ``step``.
+    One or two requests of ``len(shares)`` queries per input. Returns whether each input met
+    a counterexample ``(k,)`` (the oracle keeps them)."""
     a = torch.as_tensor(shares, dtype=b.dtype, device=b.device).reshape(1, -1, 1)
     trial = b.unsqueeze(1) + a * (target - b).unsqueeze(1)  # (k, s, d)
     adv, marg, _, asked = oracle.query(idx, trial)
