@@ -141,6 +141,23 @@ def test_black_box_cascade_counts_every_row():
     _assert_true_counts(res, seen.rows, 300)
 
 
+def test_a_black_box_budget_above_the_default_is_spent():
+    """``budget=`` is the black box's ceiling, not the default's 5,000: a tree's plateaus keep
+    every stage busy, so its inputs spend past 5,000 queries when they may."""
+    from robustscope.search.cascade import BLACKBOX_BUDGET
+
+    rng = np.random.default_rng(0)
+    X = rng.uniform(size=(200, 4))
+    y = (X[:, 0] + X[:, 1] * X[:, 2] > 0.8).astype(int)
+    model = RandomForestClassifier(n_estimators=3, max_depth=5, random_state=0).fit(X, y)
+    seen = RowCounter(model.predict_proba)
+    budget = BLACKBOX_BUDGET + 1000
+    res = rs.radius(seen, X[:2], model.predict(X[:2]), threat="l2",
+                    space=rs.FeatureSpace.box(4), budget=budget)
+    _assert_true_counts(res, seen.rows, budget)
+    assert res.queries.max() > BLACKBOX_BUDGET
+
+
 def test_random_directions_radius_counts_every_row():
     net, X, y = _digits_mlp()
     clf = rs.wrap_model(net, n_classes=10, input_shape=(64,))

@@ -34,7 +34,9 @@ from robustscope.search.state import BatchState, registered
 
 #: The registry's black-box cascade, looked up at each call.
 GRADIENT_FREE = registered("gradient-free")
-#: Queries per input that ``solver="auto"`` gives a black-box model when no budget is set.
+#: Queries per input that ``solver="auto"`` gives a black-box model when no budget is set
+#: (with ``budget=``, the gradient-free cascade gets that budget, less what earlier stages
+#: spent and one query for the verification).
 BLACKBOX_BUDGET = 5000
 #: Gradient calls of each minimum-norm run of the lattice search (:mod:`.lattice`).
 LATTICE_STEPS = 100
@@ -128,7 +130,10 @@ def _run_gradient_free(state: BatchState, sub: torch.Tensor) -> None:
     the batch's inputs of other predicted classes; the step-down search's verdict on
     convergence is kept in ``state.converged`` / ``state.still_falling``."""
     left = state.ledger.remaining(state.owners[sub.cpu().numpy()]).min()
-    budget = int(min(BLACKBOX_BUDGET, left - 1))  # one query kept for the verification
+    # the user's budget is the ceiling where there is one (it was capped at the default,
+    # so raising it above 5,000 bought nothing); one query is kept for the verification
+    ceiling = BLACKBOX_BUDGET if state.ledger.budget is None else state.ledger.budget
+    budget = int(min(ceiling, left - 1))
     if budget < 2:
         return
     pool_y = state.clean_logits.argmax(dim=1)
