@@ -169,6 +169,31 @@ def test_black_boxes_are_assessed_by_their_step_down_search():
     assert tight.summary()["not_converged"] == int(attacked.sum())
 
 
+
+@pytest.mark.parametrize("rtol", [0.01, 0.002])
+def test_a_black_box_search_stalls_at_the_users_rtol(monkeypatch, rtol):
+    """``rtol`` is the step-down search's evidence on a black box too (its step must fall
+    below ``rtol / 2`` before an input counts as stalled), not a fixed 1%."""
+    from sklearn.linear_model import LogisticRegression
+
+    import robustscope.solvers.attacks.decision.gradient_free as gradient_free
+    from robustscope.models.wrap import wrap_model
+
+    seen: list[float] = []
+    step_down = gradient_free.step_down_search
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs["rtol"])
+        return step_down(*args, **kwargs)
+
+    monkeypatch.setattr(gradient_free, "step_down_search", spy)
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(60, 4))
+    y = (X[:, 0] + X[:, 1] > 0).astype(int)
+    box = wrap_model(LogisticRegression().fit(X, y).predict_proba, n_classes=2)
+    rs.radius(box, X[:3], y[:3], threat="linf", budget=400, rtol=rtol)
+    assert seen and set(seen) == {rtol}
+
 def test_rounds_on_images_keep_their_shape():
     torch.manual_seed(0)
     cnn = torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3), torch.nn.ReLU(), torch.nn.Flatten(),

@@ -137,8 +137,10 @@ def _run_gradient_free(state: BatchState, sub: torch.Tensor) -> None:
     if budget < 2:
         return
     pool_y = state.clean_logits.argmax(dim=1)
+    # the user's rtol is the step below which the step-down search counts an input as
+    # stalled: the evidence behind its converged column
     run = GRADIENT_FREE(state.problem(sub, state.max_radius), budget=budget, X_pool=state.x,
-                        y_pool=pool_y)
+                        y_pool=pool_y, step_opts={"rtol": state.rtol})
     found = torch.as_tensor(run.found, device=sub.device)
     if found.any():
         state.check(sub[found], run.x_adv.to(state.x.device)[found])

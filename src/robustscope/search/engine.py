@@ -111,7 +111,9 @@ def radius(
     max_radius : largest strength tried; default: the norm of a perturbation of one scale
         unit on every feature (1 for Linf, sqrt(d) for L2, d for L1).
     budget : model passes (forward + backward) allowed per input; ``None`` = no limit.
-    rtol : relative width of the bracket at which bisection stops.
+    rtol : relative width of the bracket at which bisection stops; also the tolerance of the
+        evidence behind ``converged`` (white box: the margin of the last convergence rounds;
+        black box: the step-down search's smallest step, ``rtol / 2``).
     seed : seeds every random choice; the same seed gives the same numbers.
     progress : optional callback, called with the number of inputs finished, as they finish
         (misclassified ones after the clean pass, exactly solved ones after the exact solver,

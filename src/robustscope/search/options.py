@@ -243,7 +243,9 @@ _DECLARED = (
     Option("budget", None, Number(integer=True, gt=0, allow_none=True),
            "Model passes (forward + backward) allowed per input; unset: no limit."),
     Option("rtol", 0.01, Number(gt=0, lt=1),
-           "Relative bracket width (hi - lo) / hi at which bisection stops."),
+           "Relative bracket width (hi - lo) / hi at which bisection stops; also the tolerance of "
+           "the evidence behind the converged column (white box: the margin of the last "
+           "rounds; black box: the step-down search's smallest step, rtol / 2)."),
     Option("seed", 0, Number(integer=True, ge=0, integral_floats=False),
            "Seeds every random choice; the same seed gives the same numbers."),
     Option("device", "cpu", Device(), "Torch device, e.g. cpu or cuda:0."),
