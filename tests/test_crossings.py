@@ -104,7 +104,7 @@ def test_the_search_stays_within_the_budget_and_skips_inputs_that_cannot_profile
         _dear_counterexample(oracle)
         ran = crossing_search(oracle, torch.Generator().manual_seed(1))
         assert oracle.used[0] <= budget
-        assert ran == (budget >= cost + 2)  # the start's query, the profile and one more
+        assert (ran is not None) == (budget >= cost + 2)  # the start, profile, one more
         if not ran:
             assert oracle.used[0] == 1
 
@@ -232,3 +232,20 @@ def test_the_cascade_called_directly_runs_on_cuda(threat):
                         x, torch.zeros(2, dtype=torch.long, device="cuda"), space, threat,
                         budget=1500, X_pool=pool, y_pool=torch.tensor([0, 1], device="cuda"))
     assert np.isfinite(out.radius).all() and (out.forward_queries <= 1500).all()
+
+
+@pytest.mark.parametrize("spend", [True, False])
+def test_what_the_polish_leaves_goes_back_to_the_constructions(monkeypatch, spend):
+    from robustscope.solvers.attacks.decision import gradient_free as cascade
+
+    monkeypatch.setattr(cascade, "SPEND_LEFTOVER", spend)
+    x = torch.zeros(1, D, dtype=torch.float64)
+    pool = torch.zeros(2, D, dtype=torch.float64)
+    pool[1, 0], pool[1, 4] = 0.5, 0.9
+    space = FeatureSpace.from_arrays([-1.0] * D, [1.0] * D, scale=np.ones(D))
+    out = gradient_free(_step_model(), x, torch.zeros(1, dtype=torch.long), space, "l2",
+                        budget=1000, X_pool=pool, y_pool=torch.tensor([0, 1]))
+    # the polish needs a few dozen of the 200 queries kept for it; the rest is spent only
+    # when it goes back to the crossing search
+    assert (out.forward_queries[0] == 1000) == spend
+    assert out.forward_queries[0] <= 1000 and out.radius[0] < 0.21

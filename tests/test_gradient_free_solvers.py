@@ -229,3 +229,38 @@ def test_linf_restarts_keep_the_ledger_exact_and_never_lose_a_radius(monkeypatch
     assert (ledger.forward == run.forward_queries).all()
     assert (run.radius <= once.radius * (1 + 1e-9)).all()
     assert (run.radius >= exact["linf"] * (1 - 1e-9)).all()
+
+
+@pytest.mark.parametrize("label_only", [False, True])
+def test_hop_skip_jump_reads_the_scores_of_probes_on_one_side(monkeypatch, label_only):
+    """Where every probe has the same decision, the decisions say nothing of the direction;
+    the ranks of the margins still do. Two margins (a label-only model) give the decisions'
+    own estimate."""
+    from robustscope.solvers.attacks.decision import hop_skip_jump as hsj
+    from robustscope.solvers.attacks.decision.scaled_oracle import ScaledOracle
+    from robustscope.threats import get_threat
+
+    d = 6
+    w = torch.tensor([3.0, -2.0, 1.0, 0.5, 0.0, -1.0], dtype=torch.float64)
+
+    def proba(a):
+        logit = 2.0 - np.asarray(a) @ w.numpy()
+        p0 = (logit > 0).astype(float) if label_only else 1 / (1 + np.exp(-logit))
+        return np.stack([p0, 1 - p0], axis=1)
+
+    space = FeatureSpace.from_arrays([-1.0] * d, [1.0] * d, scale=np.ones(d))
+    oracle = ScaledOracle(ProbaClassifier(proba, 2, (d,)), torch.zeros(1, d, dtype=torch.float64),
+                          torch.zeros(1, dtype=torch.long), space, get_threat("l2"))
+    far = torch.zeros(1, d, dtype=torch.float64)  # margin 2: probes of size 0.1 all agree
+
+    def cosine(ranks: bool) -> float:
+        monkeypatch.setattr(hsj, "SCORE_RANKS", ranks)
+        g = hsj.estimate_direction(oracle, np.arange(1), far, torch.tensor([0.1]), 200,
+                                   torch.Generator().manual_seed(0))
+        return float(torch.nn.functional.cosine_similarity(g, w.unsqueeze(0)))
+
+    if label_only:
+        assert cosine(True) == pytest.approx(cosine(False))
+    else:
+        # the decisions alone give minus the probes' mean: a direction drawn by chance
+        assert cosine(True) > 0.95 and cosine(True) > abs(cosine(False))

@@ -36,6 +36,7 @@ counterexample replaces the one held.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -84,39 +85,67 @@ def search_plan(oracle: ScaledOracle, budget: int, share: float = 0.4
     return 0, ()
 
 
+@dataclass
+class Profile:
+    """What a profile found, kept for more constructions: the inputs ``idx`` ``(k,)`` with a
+    move, their margins ``m0`` ``(k,)``, their moves ``(k, o, d)`` (one feature each) and
+    the worth of each ``(k, o)`` (``-inf``: no move); ``rounds`` constructions were built
+    from it so far (ruins are the odd ones)."""
+
+    idx: np.ndarray
+    m0: torch.Tensor
+    move: torch.Tensor
+    worth: torch.Tensor
+    rounds: int = 0
+
+
 def crossing_search(oracle: ScaledOracle, generator: torch.Generator,
                     levels: tuple[float, ...] = LEVELS, pin_steps: int = PIN_STEPS,
-                    rounds: int | None = None) -> bool:
+                    rounds: int | None = None) -> Profile | None:
     """Profile, constructions and pinning (module docstring) for every input with a
     counterexample and the queries for its profile plus one, until their budgets are spent
     (or ``rounds`` constructions); its counterexamples go to the oracle's record. Returns
-    whether any input had a move to build with (False: nothing was spent beyond the
-    profile)."""
-    if rounds is None and oracle.budget is None and (oracle.ledger is None
-                                                     or oracle.ledger.budget is None):
-        raise InputError("crossing_search needs a budget or a number of rounds: without "
-                         "either its constructions never end")
+    the profile, for :func:`construct_more` (None: no input had a move to build with, and
+    nothing was spent beyond the profile)."""
+    _need_an_end(oracle, rounds)
     every = np.arange(oracle.n)
     live = (torch.isfinite(oracle.best_r) & (oracle.best_r > 0)).cpu().numpy()
     idx = np.flatnonzero(live & (oracle.remaining(every) >= profile_cost(oracle, levels) + 1))
     if not len(idx):
-        return False
+        return None
     moves = _profile(oracle, idx, levels)
     if moves is None:
-        return False
-    idx, m0, move, worth = moves
+        return None
+    profile = Profile(*moves)
+    construct_more(oracle, profile, generator, pin_steps, rounds)
+    return profile
+
+
+def construct_more(oracle: ScaledOracle, profile: Profile, generator: torch.Generator,
+                   pin_steps: int = PIN_STEPS, rounds: int | None = None) -> None:
+    """Constructions from ``profile`` (from the input and ruins of the best counterexample,
+    in turn) until the budgets of its inputs are spent, or ``rounds`` more."""
+    _need_an_end(oracle, rounds)
+    idx = profile.idx
     t = 0
     while rounds is None or t < rounds:
         go = oracle.remaining(idx) >= 1
         if not go.any():
             break
         before = oracle.used[idx].sum()
-        _construct(oracle, idx[go], m0[go], move[go], worth[go], generator, ruin=t % 2 == 1,
-                   pin_steps=pin_steps)
+        _construct(oracle, idx[go], profile.m0[go], profile.move[go], profile.worth[go],
+                   generator, ruin=profile.rounds % 2 == 1, pin_steps=pin_steps)
         if oracle.used[idx].sum() == before:  # every move was skipped: nothing left to try
             break
+        profile.rounds += 1
         t += 1
-    return True
+
+
+def _need_an_end(oracle: ScaledOracle, rounds: int | None) -> None:
+    if rounds is None and oracle.budget is None and (oracle.ledger is None
+                                                     or oracle.ledger.budget is None):
+        raise InputError("crossing_search needs a budget or a number of rounds: without "
+                         "either its constructions never end")
 
 
 def _profile(oracle: ScaledOracle, idx: np.ndarray, levels: tuple[float, ...]

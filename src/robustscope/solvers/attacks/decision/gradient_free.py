@@ -29,7 +29,9 @@ Under L2 / L1 a share of the budget is kept for the last stage,
 :func:`~robustscope.solvers.attacks.decision.coordinates.polish`: the random moves of the
 searches before it leave small moves on many features, which it sends back to the input's
 values before bisecting each remaining move (measured on the tune tree ensembles at the
-default ceiling: median radius / exact 1.16 -> 1.05).
+default ceiling: median radius / exact 1.16 -> 1.05). What the polish leaves of its share
+goes back to the crossing search (:data:`SPEND_LEFTOVER`; tune trees at 1,000 queries, 3
+seeds: median 1.06-1.11 -> 1.05-1.10, where 15% of the budget had gone unspent).
 """
 
 from __future__ import annotations
@@ -44,7 +46,11 @@ from robustscope.core.space import FeatureSpace
 from robustscope.core.statement import DECISION_CHANGE, Statement
 from robustscope.models.base import Classifier, QueryLedger
 from robustscope.solvers.attacks.decision.coordinates import polish, polish_reserve
-from robustscope.solvers.attacks.decision.crossings import crossing_search, search_plan
+from robustscope.solvers.attacks.decision.crossings import (
+    construct_more,
+    crossing_search,
+    search_plan,
+)
 from robustscope.solvers.attacks.decision.hop_skip_jump import hop_skip_jump
 from robustscope.solvers.attacks.decision.line_descent import line_descent
 from robustscope.solvers.attacks.decision.linear_steps import boundary_steps
@@ -58,6 +64,9 @@ from robustscope.threats import LpThreat, get_threat
 #: Step-down searches from further starts under Linf, while an input has ``restart_min``
 #: queries left (:func:`restart_from_other_start`, from :func:`further_starts`).
 RESTARTS = 3
+#: Under L2 / L1, the queries the polish leaves go to more constructions of the crossing
+#: search, from its profile (the polish's share is kept whole but rarely all spent).
+SPEND_LEFTOVER = True
 
 
 def gradient_free(
@@ -101,7 +110,8 @@ def gradient_free(
     whose inputs the boundary projection found flat; never under Linf) keeps
     :func:`~robustscope.solvers.attacks.decision.crossings.search_plan` of the budget for
     :func:`~robustscope.solvers.attacks.decision.crossings.crossing_search`, run after
-    HopSkipJump and before the polish.
+    HopSkipJump and before the polish; with :data:`SPEND_LEFTOVER`, what the polish leaves
+    goes to :func:`~robustscope.solvers.attacks.decision.crossings.construct_more`.
 
     ``descent`` (default: under Linf only) runs
     :func:`~robustscope.solvers.attacks.decision.line_descent.line_descent` after the
@@ -153,12 +163,15 @@ def gradient_free(
         line_descent(oracle, generator)
     hop_skip_jump(model, x, y, space, threat, eps, statement, generator, **common,
                   **(boundary_opts or {}))
+    profile = None
     if scan > 0:
         oracle.budget = budget - reserve
-        crossing_search(oracle, generator, levels)
+        profile = crossing_search(oracle, generator, levels)
     if reserve > 0:
         oracle.budget = budget
         polish(oracle)
+    if profile is not None and SPEND_LEFTOVER:
+        construct_more(oracle, profile, generator)
     out = oracle.output()
     out.meta["converged"] = stepped.meta["converged"]
     return out
