@@ -142,10 +142,13 @@ def construct_more(oracle: ScaledOracle, profile: Profile, generator: torch.Gene
 
 
 def _need_an_end(oracle: ScaledOracle, rounds: int | None) -> None:
+    """Refuse an oracle without a budget when no number of rounds is given (for
+    :func:`crossing_search` and :func:`construct_more` alike)."""
     if rounds is None and oracle.budget is None and (oracle.ledger is None
                                                      or oracle.ledger.budget is None):
-        raise InputError("crossing_search needs a budget or a number of rounds: without "
-                         "either its constructions never end")
+        raise InputError("the crossing search (crossing_search, construct_more) needs a "
+                         "budget or a number of rounds: without either its constructions "
+                         "never end")
 
 
 def _profile(oracle: ScaledOracle, idx: np.ndarray, levels: tuple[float, ...]
