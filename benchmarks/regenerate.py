@@ -260,7 +260,7 @@ SECTIONS: tuple[Section, ...] = (
         "settings were chosen on the tune half (`--split tune`).", 30),
     Section(
         "blackbox_budget", "Black box at a few hundred queries (issues 44, 39)",
-        ("benchmarks/blackbox_budget.py", "--n", "40", "--peer-n", "20"),
+        ("benchmarks/blackbox_budget.py", "--n", "40", "--peer-n", "20", "--reuse"),
         "Models seen only through predict_proba (and, for the label-only rows, through their "
         "decisions as one-hot probabilities), Linf and L2 in range-scaled units, the first 40 "
         "test rows labelled by the model's own decisions, per-input budgets 250, 500, 1,000 "
@@ -273,7 +273,11 @@ SECTIONS: tuple[Section, ...] = (
         "then the minimum with every radius found. *tune* models chose the settings; "
         "*held_out* models were declared before tuning and never tuned on. Targets (held-out, "
         "with scores): B = 250 median <= 1.05 / p90 <= 1.2; B = 500 1.01 / 1.05; default "
-        "ceiling 1.02 / 1.05. The curves are in `benchmarks/results/blackbox_budget.png`.", 25),
+        "ceiling 1.02 / 1.05. The curves are in `benchmarks/results/blackbox_budget.png`. "
+        "`--reuse` keeps the references and peer radii of the run cached in "
+        "`benchmarks/results/blackbox_budget.json` for every model and threat whose inputs, "
+        "labels and model probabilities are unchanged (robustscope and Cube always rerun); "
+        "without the cache, or with a changed model, everything runs (about 75-105 min).", 45),
     Section(
         "zoo_peers", "Peers at matched passes on the held-out networks (issue 39)",
         ("benchmarks/zoo/peers.py", "--n", "20"),
