@@ -29,7 +29,9 @@ The L2 / L1 polish (share of the budget, bisection steps) was chosen on ``xgb-bc
 ``lgbm-bc``, the boundary projection's Newton steps and segment bisection on ``mlp-tune30``
 (an MLP with as many features as the breast-cancer ones); two more tune models (a random
 forest and a depth-10 XGBoost on the small synthetic set) were added with them, to tune the
-Linf tails of forests and deep boosters without looking at the held-out ones.
+Linf tails of forests and deep boosters without looking at the held-out ones; a random forest
+on 30 synthetic features (``rf150-synth30``) chose the share of the budget the Linf restarts
+leave the line descent.
 Targets (held-out models, robustscope with scores): ``B = 500``: median <= 1.01 and p90 <=
 1.05; ``B = 250``: median <= 1.05, p90 <= 1.2; default ceiling (issue 39,
 requirement 6): median <= 1.02, p90 <= 1.05.
@@ -170,6 +172,11 @@ def build_cases(n: int, only: set[str] | None = None) -> list[Case]:
          lambda: XGBClassifier(n_estimators=100, max_depth=10, n_jobs=1, random_state=0)),
         ("mlp-tune30", "tune", "ReLU MLP 30-64-2, synthetic 2 classes (30 features)",
          _synthetic30, (64,)),
+        # added 2026-12-07, tune only: a forest on as many features as the held-out
+        # breast-cancer ones, on which the share the restarts leave the line descent was chosen
+        ("rf150-synth30", "tune", "random forest 150 trees, depth 6, synthetic 2 classes "
+         "(30 features)", _synthetic30,
+         lambda: RandomForestClassifier(150, max_depth=6, n_jobs=1, random_state=0)),
         ("lgbm500-bc", "held_out", "LightGBM 500 trees, breast cancer",
          _breast_cancer, lambda: LGBMClassifier(n_estimators=500, n_jobs=1, random_state=0,
                                                 verbose=-1)),

@@ -264,3 +264,80 @@ def test_hop_skip_jump_reads_the_scores_of_probes_on_one_side(monkeypatch, label
     else:
         # the decisions alone give minus the probes' mean: a direction drawn by chance
         assert cosine(True) > 0.95 and cosine(True) > abs(cosine(False))
+
+
+def _votes_problem(d: int = 20, n: int = 4):
+    """A sum of step functions (a tree ensemble's votes: three thresholds per feature) on
+    ``d`` features in ``[-1, 1]``, class 0 at the origin, and a pool of class 1."""
+    rng = np.random.default_rng(0)
+    thresholds, weights = rng.uniform(0.05, 0.5, (3, d)), rng.uniform(0.2, 1.0, (3, d))
+
+    def proba(a):
+        votes = (weights * (np.asarray(a)[:, None, :] >= thresholds)).sum((1, 2))
+        p1 = 1 / (1 + np.exp(-(votes - 4.0)))
+        return np.stack([1 - p1, p1], axis=1)
+
+    space = FeatureSpace.from_arrays([-1.0] * d, [1.0] * d, scale=np.ones(d))
+    pool = torch.full((6, d), 0.6, dtype=torch.float64)
+    return (ProbaClassifier(proba, 2, (d,)), space, torch.zeros(n, d, dtype=torch.float64),
+            pool, torch.ones(6, dtype=torch.long))
+
+
+@pytest.mark.parametrize("share_on", [True, False])
+def test_the_restarts_leave_the_line_descent_its_share_on_a_plateau_model(monkeypatch,
+                                                                          share_on):
+    from robustscope.core.checks import make_generator
+
+    model, space, x, pool, pool_y = _votes_problem()
+    if not share_on:
+        monkeypatch.setattr(gradient_free_module, "DESCENT_FROM", 10**9)
+    seen: dict = {}
+    further, descent = gradient_free_module.further_starts, gradient_free_module.line_descent
+
+    def before_restarts(oracle, *args, **kwargs):
+        seen["before"] = oracle.remaining(np.arange(oracle.n)).copy()
+        return further(oracle, *args, **kwargs)
+
+    def at_descent(oracle, *args, **kwargs):
+        seen["entry"] = oracle.remaining(np.arange(oracle.n)).copy()
+        seen["share"] = gradient_free_module.descent_share(oracle, 3000)
+        return descent(oracle, *args, **kwargs)
+
+    monkeypatch.setattr(gradient_free_module, "further_starts", before_restarts)
+    monkeypatch.setattr(gradient_free_module, "line_descent", at_descent)
+    out = gradient_free(model, x, torch.zeros(len(x), dtype=torch.long), space, "linf",
+                        generator=make_generator(0), budget=3000, X_pool=pool, y_pool=pool_y)
+    # 20 features, 15 queries per feature and sweep: 10 sweeps = 3,000 > 75% of 3,000
+    assert seen["share"] == (2250 if share_on else 0)
+    kept = np.minimum(seen["before"], 2250)
+    if share_on:
+        assert (seen["entry"] >= kept).all()
+    else:  # the three restarts spend what the descent would have had
+        assert (seen["entry"] < kept).any()
+    assert (out.forward_queries <= 3000).all()
+    assert (model.predict(out.x_adv[out.found]) == 1).all()
+
+
+def test_no_share_for_the_descent_on_a_smooth_model_or_a_small_budget():
+    from robustscope.core.checks import make_generator
+    from robustscope.solvers.attacks.decision.linear_steps import boundary_steps
+    from robustscope.solvers.attacks.decision.scaled_oracle import ScaledOracle
+    from robustscope.solvers.attacks.decision.starts import find_starts
+    from robustscope.threats import get_threat
+
+    def projected(model, x, y, space, pool, pool_y):  # the cascade's first stage
+        oracle = ScaledOracle(model, x, y, space, get_threat("linf"), budget=5000)
+        find_starts(oracle, make_generator(0), None, pool, pool_y)
+        assert torch.isfinite(oracle.best_r).all()
+        boundary_steps(oracle)
+        return oracle
+
+    model, space, x, y, _ = _linear_problem(d=8, n=12)
+    smooth = projected(model, x, y, space, x, y)
+    assert not smooth.plateau.any()
+    assert gradient_free_module.descent_share(smooth, 5000) == 0
+    votes, vspace, vx, pool, pool_y = _votes_problem(d=20)
+    flat = projected(votes, vx, torch.zeros(len(vx), dtype=torch.long), vspace, pool, pool_y)
+    assert flat.plateau.any()
+    assert gradient_free_module.descent_share(flat, 5000) == 3000  # 10 sweeps x 20 x 15
+    assert gradient_free_module.descent_share(flat, 2999) == 0  # under DESCENT_FROM

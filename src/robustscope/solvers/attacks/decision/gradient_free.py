@@ -51,7 +51,7 @@ from robustscope.solvers.attacks.decision.crossings import (
     search_plan,
 )
 from robustscope.solvers.attacks.decision.hop_skip_jump import hop_skip_jump
-from robustscope.solvers.attacks.decision.line_descent import line_descent
+from robustscope.solvers.attacks.decision.line_descent import line_descent, sweep_cost
 from robustscope.solvers.attacks.decision.linear_steps import boundary_steps
 from robustscope.solvers.attacks.decision.scaled_oracle import ScaledOracle
 from robustscope.solvers.attacks.decision.starts import find_starts
@@ -63,6 +63,17 @@ from robustscope.threats import LpThreat, get_threat
 #: Step-down searches from further starts under Linf, while an input has ``restart_min``
 #: queries left (:func:`restart_from_other_start`, from :func:`further_starts`).
 RESTARTS = 3
+#: Under Linf on a model whose margin the boundary projection found flat (a tree ensemble)
+#: and from a budget of :data:`DESCENT_FROM` per input, the restarts stop short of what the
+#: line descent needs for :data:`DESCENT_SWEEPS` sweeps over its lines, at most
+#: :data:`DESCENT_MOST` of the budget (:func:`descent_share`). Chosen on the tune models of
+#: ``benchmarks/blackbox_budget.py`` and a random forest on 30 features added to them: on
+#: that forest the three restarts spent the whole budget and the descent never ran (p90
+#: 1.127 -> 1.053 at the default ceiling, 2 seeds); on the 30-feature boosted models the p90
+#: rose by 0.003-0.004 (to 1.005-1.008); at 1,000 queries the 10-feature models lost.
+DESCENT_SWEEPS = 10
+DESCENT_MOST = 0.75
+DESCENT_FROM = 3000
 #: Under L2 / L1, the queries the polish leaves go to more constructions of the crossing
 #: search, from its profile (the polish's share is kept whole but rarely all spent). Tune
 #: trees at 1,000 queries, 3 seeds: median 1.06-1.11 -> 1.05-1.10; the held-out models of
@@ -117,7 +128,7 @@ def gradient_free(
     ``descent`` (default: under Linf only) runs
     :func:`~robustscope.solvers.attacks.decision.line_descent.line_descent` after the
     restarts, for the inputs with at least 300 queries left (and one grid pass over its
-    lines: never on images).
+    lines: never on images); the restarts leave it :func:`descent_share` of the budget.
 
     ``x`` ``(n, *shape)`` original units, ``y`` ``(n,)`` labels; ``step_opts`` and
     ``boundary_opts`` are passed to
@@ -152,14 +163,16 @@ def gradient_free(
     if restarts is None:  # chosen on the tune models: under L2 / L1 HopSkipJump does better
         restarts = RESTARTS if threat.p == math.inf else 0
     further = further_starts(oracle, x, X_pool, y_pool, restarts) if restarts else []
+    if descent is None:  # its line searches move one coordinate inside a box: a Linf ball
+        descent = threat.p == math.inf
+    oracle.budget = budget - reserve - scan - (descent_share(oracle, budget) if descent else 0)
     for k in range(restarts):
         start = further[k] if k < len(further) else None
         if not restart_from_other_start(oracle, model, x, y, space, threat, eps, statement,
                                         generator, budget, ledger, start, restart_min,
                                         step_opts):
             break
-    if descent is None:  # its line searches move one coordinate inside a box: a Linf ball
-        descent = threat.p == math.inf
+    oracle.budget = budget - reserve - scan
     if descent:
         line_descent(oracle, generator)
     hop_skip_jump(model, x, y, space, threat, eps, statement, generator, **common,
@@ -176,6 +189,17 @@ def gradient_free(
     out = oracle.output()
     out.meta["converged"] = stepped.meta["converged"]
     return out
+
+
+def descent_share(oracle: ScaledOracle, budget: int) -> int:
+    """Queries per input the restarts leave to the line descent (see
+    :data:`DESCENT_SWEEPS`): ``min(DESCENT_MOST · budget, DESCENT_SWEEPS · sweep_cost)`` on
+    a model whose margin the boundary projection found flat for some input and a ``budget``
+    of at least :data:`DESCENT_FROM`; 0 otherwise (a smooth model, whose restarts pay more
+    than the descent; a typed table, where the projection does not run)."""
+    if budget < DESCENT_FROM or not oracle.plateau.any():
+        return 0
+    return int(min(DESCENT_MOST * budget, DESCENT_SWEEPS * sweep_cost(oracle)))
 
 
 def further_starts(oracle: ScaledOracle, x: torch.Tensor, X_pool: torch.Tensor | None,

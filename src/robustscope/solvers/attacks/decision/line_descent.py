@@ -82,6 +82,13 @@ def line_descent(oracle: ScaledOracle, generator: torch.Generator,
             live[idx] = (level[idx] < len(shrinks)) & (oracle.remaining(idx) >= min_left)
 
 
+def sweep_cost(oracle: ScaledOracle, grid: int = 9, steps: int = 6) -> int:
+    """Queries per input of one sweep of :func:`descend` over every line of
+    :func:`search_lines` (``grid`` values and ``steps`` bisections each; fewer where a line
+    finds nothing to bisect)."""
+    return len(search_lines(oracle)) * (grid + steps)
+
+
 def descend(oracle: ScaledOracle, idx: np.ndarray, r: torch.Tensor,
             generator: torch.Generator, grid: int = 9, steps: int = 6, sweeps: int = 3,
             from_input: bool = False, lines: list[Line] | None = None) -> np.ndarray:
