@@ -16,9 +16,11 @@ shrink a counterexample in few queries and stops an input when its explorations 
 with line searches along each feature and each relation, for the narrow pieces between a
 tree's thresholds that the random corners overshoot (measured on the mixed-type credit
 table's gradient-boosted model, tune seeds, default ceiling: p90 radius / exact 1.095 ->
-1.009); HopSkipJump (:mod:`~robustscope.solvers.attacks.decision.hop_skip_jump`) then
-spends what is left of each input's budget from that counterexample (on a label-only model the
-better of the two). Under L2 / L1, on a model whose scores move without the decision
+1.009), on a share of the budget the restarts leave it on plateau models
+(:func:`descent_share`); HopSkipJump
+(:mod:`~robustscope.solvers.attacks.decision.hop_skip_jump`) then spends what is left of
+each input's budget from that counterexample (on a label-only model the better of the two).
+Under L2 / L1, on a model whose scores move without the decision
 (:attr:`~robustscope.solvers.attacks.decision.scaled_oracle.ScaledOracle.scored`) and whose
 margin the boundary projection found flat (a tree's plateaus), 40% of the budget goes to the
 crossing search (:mod:`~robustscope.solvers.attacks.decision.crossings`), after HopSkipJump:
