@@ -65,14 +65,15 @@ from robustscope.threats import LpThreat, get_threat
 #: Step-down searches from further starts under Linf, while an input has ``restart_min``
 #: queries left (:func:`restart_from_other_start`, from :func:`further_starts`).
 RESTARTS = 3
-#: Under Linf on a model whose margin the boundary projection found flat (a tree ensemble)
-#: and from a budget of :data:`DESCENT_FROM` per input, the restarts stop short of what the
-#: line descent needs for :data:`DESCENT_SWEEPS` sweeps over its lines, at most
-#: :data:`DESCENT_MOST` of the budget (:func:`descent_share`). Chosen on the tune models of
-#: ``benchmarks/blackbox_budget.py`` and a random forest on 30 features added to them: on
+#: Under Linf on a model whose margin the boundary projection found flat (a tree ensemble,
+#: a label-only model) and from a budget of :data:`DESCENT_FROM` per input, the restarts stop
+#: short of what the line descent needs for :data:`DESCENT_SWEEPS` sweeps over its lines, at
+#: most :data:`DESCENT_MOST` of the budget (:func:`descent_share`). Chosen on the tune models
+#: of ``benchmarks/blackbox_budget.py`` and a random forest on 30 features added to them: on
 #: that forest the three restarts spent the whole budget and the descent never ran (p90
 #: 1.127 -> 1.053 at the default ceiling, 2 seeds); on the 30-feature boosted models the p90
-#: rose by 0.003-0.004 (to 1.005-1.008); at 1,000 queries the 10-feature models lost.
+#: rose by 0.003-0.004 (to 1.005-1.008); at 1,000 queries the 10-feature models lost. Held
+#: out, forests and deep XGBoost gained and LightGBM lost (``docs/budget.md``).
 DESCENT_SWEEPS = 10
 DESCENT_MOST = 0.75
 DESCENT_FROM = 3000
@@ -196,9 +197,10 @@ def gradient_free(
 def descent_share(oracle: ScaledOracle, budget: int) -> int:
     """Queries per input the restarts leave to the line descent (see
     :data:`DESCENT_SWEEPS`): ``min(DESCENT_MOST · budget, DESCENT_SWEEPS · sweep_cost)`` on
-    a model whose margin the boundary projection found flat for some input and a ``budget``
-    of at least :data:`DESCENT_FROM`; 0 otherwise (a smooth model, whose restarts pay more
-    than the descent; a typed table, where the projection does not run)."""
+    a model whose margin the boundary projection found flat for some input (a tree
+    ensemble's plateaus; every label-only model) and a ``budget`` of at least
+    :data:`DESCENT_FROM`; 0 otherwise (a smooth model, whose restarts pay more than the
+    descent; a typed table, where the projection does not run)."""
     if budget < DESCENT_FROM or not oracle.plateau.any():
         return 0
     return int(min(DESCENT_MOST * budget, DESCENT_SWEEPS * sweep_cost(oracle)))
