@@ -169,7 +169,6 @@ def test_black_boxes_are_assessed_by_their_step_down_search():
     assert tight.summary()["not_converged"] == int(attacked.sum())
 
 
-
 @pytest.mark.parametrize("rtol", [0.01, 0.002])
 def test_a_black_box_search_stalls_at_the_users_rtol(monkeypatch, rtol):
     """``rtol`` is the step-down search's evidence on a black box too (its step must fall
@@ -193,6 +192,7 @@ def test_a_black_box_search_stalls_at_the_users_rtol(monkeypatch, rtol):
     box = wrap_model(LogisticRegression().fit(X, y).predict_proba, n_classes=2)
     rs.radius(box, X[:3], y[:3], threat="linf", budget=400, rtol=rtol)
     assert seen and set(seen) == {rtol}
+
 
 def test_rounds_on_images_keep_their_shape():
     torch.manual_seed(0)

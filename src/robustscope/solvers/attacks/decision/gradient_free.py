@@ -160,7 +160,8 @@ def gradient_free(
         crossings = bool(oracle.plateau.any() and oracle.scored.any())
     crossings = crossings and threat.p != math.inf  # under Linf a move's cost is its size
     scan, levels = search_plan(oracle, budget) if crossings else (0, ())
-    oracle.budget = budget - reserve - scan  # the stages before the last ones see the rest
+    stages = budget - reserve - scan
+    oracle.budget = stages  # the stages before the last ones see the rest
     stepped = step_down_search(model, x, y, space, threat, eps, statement, generator,
                                budget=budget, **common, **(step_opts or {}))
     if restarts is None:  # chosen on the tune models: under L2 / L1 HopSkipJump does better
@@ -168,14 +169,14 @@ def gradient_free(
     further = further_starts(oracle, x, X_pool, y_pool, restarts) if restarts else []
     if descent is None:  # its line searches move one coordinate inside a box: a Linf ball
         descent = threat.p == math.inf
-    oracle.budget = budget - reserve - scan - (descent_share(oracle, budget) if descent else 0)
+    oracle.budget = stages - (descent_share(oracle, budget) if descent else 0)
     for k in range(restarts):
         start = further[k] if k < len(further) else None
         if not restart_from_other_start(oracle, model, x, y, space, threat, eps, statement,
                                         generator, budget, ledger, start, restart_min,
                                         step_opts):
             break
-    oracle.budget = budget - reserve - scan
+    oracle.budget = stages
     if descent:
         line_descent(oracle, generator)
     hop_skip_jump(model, x, y, space, threat, eps, statement, generator, **common,

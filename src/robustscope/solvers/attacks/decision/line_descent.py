@@ -45,10 +45,14 @@ from robustscope.solvers.attacks.decision.step_down import pull_into_ball
 #: Shares of the radius held by which each attempt asks for a smaller counterexample, in the
 #: order they are tried after failures (chosen on the tune models).
 SHRINKS = (0.3, 0.1, 0.03)
+#: Values per line of a sweep's grid and bisection steps between two of them (the defaults
+#: of :func:`line_descent`, :func:`descend` and :func:`sweep_cost`).
+GRID = 9
+STEPS = 6
 
 
 def line_descent(oracle: ScaledOracle, generator: torch.Generator,
-                 shrinks: tuple[float, ...] = SHRINKS, grid: int = 9, steps: int = 6,
+                 shrinks: tuple[float, ...] = SHRINKS, grid: int = GRID, steps: int = STEPS,
                  sweeps: int = 3, min_left: int = 300) -> None:
     """Coordinate-descent attempts (Linf) for each input holding a counterexample and at
     least ``min_left`` queries, and at least one grid pass over its lines (``grid`` per
@@ -82,7 +86,7 @@ def line_descent(oracle: ScaledOracle, generator: torch.Generator,
             live[idx] = (level[idx] < len(shrinks)) & (oracle.remaining(idx) >= min_left)
 
 
-def sweep_cost(oracle: ScaledOracle, grid: int = 9, steps: int = 6) -> int:
+def sweep_cost(oracle: ScaledOracle, grid: int = GRID, steps: int = STEPS) -> int:
     """Queries per input of one sweep of :func:`descend` over every line of
     :func:`search_lines` (``grid`` values and ``steps`` bisections each; fewer where a line
     finds nothing to bisect)."""
@@ -90,7 +94,7 @@ def sweep_cost(oracle: ScaledOracle, grid: int = 9, steps: int = 6) -> int:
 
 
 def descend(oracle: ScaledOracle, idx: np.ndarray, r: torch.Tensor,
-            generator: torch.Generator, grid: int = 9, steps: int = 6, sweeps: int = 3,
+            generator: torch.Generator, grid: int = GRID, steps: int = STEPS, sweeps: int = 3,
             from_input: bool = False, lines: list[Line] | None = None) -> np.ndarray:
     """One coordinate-descent attempt per input of ``idx`` ``(k,)`` inside its Linf ball of
     radius ``r`` ``(k,)`` (scaled units), from the counterexample held clipped into it (or,
