@@ -239,14 +239,15 @@ def case_digest(case: Case) -> str:
     return h.hexdigest()
 
 
-def _reusable(earlier: dict | None, case: Case, out: dict, digest: str) -> bool:
+def _reusable(earlier: dict | None, out: dict) -> bool:
     """Whether an earlier run's references and peer radii belong to these very inputs: its
-    digest equals this one's or, for a run from before digests were stored, its Cube radii
-    (deterministic, rerun every time) are identical to this run's, at every budget."""
+    digest equals this run's (``out["digest"]``) or, for a run from before digests were
+    stored, its Cube radii (deterministic, rerun every time) equal this run's at every
+    budget."""
     if not earlier or "reference_run" not in earlier:
         return False
     if "digest" in earlier:
-        return earlier["digest"] == digest
+        return earlier["digest"] == out["digest"]
     return all(earlier["runs"].get(f"cube / {b}") == out["runs"][f"cube / {b}"]
                for b in BUDGETS)
 
@@ -287,7 +288,7 @@ def measure(case: Case, threat: str, peer_n: int, seed: int = 0,
         out["queries"][f"cube / {budget}"] = run.forward_queries.tolist()
         out["seconds"][f"cube / {budget}"] = time.perf_counter() - t
     peers = ["hsj", "rays"] if threat == "linf" else ["hsj", "sign-opt"]
-    if _reusable(earlier, case, out, out["digest"]):
+    if _reusable(earlier, out):
         for key in ("reference_seconds", "reference_kind", "reference_exact", "reference_run"):
             out[key] = earlier[key]
         for name in peers:
@@ -479,7 +480,7 @@ def main() -> None:
     for c in cases:
         print(f"- `{c.name}` ({c.split}): {c.about}, {len(c.X)} test rows, {c.k} classes")
     print(report(results, cases))
-    reused = sorted({f"{res['reused_from']}" for per in results.values()
+    reused = sorted({res["reused_from"] for per in results.values()
                      for res in per.values() if "reused_from" in res})
     kept = sum("reused_from" in res for per in results.values() for res in per.values())
     if kept:
