@@ -292,6 +292,7 @@ def test_the_restarts_leave_the_line_descent_its_share_on_a_plateau_model(monkey
     model, space, x, pool, pool_y = _votes_problem()
     if not share_on:
         monkeypatch.setattr(gradient_free_module, "DESCENT_FROM", 10**9)
+        monkeypatch.setattr(gradient_free_module, "DESCENT_LOW_FROM", 10**9)
     seen: dict = {}
     further, descent = gradient_free_module.further_starts, gradient_free_module.line_descent
 
@@ -341,4 +342,49 @@ def test_no_share_for_the_descent_on_a_smooth_model_or_a_small_budget():
     flat = projected(votes, vx, torch.zeros(len(vx), dtype=torch.long), vspace, pool, pool_y)
     assert flat.plateau.any()
     assert gradient_free_module.descent_share(flat, 5000) == 3000  # 10 sweeps x 20 x 15
-    assert gradient_free_module.descent_share(flat, 2999) == 0  # under DESCENT_FROM
+    assert gradient_free_module.descent_share(flat, 2999) == 1499  # DESCENT_LOW of it
+    assert gradient_free_module.descent_share(flat, 499) == 0  # under DESCENT_LOW_FROM
+    wide, wspace, wx, wpool, wpool_y = _votes_problem(d=60)
+    wide_flat = projected(wide, wx, torch.zeros(len(wx), dtype=torch.long), wspace, wpool,
+                          wpool_y)
+    # one grid pass over 60 lines is 540 queries: half of 1,000 does not pay for it
+    assert gradient_free_module.descent_share(wide_flat, 1000) == 0
+    assert gradient_free_module.descent_share(wide_flat, 1100) == 550
+
+
+@pytest.mark.parametrize("budget", [1000, 3000])
+def test_below_the_ceiling_the_first_search_leaves_the_descent_its_share(monkeypatch, budget):
+    """Under DESCENT_FROM no restarts run, so the first step-down search itself stops short
+    of the descent's share, and the descent starts attempts with DESCENT_LOW_MIN_LEFT
+    queries left; from DESCENT_FROM the first search is not held back (the restarts are)
+    and the descent needs 300."""
+    from robustscope.core.checks import make_generator
+
+    model, space, x, pool, pool_y = _votes_problem()
+    seen: dict = {}
+    step_down, descent = gradient_free_module.step_down_search, gradient_free_module.line_descent
+
+    def first_search(*args, oracle, **kwargs):
+        seen.setdefault("cap", oracle.budget)
+        return step_down(*args, oracle=oracle, **kwargs)
+
+    def at_descent(oracle, *args, **kwargs):
+        seen["entry"] = oracle.remaining(np.arange(oracle.n)).copy()
+        seen["min_left"] = kwargs["min_left"]
+        return descent(oracle, *args, **kwargs)
+
+    monkeypatch.setattr(gradient_free_module, "step_down_search", first_search)
+    monkeypatch.setattr(gradient_free_module, "line_descent", at_descent)
+    ledger = QueryLedger(len(x))
+    view = MeteredModel(model, ledger, np.arange(len(x)))
+    out = gradient_free(view, x, torch.zeros(len(x), dtype=torch.long), space, "linf",
+                        generator=make_generator(0), budget=budget, X_pool=pool,
+                        y_pool=pool_y)
+    if budget == 1000:
+        assert seen["cap"] == 500 and seen["min_left"] == 100
+        assert (seen["entry"] >= 500).all()  # what the first search was not allowed
+    else:
+        assert seen["cap"] == 3000 and seen["min_left"] == 300
+    assert (ledger.forward == out.forward_queries).all()
+    assert (out.forward_queries <= budget).all()
+    assert (model.predict(out.x_adv[out.found]) == 1).all()

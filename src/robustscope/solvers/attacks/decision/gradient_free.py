@@ -16,7 +16,7 @@ shrink a counterexample in few queries and stops an input when its explorations 
 with line searches along each feature and each relation, for the narrow pieces between a
 tree's thresholds that the random corners overshoot (measured on the mixed-type credit
 table's gradient-boosted model, tune seeds, default ceiling: p90 radius / exact 1.095 ->
-1.009), on a share of the budget the restarts leave it on plateau models
+1.009), on a share of the budget the step-down searches leave it on plateau models
 (:func:`descent_share`); HopSkipJump
 (:mod:`~robustscope.solvers.attacks.decision.hop_skip_jump`) then spends what is left of
 each input's budget from that counterexample (on a label-only model the better of the two).
@@ -53,7 +53,12 @@ from robustscope.solvers.attacks.decision.crossings import (
     search_plan,
 )
 from robustscope.solvers.attacks.decision.hop_skip_jump import hop_skip_jump
-from robustscope.solvers.attacks.decision.line_descent import line_descent, sweep_cost
+from robustscope.solvers.attacks.decision.line_descent import (
+    GRID,
+    line_descent,
+    search_lines,
+    sweep_cost,
+)
 from robustscope.solvers.attacks.decision.linear_steps import boundary_steps
 from robustscope.solvers.attacks.decision.scaled_oracle import ScaledOracle
 from robustscope.solvers.attacks.decision.starts import find_starts
@@ -77,6 +82,21 @@ RESTARTS = 3
 DESCENT_SWEEPS = 10
 DESCENT_MOST = 0.75
 DESCENT_FROM = 3000
+#: Below :data:`DESCENT_FROM` (no restarts run there) and from :data:`DESCENT_LOW_FROM`
+#: queries, on the same models, the first step-down search leaves the line descent
+#: :data:`DESCENT_LOW` of the budget where that pays for one grid pass over its lines, and
+#: the descent starts an attempt with :data:`DESCENT_LOW_MIN_LEFT` queries left (300 above).
+#: Chosen with the descent's small levels (``line_descent.SHRINKS``) on the tune models,
+#: Linf, seeds 0-1, 1,000 queries: p90 XGBoost 1.010-1.015 -> 1.005, LightGBM 1.045-1.047 ->
+#: 1.007-1.010, XGBoost of depth 10 1.178-1.213 -> 1.092-1.097, the forests 1.085-1.108 ->
+#: 1.060-1.062 (10 features) and 1.163-1.183 -> 1.108-1.110 (30); at 500 on 10 features
+#: (on 30 a share of 250 pays for no grid pass) XGBoost of depth 10 1.256-1.287 ->
+#: 1.104-1.136. At 250 queries both 10-feature trees lost (p90 1.13-1.29 -> 1.18-1.39), hence
+#: the floor, between 250 and 500 (``radius()`` keeps one query of a budget for its own
+#: check, so 500 arrives here as 499). Shares of 0.3, 0.4 and 0.6: ``docs/budget.md``.
+DESCENT_LOW = 0.5
+DESCENT_LOW_FROM = 400
+DESCENT_LOW_MIN_LEFT = 100
 #: Under L2 / L1, the queries the polish leaves go to more constructions of the crossing
 #: search, from its profile (the polish's share is kept whole but rarely all spent). Tune
 #: trees at 1,000 queries, 3 seeds: median 1.06-1.11 -> 1.05-1.10; the held-out models of
@@ -130,8 +150,9 @@ def gradient_free(
 
     ``descent`` (default: under Linf only) runs
     :func:`~robustscope.solvers.attacks.decision.line_descent.line_descent` after the
-    restarts, for the inputs with at least 300 queries left (and one grid pass over its
-    lines: never on images); the restarts leave it :func:`descent_share` of the budget.
+    restarts, for the inputs with at least 300 queries left (:data:`DESCENT_LOW_MIN_LEFT`
+    below a budget of :data:`DESCENT_FROM`) and one grid pass over its lines (never on
+    images); the step-down searches leave it :func:`descent_share` of the budget.
 
     ``x`` ``(n, *shape)`` original units, ``y`` ``(n,)`` labels; ``step_opts`` and
     ``boundary_opts`` are passed to
@@ -161,15 +182,17 @@ def gradient_free(
     crossings = crossings and threat.p != math.inf  # under Linf a move's cost is its size
     scan, levels = search_plan(oracle, budget) if crossings else (0, ())
     stages = budget - reserve - scan
-    oracle.budget = stages  # the stages before the last ones see the rest
+    if descent is None:  # its line searches move one coordinate inside a box: a Linf ball
+        descent = threat.p == math.inf
+    share = descent_share(oracle, budget) if descent else 0
+    # below DESCENT_FROM the share is kept from the first search too (no restarts run there)
+    oracle.budget = stages - (share if budget < DESCENT_FROM else 0)
     stepped = step_down_search(model, x, y, space, threat, eps, statement, generator,
                                budget=budget, **common, **(step_opts or {}))
     if restarts is None:  # chosen on the tune models: under L2 / L1 HopSkipJump does better
         restarts = RESTARTS if threat.p == math.inf else 0
     further = further_starts(oracle, x, X_pool, y_pool, restarts) if restarts else []
-    if descent is None:  # its line searches move one coordinate inside a box: a Linf ball
-        descent = threat.p == math.inf
-    oracle.budget = stages - (descent_share(oracle, budget) if descent else 0)
+    oracle.budget = stages - share
     for k in range(restarts):
         start = further[k] if k < len(further) else None
         if not restart_from_other_start(oracle, model, x, y, space, threat, eps, statement,
@@ -178,7 +201,8 @@ def gradient_free(
             break
     oracle.budget = stages
     if descent:
-        line_descent(oracle, generator)
+        line_descent(oracle, generator, min_left=300 if budget >= DESCENT_FROM
+                     else DESCENT_LOW_MIN_LEFT)
     hop_skip_jump(model, x, y, space, threat, eps, statement, generator, **common,
                   **(boundary_opts or {}))
     profile = None
@@ -196,15 +220,20 @@ def gradient_free(
 
 
 def descent_share(oracle: ScaledOracle, budget: int) -> int:
-    """Queries per input the restarts leave to the line descent (see
-    :data:`DESCENT_SWEEPS`): ``min(DESCENT_MOST · budget, DESCENT_SWEEPS · sweep_cost)`` on
-    a model whose margin the boundary projection found flat for some input (a tree
-    ensemble's plateaus; every label-only model) and a ``budget`` of at least
-    :data:`DESCENT_FROM`; 0 otherwise (a smooth model, whose restarts pay more than the
-    descent; a typed table, where the projection does not run)."""
-    if budget < DESCENT_FROM or not oracle.plateau.any():
+    """Queries per input the step-down searches leave to the line descent, on a model whose
+    margin the boundary projection found flat for some input (a tree ensemble's plateaus;
+    every label-only model): from a ``budget`` of :data:`DESCENT_FROM`, ``min(DESCENT_MOST ·
+    budget, DESCENT_SWEEPS · sweep_cost)`` (the restarts stop short of it); from
+    :data:`DESCENT_LOW_FROM`, :data:`DESCENT_LOW` of the budget where that pays for one grid
+    pass over the descent's lines (the first search stops short of it). 0 otherwise: a smooth
+    model, whose step-down searches pay more than the descent; a typed table, where the
+    projection does not run; a budget too small."""
+    if budget < DESCENT_LOW_FROM or not oracle.plateau.any():
         return 0
-    return int(min(DESCENT_MOST * budget, DESCENT_SWEEPS * sweep_cost(oracle)))
+    if budget >= DESCENT_FROM:
+        return int(min(DESCENT_MOST * budget, DESCENT_SWEEPS * sweep_cost(oracle)))
+    share = int(DESCENT_LOW * budget)
+    return share if share >= GRID * len(search_lines(oracle)) else 0
 
 
 def further_starts(oracle: ScaledOracle, x: torch.Tensor, X_pool: torch.Tensor | None,
