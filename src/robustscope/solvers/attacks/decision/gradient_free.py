@@ -91,9 +91,10 @@ DESCENT_FROM = 3000
 #: 1.007-1.010, XGBoost of depth 10 1.178-1.213 -> 1.092-1.097, the forests 1.085-1.108 ->
 #: 1.060-1.062 (10 features) and 1.163-1.183 -> 1.108-1.110 (30); at 500 on 10 features
 #: (on 30 a share of 250 pays for no grid pass) XGBoost of depth 10 1.256-1.287 ->
-#: 1.104-1.136. At 250 queries both 10-feature trees lost (p90 1.13-1.29 -> 1.18-1.39), hence
-#: the floor, between 250 and 500 (``radius()`` keeps one query of a budget for its own
-#: check, so 500 arrives here as 499). Shares of 0.3, 0.4 and 0.6: ``docs/budget.md``.
+#: 1.104-1.136. At 250 queries (a share of 0.4) both 10-feature trees lost (p90 1.13-1.29 ->
+#: 1.18-1.39), hence the floor, between 250 and 500 (``radius()`` keeps one query of a
+#: budget for its own check, so 500 arrives here as 499). Shares of 0.3, 0.4 and 0.6:
+#: ``docs/budget.md``.
 DESCENT_LOW = 0.5
 DESCENT_LOW_FROM = 400
 DESCENT_LOW_MIN_LEFT = 100
