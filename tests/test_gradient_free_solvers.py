@@ -359,7 +359,7 @@ def test_below_the_ceiling_the_first_search_leaves_the_descent_its_share(monkeyp
     """Under DESCENT_FROM no restarts run, so the first step-down search itself stops short
     of the descent's share, and the descent starts attempts with DESCENT_LOW_MIN_LEFT
     queries left; from DESCENT_FROM the first search is not held back (the restarts are)
-    and the descent needs 300."""
+    and the descent needs MIN_LEFT (300)."""
     from robustscope.core.checks import make_generator
 
     model, space, x, pool, pool_y = _votes_problem()
@@ -390,3 +390,30 @@ def test_below_the_ceiling_the_first_search_leaves_the_descent_its_share(monkeyp
     assert (ledger.forward == out.forward_queries).all()
     assert (out.forward_queries <= budget).all()
     assert (model.predict(out.x_adv[out.found]) == 1).all()
+
+
+@pytest.mark.parametrize("case", ["smooth", "wide plateau"])
+def test_without_a_share_the_descent_keeps_its_usual_floor(monkeypatch, case):
+    """The smaller floor (DESCENT_LOW_MIN_LEFT) comes with the share only: a smooth model,
+    and a plateau model on 60 features whose half of 1,000 queries pays for no grid pass
+    (540 queries), get no share below DESCENT_FROM, and their descent needs MIN_LEFT."""
+    from robustscope.core.checks import make_generator
+    from robustscope.solvers.attacks.decision.line_descent import MIN_LEFT
+
+    if case == "smooth":
+        model, space, x, y, _ = _linear_problem(d=8, n=6)
+        pool, pool_y = x, y
+    else:
+        model, space, x, pool, pool_y = _votes_problem(d=60)
+        y = torch.zeros(len(x), dtype=torch.long)
+    seen: dict = {}
+    descent = gradient_free_module.line_descent
+
+    def at_descent(oracle, *args, **kwargs):
+        seen["min_left"] = kwargs["min_left"]
+        return descent(oracle, *args, **kwargs)
+
+    monkeypatch.setattr(gradient_free_module, "line_descent", at_descent)
+    gradient_free(model, x, y, space, "linf", generator=make_generator(0), budget=1000,
+                  X_pool=pool, y_pool=pool_y)
+    assert seen["min_left"] == MIN_LEFT == 300

@@ -54,9 +54,9 @@ from robustscope.solvers.attacks.decision.crossings import (
 )
 from robustscope.solvers.attacks.decision.hop_skip_jump import hop_skip_jump
 from robustscope.solvers.attacks.decision.line_descent import (
-    GRID,
+    MIN_LEFT,
+    grid_pass_cost,
     line_descent,
-    search_lines,
     sweep_cost,
 )
 from robustscope.solvers.attacks.decision.linear_steps import boundary_steps
@@ -85,7 +85,8 @@ DESCENT_FROM = 3000
 #: Below :data:`DESCENT_FROM` (no restarts run there) and from :data:`DESCENT_LOW_FROM`
 #: queries, on the same models, the first step-down search leaves the line descent
 #: :data:`DESCENT_LOW` of the budget where that pays for one grid pass over its lines, and
-#: the descent starts an attempt with :data:`DESCENT_LOW_MIN_LEFT` queries left (300 above).
+#: the descent starts an attempt with :data:`DESCENT_LOW_MIN_LEFT` queries left
+#: (``line_descent.MIN_LEFT`` elsewhere).
 #: Chosen with the descent's small levels (``line_descent.SHRINKS``) on the tune models,
 #: Linf, seeds 0-1, 1,000 queries: p90 XGBoost 1.010-1.015 -> 1.005, LightGBM 1.045-1.047 ->
 #: 1.007-1.010, XGBoost of depth 10 1.178-1.213 -> 1.092-1.097, the forests 1.085-1.108 ->
@@ -151,9 +152,10 @@ def gradient_free(
 
     ``descent`` (default: under Linf only) runs
     :func:`~robustscope.solvers.attacks.decision.line_descent.line_descent` after the
-    restarts, for the inputs with at least 300 queries left (:data:`DESCENT_LOW_MIN_LEFT`
-    below a budget of :data:`DESCENT_FROM`) and one grid pass over its lines (never on
-    images); the step-down searches leave it :func:`descent_share` of the budget.
+    restarts, for the inputs with at least ``line_descent.MIN_LEFT`` queries left
+    (:data:`DESCENT_LOW_MIN_LEFT` where the first search left it its share, below a budget
+    of :data:`DESCENT_FROM`) and one grid pass over its lines (never on images); the
+    step-down searches leave it :func:`descent_share` of the budget.
 
     ``x`` ``(n, *shape)`` original units, ``y`` ``(n,)`` labels; ``step_opts`` and
     ``boundary_opts`` are passed to
@@ -201,9 +203,9 @@ def gradient_free(
                                         step_opts):
             break
     oracle.budget = stages
-    if descent:
-        line_descent(oracle, generator, min_left=300 if budget >= DESCENT_FROM
-                     else DESCENT_LOW_MIN_LEFT)
+    if descent:  # the smaller floor only where the first search left the descent its share
+        low = share > 0 and budget < DESCENT_FROM
+        line_descent(oracle, generator, min_left=DESCENT_LOW_MIN_LEFT if low else MIN_LEFT)
     hop_skip_jump(model, x, y, space, threat, eps, statement, generator, **common,
                   **(boundary_opts or {}))
     profile = None
@@ -234,7 +236,7 @@ def descent_share(oracle: ScaledOracle, budget: int) -> int:
     if budget >= DESCENT_FROM:
         return int(min(DESCENT_MOST * budget, DESCENT_SWEEPS * sweep_cost(oracle)))
     share = int(DESCENT_LOW * budget)
-    return share if share >= GRID * len(search_lines(oracle)) else 0
+    return share if share >= grid_pass_cost(oracle) else 0
 
 
 def further_starts(oracle: ScaledOracle, x: torch.Tensor, X_pool: torch.Tensor | None,

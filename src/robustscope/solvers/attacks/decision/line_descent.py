@@ -57,11 +57,14 @@ SHRINKS = (0.03, 0.01, 0.003)
 #: of :func:`line_descent`, :func:`descend` and :func:`sweep_cost`).
 GRID = 9
 STEPS = 6
+#: Queries an input needs left to start an attempt (the default ``min_left`` of
+#: :func:`line_descent`; at least one grid pass over its lines is needed as well).
+MIN_LEFT = 300
 
 
 def line_descent(oracle: ScaledOracle, generator: torch.Generator,
                  shrinks: tuple[float, ...] = SHRINKS, grid: int = GRID, steps: int = STEPS,
-                 sweeps: int = 3, min_left: int = 300) -> None:
+                 sweeps: int = 3, min_left: int = MIN_LEFT) -> None:
     """Coordinate-descent attempts (Linf) for each input holding a counterexample and at
     least ``min_left`` queries, and at least one grid pass over its lines (``grid`` per
     line of :func:`search_lines`); an input starts a new attempt only while it has that many
@@ -79,7 +82,7 @@ def line_descent(oracle: ScaledOracle, generator: torch.Generator,
     # an attempt that cannot afford one grid pass over the lines is not started (an
     # image's 784 pixels would take a whole budget and leave HopSkipJump nothing)
     lines = search_lines(oracle)  # fixed by the space: built once for every attempt
-    min_left = max(min_left, grid * len(lines))
+    min_left = max(min_left, grid_pass_cost(oracle, grid, lines))
     for from_input in (False, True):
         level = np.zeros(n, dtype=np.int64)
         held = (torch.isfinite(oracle.best_r) & (oracle.best_r > 0)).cpu().numpy()
@@ -92,6 +95,14 @@ def line_descent(oracle: ScaledOracle, generator: torch.Generator,
                             lines)
             level[idx[~found]] += 1
             live[idx] = (level[idx] < len(shrinks)) & (oracle.remaining(idx) >= min_left)
+
+
+def grid_pass_cost(oracle: ScaledOracle, grid: int = GRID,
+                   lines: list[Line] | None = None) -> int:
+    """Queries per input of one grid pass over ``lines`` (default :func:`search_lines`):
+    ``grid`` values per line, no bisection. An attempt that cannot afford one is not
+    started."""
+    return grid * len(search_lines(oracle) if lines is None else lines)
 
 
 def sweep_cost(oracle: ScaledOracle, grid: int = GRID, steps: int = STEPS) -> int:
