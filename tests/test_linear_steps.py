@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -159,3 +160,73 @@ def test_damped_moves_stay_off_where_they_were_not_measured_to_help():
         plain = _wedge_run(threat, (), d)
         damped = _wedge_run(threat, (0.5, 0.25, 0.125), d)
         assert np.array_equal(plain[0], damped[0]) and np.array_equal(plain[1], damped[1])
+
+
+W = np.array([[1.0, 0.1, 0.1, 0.1], [0.1, 1.0, 0.1, 0.1]])  # classes 1 and 2
+B = np.array([1.0, 0.5])
+DUAL = {"l2": 2, "linf": 1}
+
+
+def _three_planes() -> ProbaClassifier:
+    """Three classes with linear logits ``(0, W_0 · x - 1, W_1 · x - 0.5)``, every feature in
+    each: from the origin (class 0) the boundary with class ``j`` is ``B_j / ||W_j||_*``
+    away, class 2's nearer than class 1's in every norm."""
+    def proba(x):
+        x = np.asarray(x, dtype=np.float64)
+        z = np.concatenate([np.zeros((len(x), 1)), x @ W.T - B], axis=1)
+        e = np.exp(z - z.max(1, keepdims=True))
+        return e / e.sum(1, keepdims=True)
+    return ProbaClassifier(proba, 3, (4,))
+
+
+@pytest.mark.parametrize("threat", ["l2", "linf"])
+@pytest.mark.parametrize("nearest", [True, False])
+def test_the_linear_step_heads_for_the_nearest_class_not_the_runner_up(monkeypatch, threat,
+                                                                        nearest):
+    """From a counterexample of class 1 the boundary point lies on class 1's boundary, where
+    class 1 is the runner-up; the nearest boundary from the input is class 2's. With
+    NEAREST_CLASS, one round of the stage steps there (its radius and the 2% overshoot);
+    with the runner-up's plane alone it stays at class 1's."""
+    import robustscope.solvers.attacks.decision.linear_steps as linear_steps
+
+    monkeypatch.setattr(linear_steps, "NEAREST_CLASS", nearest)
+    oracle = _oracle(_three_planes(), 1, threat=threat)
+    far = torch.tensor([[[3.0, 0.0, 0.0, 0.0]]], dtype=torch.float64)
+    adv, _, _, _ = oracle.query(np.arange(1), far)
+    assert adv.all() and float(oracle.best_r[0]) == 3.0
+    boundary_steps(oracle, rounds=1)
+    r = float(oracle.best_r[0])
+    exact = B / np.linalg.norm(W, ord=DUAL[threat], axis=1)  # class 1's, class 2's
+    assert exact[1] < exact[0] / 1.5
+    if nearest:
+        assert exact[1] * (1 - 1e-9) <= r <= exact[1] * 1.03
+        assert int(oracle.model.predict(oracle.x + oracle.best_u)[0]) == 2
+    else:
+        assert exact[0] * (1 - 1e-9) <= r <= exact[0] * 1.03
+
+
+def test_the_nearest_class_plane_reads_every_class_from_the_same_probes():
+    """``query_scores`` returns every class's score, from which each class's boundary is
+    linearised: the nearer one (class 2's) replaces the margin's gradient and value on the
+    rows asked for, and the other rows keep theirs (where not every coordinate moved the
+    margin the stage does not ask: a tree's)."""
+    from robustscope.solvers.attacks.decision.linear_steps import nearest_class_plane
+
+    oracle = _oracle(_three_planes(), 2)
+    probes = torch.zeros(2, 5, 4, dtype=torch.float64)
+    probes[:, :, 0] = 1.0  # the boundary point, on class 1's boundary, and its differences
+    for j in range(4):
+        probes[:, 1 + j, j] += 1e-3
+    _, marg, u_valid, asked, scores = oracle.query_scores(np.arange(2), probes)
+    assert asked.all() and scores.shape == (2, 5, 3) and torch.isfinite(scores).all()
+    cols = torch.arange(4)
+    moved = torch.full((2, 4), 1e-3, dtype=torch.float64)
+    g = torch.ones(2, 4, dtype=torch.float64)
+    base = marg[:, :1]
+    rows = torch.tensor([True, False])
+    g2, base2 = nearest_class_plane(oracle, np.arange(2), scores, u_valid, cols, moved, g,
+                                    base, rows)
+    # the first row takes class 2's plane: z_0 - z_2 = 0.5 - W_1 · x, gradient -W_1
+    assert torch.allclose(g2[0], -torch.as_tensor(W[1]), atol=1e-6)
+    assert torch.allclose(base2[0], torch.tensor([0.4], dtype=torch.float64))  # 0.5 - 0.1
+    assert torch.equal(g2[1], g[1]) and torch.equal(base2[1], base[1])  # not asked to

@@ -10,7 +10,15 @@ From each input's best counterexample ``u*`` the stage
    differences, one query per mutable coordinate (step ``h`` in scaled units);
 3. solves the linearised problem ``min ||u|| s.t. M(b) + g·(u - b) <= 0``: with
    ``c = g·b - M(b)``, L2 ``u = c·g / ||g||²``, Linf ``u = c·sign(g) / ||g||_1``, L1 all on
-   the coordinate of largest ``|g_j|``; and tries ``u`` stretched by ``1 + overshoot``;
+   the coordinate of largest ``|g_j|``; and tries ``u`` stretched by ``1 + overshoot``.
+   With three classes or more (untargeted, smooth margins: :data:`NEAREST_CLASS`), the
+   same differences linearise the boundary between the label and every other class, and the
+   step goes to the one nearest the input (DeepFool's multi-class rule): at ``b`` the margin
+   is the runner-up's, whose boundary ``b`` lies on, while the nearest boundary from the
+   input may be another class's. Measured on two 3- and 4-class tune MLPs under L2 (16 and
+   12 features, 40 inputs, seeds 0-1, against the white box at 3,000 passes), p90 radius /
+   reference at 250 queries 1.44-1.60 -> 1.12 and 1.38-1.42 -> 1.32-1.34, at 500
+   1.14-1.24 -> 1.07 and 1.09 -> 1.07-1.09;
 4. where that is not a counterexample, removes the margin it still has along the same
    linear step (Newton steps on the measured margin with the estimated gradient, up to
    ``newton`` queries), then bisects the segment from the last point to ``u*`` (up to
@@ -54,6 +62,11 @@ from robustscope.solvers.attacks.decision.scaled_oracle import ScaledOracle
 #: Shares of the way to a missed linear optimum tried where a round stalls (chosen on the
 #: tune MLPs; 0.3 / 0.1, or a stall threshold of 5%, were no better).
 DAMPED = (0.5, 0.25, 0.125)
+#: On a model of three or more classes, step to the nearest of the linearised boundaries
+#: between the label and each other class (:func:`nearest_class_plane`), not only the
+#: runner-up's at the boundary point; where every mutable coordinate moved the margin (a
+#: smooth model), untargeted statements only. See the module docstring.
+NEAREST_CLASS = True
 
 
 def unit_step(threat_p: float, g: torch.Tensor) -> torch.Tensor:
@@ -126,6 +139,51 @@ def bisect_segment(oracle: ScaledOracle, idx: np.ndarray, near: torch.Tensor,
                   steps)
 
 
+def class_differences(oracle: ScaledOracle, ids: np.ndarray, scores: torch.Tensor
+                      ) -> torch.Tensor:
+    """``z_y - z_j`` for every class ``j`` at every probe: ``scores`` ``(k, m, K)`` (logits
+    or log-probabilities of the inputs ``ids`` ``(k,)``, label ``y``) -> ``(k, m, K)``, 0 at
+    ``j = y``."""
+    y = oracle.y[torch.as_tensor(ids, device=scores.device)]
+    label = scores.gather(2, y.reshape(-1, 1, 1).expand(-1, scores.shape[1], 1))
+    return label - scores
+
+
+def nearest_class_plane(oracle: ScaledOracle, ids: np.ndarray, scores: torch.Tensor,
+                        u_valid: torch.Tensor, cols: torch.Tensor, moved: torch.Tensor,
+                        g: torch.Tensor, base: torch.Tensor, rows: torch.Tensor
+                        ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Of the linearised boundaries between the label and each other class ``j``
+    (``z_y - z_j = 0``, each from the same forward differences), the one nearest the input
+    in the threat's norm (``|c_j| / ||g_j||_*``, the dual norm), for the inputs ``ids``
+    ``(k,)`` of ``rows`` ``(k,)`` bool: their gradient ``g`` ``(k, d)`` and value
+    ``base`` ``(k, 1)`` at the first probe replace the margin's (the runner-up's at the
+    boundary point). ``scores`` ``(k, 1 + c, K)`` of the probes ``u_valid`` ``(k, 1 + c, d)``,
+    the first one the boundary point, then one per mutable coordinate ``cols`` ``(c,)``
+    moved by ``moved`` ``(k, c)``. Elsewhere ``g`` and ``base`` are returned unchanged."""
+    k, d = g.shape
+    f = class_differences(oracle, ids, scores)  # (k, 1 + c, K)
+    diff = f[:, 1:, :] - f[:, :1, :]
+    step = moved.unsqueeze(2)
+    gj = torch.zeros(k, d, f.shape[2], dtype=g.dtype, device=g.device)
+    gj[:, cols, :] = torch.where(step.abs() > 0, diff / step.abs().clamp_min(1e-30) *
+                                 torch.sign(step), torch.zeros_like(diff))
+    c = (gj * u_valid[:, :1, :].transpose(1, 2)).sum(1) - f[:, 0, :]  # (k, K)
+    p = oracle.threat.p
+    dual = (gj.abs().sum(1) if p == math.inf else gj.norm(dim=1) if p == 2.0
+            else gj.abs().amax(1))
+    # c_j < 0: the plane lies between the input (f_j > 0 there) and the boundary point
+    reach = (c < 0) & (dual > 0) & torch.isfinite(c) & torch.isfinite(dual)
+    dist = torch.where(reach, -c / dual.clamp_min(1e-30), torch.full_like(c, math.inf))
+    y = oracle.y[torch.as_tensor(ids, device=g.device)]
+    dist = dist.scatter(1, y.reshape(k, 1), math.inf)
+    nearest, j = dist.min(1)
+    use = (torch.isfinite(nearest) & rows).unsqueeze(1)
+    g_near = gj.gather(2, j.reshape(k, 1, 1).expand(k, d, 1))[:, :, 0]
+    base_near = f[:, 0, :].gather(1, j.reshape(k, 1))
+    return torch.where(use, g_near, g), torch.where(use, base_near, base)
+
+
 def boundary_steps(oracle: ScaledOracle, rounds: int = 6, h: float = 1e-3,
                    overshoot: float = 0.02, min_gain: float = 0.005,
                    bisect_rtol: float = 0.02, newton: int = 3,
@@ -157,7 +215,8 @@ def boundary_steps(oracle: ScaledOracle, rounds: int = 6, h: float = 1e-3,
         if not ok.any():
             break
         sel = np.flatnonzero(ok)
-        _, marg, u_valid, _ = oracle.query(idx[sel], probes[torch.as_tensor(sel)])
+        _, marg, u_valid, _, scores = oracle.query_scores(idx[sel],
+                                                          probes[torch.as_tensor(sel)])
         base = marg[:, :1]
         moved = (u_valid[:, 1:, :] - u_valid[:, :1, :])[:, rows, cols]
         diff = marg[:, 1:] - base
@@ -165,9 +224,13 @@ def boundary_steps(oracle: ScaledOracle, rounds: int = 6, h: float = 1e-3,
         g[:, cols] = torch.where(moved.abs() > 0, diff / moved.abs().clamp_min(1e-30) *
                                  torch.sign(moved), torch.zeros_like(diff))
         flat = ~torch.isfinite(g).all(1) | (g.abs().sum(1) == 0)
-        # damped moves where every mutable coordinate moved the margin: a smooth model (on a
-        # tree a few differences cross a threshold and the rest read zero); under L2 only
-        smooth = (g[:, cols] != 0).all(1) & ~flat & (oracle.threat.p == 2.0)
+        # every mutable coordinate moved the margin: a smooth model (on a tree a few
+        # differences cross a threshold and the rest read zero)
+        every = (g[:, cols] != 0).all(1) & ~flat
+        if NEAREST_CLASS and oracle.statement.target is None and scores.shape[2] > 2:
+            g, base = nearest_class_plane(oracle, idx[sel], scores, u_valid, cols, moved, g,
+                                          base, every)
+        smooth = every & (oracle.threat.p == 2.0)  # the damped moves: under L2 only
         oracle.plateau[idx[sel]] |= flat.cpu().numpy()
         g = torch.where(torch.isfinite(g), g, torch.zeros_like(g))
         bs = u_valid[:, 0, :]

@@ -154,16 +154,25 @@ class ScaledOracle:
         Inputs that lack the budget for ``m`` queries are not asked: their rows read
         ``adversarial = False`` and ``margin = inf``.
         """
+        return self.query_scores(idx, u)[:4]
+
+    def query_scores(self, idx: np.ndarray, u: torch.Tensor
+                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, np.ndarray,
+                                torch.Tensor]:
+        """:meth:`query`, with the model's logits (or log-probabilities) of every candidate
+        as a fifth item, ``(k, m, n_classes)``: NaN on the rows not asked."""
         idx = np.asarray(idx, dtype=np.int64)
         k, m, _ = u.shape
         adv = torch.zeros(k, m, dtype=torch.bool, device=u.device)
         margin = torch.full((k, m), float("inf"), dtype=u.dtype, device=u.device)
+        scores = torch.full((k, m, self.model.n_classes), float("nan"), dtype=u.dtype,
+                            device=u.device)
         if k == 0:
-            return adv, margin, u, np.zeros(0, dtype=bool)
+            return adv, margin, u, np.zeros(0, dtype=bool), scores
         u_valid, x_valid = self.project(idx, u)
         asked = self.remaining(idx) >= m
         if not asked.any():
-            return adv, margin, u_valid, asked
+            return adv, margin, u_valid, asked, scores
         sel = np.flatnonzero(asked)
         ids = idx[sel]
         tsel = torch.as_tensor(sel, device=u.device)
@@ -179,9 +188,10 @@ class ScaledOracle:
         holds = self.statement.holds(logits.argmax(dim=1), labels).reshape(-1, m)
         marg = self.statement.margin(logits, labels).reshape(-1, m)
         adv[tsel], margin[tsel] = holds, marg
+        scores[tsel] = logits.reshape(len(ids), m, -1)
         self._keep_best(ids, u_sel, holds)
         self._note_scores(ids, holds, marg)
-        return adv, margin, u_valid, asked
+        return adv, margin, u_valid, asked, scores
 
     def _note_scores(self, ids: np.ndarray, holds: torch.Tensor, marg: torch.Tensor) -> None:
         """Update :attr:`scored` from the margins ``(k, m)`` of the points that did not
