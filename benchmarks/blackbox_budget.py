@@ -31,7 +31,8 @@ The L2 / L1 polish (share of the budget, bisection steps) was chosen on ``xgb-bc
 forest and a depth-10 XGBoost on the small synthetic set) were added with them, to tune the
 Linf tails of forests and deep boosters without looking at the held-out ones; a random forest
 on 30 synthetic features (``rf150-synth30``) chose the share of the budget the Linf restarts
-leave the line descent.
+leave the line descent; two multi-class MLPs (``mlp-tune3c``, ``mlp-tune4c``) the boundary
+projection's step to the nearest class.
 Targets (held-out models, robustscope with scores): ``B = 500``: median <= 1.01 and p90 <=
 1.05; ``B = 250``: median <= 1.05, p90 <= 1.2; default ceiling (issue 39,
 requirement 6): median <= 1.02, p90 <= 1.05.
@@ -115,6 +116,8 @@ _synthetic = _synthetic_data(3000, 20, 12, 4, 3, seed=7)
 _synthetic_small = _synthetic_data(2000, 10, 6, 2, 2, seed=3)
 _synthetic16 = _synthetic_data(3000, 16, 10, 3, 2, seed=21)
 _synthetic30 = _synthetic_data(3000, 30, 15, 5, 2, seed=11)
+_synthetic16c3 = _synthetic_data(3000, 16, 10, 3, 3, seed=5)
+_synthetic12c4 = _synthetic_data(3000, 12, 8, 2, 4, seed=9)
 
 
 def _mlp(Xtr, ytr, hidden, k, seed=0, epochs=300):
@@ -177,6 +180,12 @@ def build_cases(n: int, only: set[str] | None = None) -> list[Case]:
         ("rf150-synth30", "tune", "random forest 150 trees, depth 6, synthetic 2 classes "
          "(30 features)", _synthetic30,
          lambda: RandomForestClassifier(150, max_depth=6, n_jobs=1, random_state=0)),
+        # added 2026-12-07, tune only: every tune model before had two classes; the
+        # boundary projection's step to the nearest class was chosen on these two
+        ("mlp-tune3c", "tune", "ReLU MLP 16-48-48-3, synthetic 3 classes (16 features)",
+         _synthetic16c3, (48, 48)),
+        ("mlp-tune4c", "tune", "ReLU MLP 12-32-32-32-4, synthetic 4 classes (12 features)",
+         _synthetic12c4, (32, 32, 32)),
         ("lgbm500-bc", "held_out", "LightGBM 500 trees, breast cancer",
          _breast_cancer, lambda: LGBMClassifier(n_estimators=500, n_jobs=1, random_state=0,
                                                 verbose=-1)),

@@ -15,8 +15,9 @@ From each input's best counterexample ``u*`` the stage
    same differences linearise the boundary between the label and every other class, and the
    step goes to the one nearest the input (DeepFool's multi-class rule): at ``b`` the margin
    is the runner-up's, whose boundary ``b`` lies on, while the nearest boundary from the
-   input may be another class's. Measured on two 3- and 4-class tune MLPs under L2 (16 and
-   12 features, 40 inputs, seeds 0-1, against the white box at 3,000 passes), p90 radius /
+   input may be another class's. Measured on two 3- and 4-class tune MLPs under L2
+   (``mlp-tune3c`` and ``mlp-tune4c`` of ``benchmarks/blackbox_budget.py``, 40 inputs,
+   seeds 0-1, against the white box at 3,000 passes), p90 radius /
    reference at 250 queries 1.44-1.60 -> 1.12 and 1.38-1.42 -> 1.32-1.34, at 500
    1.14-1.24 -> 1.07 and 1.09 -> 1.07-1.09;
 4. where that is not a counterexample, removes the margin it still has along the same
