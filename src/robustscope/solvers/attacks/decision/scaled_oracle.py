@@ -154,19 +154,25 @@ class ScaledOracle:
         Inputs that lack the budget for ``m`` queries are not asked: their rows read
         ``adversarial = False`` and ``margin = inf``.
         """
-        return self.query_scores(idx, u)[:4]
+        return self._ask(idx, u, keep_scores=False)[:4]
 
     def query_scores(self, idx: np.ndarray, u: torch.Tensor
                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, np.ndarray,
                                 torch.Tensor]:
         """:meth:`query`, with the model's logits (or log-probabilities) of every candidate
         as a fifth item, ``(k, m, n_classes)``: NaN on the rows not asked."""
+        return self._ask(idx, u, keep_scores=True)
+
+    def _ask(self, idx: np.ndarray, u: torch.Tensor, keep_scores: bool
+             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, np.ndarray,
+                        torch.Tensor | None]:
+        """:meth:`query_scores`; its scores are ``None`` unless ``keep_scores``."""
         idx = np.asarray(idx, dtype=np.int64)
         k, m, _ = u.shape
         adv = torch.zeros(k, m, dtype=torch.bool, device=u.device)
         margin = torch.full((k, m), float("inf"), dtype=u.dtype, device=u.device)
-        scores = torch.full((k, m, self.model.n_classes), float("nan"), dtype=u.dtype,
-                            device=u.device)
+        scores = (torch.full((k, m, self.model.n_classes), float("nan"), dtype=u.dtype,
+                             device=u.device) if keep_scores else None)
         if k == 0:
             return adv, margin, u, np.zeros(0, dtype=bool), scores
         u_valid, x_valid = self.project(idx, u)
@@ -188,7 +194,8 @@ class ScaledOracle:
         holds = self.statement.holds(logits.argmax(dim=1), labels).reshape(-1, m)
         marg = self.statement.margin(logits, labels).reshape(-1, m)
         adv[tsel], margin[tsel] = holds, marg
-        scores[tsel] = logits.reshape(len(ids), m, -1)
+        if scores is not None:
+            scores[tsel] = logits.reshape(len(ids), m, -1)
         self._keep_best(ids, u_sel, holds)
         self._note_scores(ids, holds, marg)
         return adv, margin, u_valid, asked, scores
