@@ -223,9 +223,9 @@ def test_the_nearest_class_plane_reads_every_class_from_the_same_probes():
     moved = torch.full((2, 4), 1e-3, dtype=torch.float64)
     g = torch.ones(2, 4, dtype=torch.float64)
     base = marg[:, :1]
-    rows = torch.tensor([True, False])
+    where = torch.tensor([True, False])
     g2, base2 = nearest_class_plane(oracle, np.arange(2), scores, u_valid, cols, moved, g,
-                                    base, rows)
+                                    base, where)
     # the first row takes class 2's plane: z_0 - z_2 = 0.5 - W_1 · x, gradient -W_1
     assert torch.allclose(g2[0], -torch.as_tensor(W[1]), atol=1e-6)
     assert torch.allclose(base2[0], torch.tensor([0.4], dtype=torch.float64))  # 0.5 - 0.1

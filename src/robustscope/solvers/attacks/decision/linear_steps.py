@@ -152,12 +152,12 @@ def class_differences(oracle: ScaledOracle, ids: np.ndarray, scores: torch.Tenso
 
 def nearest_class_plane(oracle: ScaledOracle, ids: np.ndarray, scores: torch.Tensor,
                         u_valid: torch.Tensor, cols: torch.Tensor, moved: torch.Tensor,
-                        g: torch.Tensor, base: torch.Tensor, rows: torch.Tensor
+                        g: torch.Tensor, base: torch.Tensor, where: torch.Tensor
                         ) -> tuple[torch.Tensor, torch.Tensor]:
     """Of the linearised boundaries between the label and each other class ``j``
     (``z_y - z_j = 0``, each from the same forward differences), the one nearest the input
     in the threat's norm (``|c_j| / ||g_j||_*``, the dual norm), for the inputs ``ids``
-    ``(k,)`` of ``rows`` ``(k,)`` bool: their gradient ``g`` ``(k, d)`` and value
+    ``(k,)`` where ``where`` ``(k,)`` bool holds: their gradient ``g`` ``(k, d)`` and value
     ``base`` ``(k, 1)`` at the first probe replace the margin's (the runner-up's at the
     boundary point). ``scores`` ``(k, 1 + c, K)`` of the probes ``u_valid`` ``(k, 1 + c, d)``,
     the first one the boundary point, then one per mutable coordinate ``cols`` ``(c,)``
@@ -173,13 +173,13 @@ def nearest_class_plane(oracle: ScaledOracle, ids: np.ndarray, scores: torch.Ten
     p = oracle.threat.p
     dual = (gj.abs().sum(1) if p == math.inf else gj.norm(dim=1) if p == 2.0
             else gj.abs().amax(1))
-    # c_j < 0: the plane lies between the input (f_j > 0 there) and the boundary point
+    # c_j < 0: the linearised f_j is positive at the input, which lies on the label's side
     reach = (c < 0) & (dual > 0) & torch.isfinite(c) & torch.isfinite(dual)
     dist = torch.where(reach, -c / dual.clamp_min(1e-30), torch.full_like(c, math.inf))
     y = oracle.y[torch.as_tensor(ids, device=g.device)]
     dist = dist.scatter(1, y.reshape(k, 1), math.inf)
     nearest, j = dist.min(1)
-    use = (torch.isfinite(nearest) & rows).unsqueeze(1)
+    use = (torch.isfinite(nearest) & where).unsqueeze(1)
     g_near = gj.gather(2, j.reshape(k, 1, 1).expand(k, d, 1))[:, :, 0]
     base_near = f[:, 0, :].gather(1, j.reshape(k, 1))
     return torch.where(use, g_near, g), torch.where(use, base_near, base)
