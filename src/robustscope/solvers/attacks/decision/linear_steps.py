@@ -140,12 +140,22 @@ def bisect_segment(oracle: ScaledOracle, idx: np.ndarray, near: torch.Tensor,
                   steps)
 
 
-def class_differences(oracle: ScaledOracle, ids: np.ndarray, scores: torch.Tensor
-                      ) -> torch.Tensor:
+def difference_gradient(diff: torch.Tensor, moved: torch.Tensor, cols: torch.Tensor,
+                        d: int) -> torch.Tensor:
+    """Forward-difference gradient ``(k, d, *rest)`` from the differences ``diff``
+    ``(k, c, *rest)`` that the moves ``moved`` ``(k, c)`` of the coordinates ``cols``
+    ``(c,)`` made (signed: a move the box turned around divides by its own sign); 0 on the
+    other coordinates and where a move was clipped to nothing."""
+    step = moved.reshape(*moved.shape, *([1] * (diff.ndim - 2)))
+    g = torch.zeros(diff.shape[0], d, *diff.shape[2:], dtype=diff.dtype, device=diff.device)
+    g[:, cols] = torch.where(step.abs() > 0, diff / step.abs().clamp_min(1e-30) *
+                             torch.sign(step), torch.zeros_like(diff))
+    return g
+
+
+def class_differences(scores: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """``z_y - z_j`` for every class ``j`` at every probe: ``scores`` ``(k, m, K)`` (logits
-    or log-probabilities of the inputs ``ids`` ``(k,)``, label ``y``) -> ``(k, m, K)``, 0 at
-    ``j = y``."""
-    y = oracle.y[torch.as_tensor(ids, device=scores.device)]
+    or log-probabilities), labels ``y`` ``(k,)`` -> ``(k, m, K)``, 0 at ``j = y``."""
     label = scores.gather(2, y.reshape(-1, 1, 1).expand(-1, scores.shape[1], 1))
     return label - scores
 
@@ -163,20 +173,14 @@ def nearest_class_plane(oracle: ScaledOracle, ids: np.ndarray, scores: torch.Ten
     the first one the boundary point, then one per mutable coordinate ``cols`` ``(c,)``
     moved by ``moved`` ``(k, c)``. Elsewhere ``g`` and ``base`` are returned unchanged."""
     k, d = g.shape
-    f = class_differences(oracle, ids, scores)  # (k, 1 + c, K)
-    diff = f[:, 1:, :] - f[:, :1, :]
-    step = moved.unsqueeze(2)
-    gj = torch.zeros(k, d, f.shape[2], dtype=g.dtype, device=g.device)
-    gj[:, cols, :] = torch.where(step.abs() > 0, diff / step.abs().clamp_min(1e-30) *
-                                 torch.sign(step), torch.zeros_like(diff))
+    y = oracle.y[torch.as_tensor(ids, device=g.device)]
+    f = class_differences(scores, y)  # (k, 1 + c, K)
+    gj = difference_gradient(f[:, 1:, :] - f[:, :1, :], moved, cols, d)  # (k, d, K)
     c = (gj * u_valid[:, :1, :].transpose(1, 2)).sum(1) - f[:, 0, :]  # (k, K)
-    p = oracle.threat.p
-    dual = (gj.abs().sum(1) if p == math.inf else gj.norm(dim=1) if p == 2.0
-            else gj.abs().amax(1))
+    dual = oracle.threat.dual_norm(gj.transpose(1, 2).reshape(-1, d)).reshape(k, -1)
     # c_j < 0: the linearised f_j is positive at the input, which lies on the label's side
     reach = (c < 0) & (dual > 0) & torch.isfinite(c) & torch.isfinite(dual)
     dist = torch.where(reach, -c / dual.clamp_min(1e-30), torch.full_like(c, math.inf))
-    y = oracle.y[torch.as_tensor(ids, device=g.device)]
     dist = dist.scatter(1, y.reshape(k, 1), math.inf)
     nearest, j = dist.min(1)
     use = (torch.isfinite(nearest) & where).unsqueeze(1)
@@ -220,10 +224,7 @@ def boundary_steps(oracle: ScaledOracle, rounds: int = 6, h: float = 1e-3,
                                                           probes[torch.as_tensor(sel)])
         base = marg[:, :1]
         moved = (u_valid[:, 1:, :] - u_valid[:, :1, :])[:, rows, cols]
-        diff = marg[:, 1:] - base
-        g = torch.zeros(len(sel), d, dtype=b.dtype, device=b.device)
-        g[:, cols] = torch.where(moved.abs() > 0, diff / moved.abs().clamp_min(1e-30) *
-                                 torch.sign(moved), torch.zeros_like(diff))
+        g = difference_gradient(marg[:, 1:] - base, moved, cols, d)
         flat = ~torch.isfinite(g).all(1) | (g.abs().sum(1) == 0)
         # every mutable coordinate moved the margin: a smooth model (on a tree a few
         # differences cross a threshold and the rest read zero)
