@@ -392,6 +392,7 @@ def report(results: dict, cases: list[Case]) -> str:
                     cells.append("-")
                 lines.append(f"| {name} | {about[name].split if name in about else ''} | "
                              f"{kind} | {n} / {n_peer} | {method} | " + " | ".join(cells) + " |")
+    lines += verdict_table(results, about)
     lines.append("\n**Targets** (robustscope with scores, held-out models):\n")
     verdicts, splits = [], []
     for name, per_threat in results.items():
@@ -414,6 +415,32 @@ def report(results: dict, cases: list[Case]) -> str:
     below = sum(_below_exact(res) for per in results.values() for res in per.values())
     lines.append(f"Radii below an exact reference (must be 0): {below}.")
     return "\n".join(lines)
+
+
+def verdict_table(results: dict, about: dict) -> list[str]:
+    """What the ``converged`` column said at the default ceiling, per model and threat (with
+    scores): inputs marked 1 (converged) and -1 (still falling), and of the inputs whose
+    radius ended more than 5% above the reference, how many were marked 1. A radius that
+    loose called converged is the verdict's error that matters."""
+    lines = ["\n**Convergence verdicts** at the default ceiling (robustscope with scores): "
+             "inputs marked converged (1) / still falling (-1); *loose*: radius above 1.05x "
+             "the reference, and how many of those were marked converged\n",
+             "| model | split | threat | 1 / -1 | loose | loose marked 1 |",
+             "|---|---|---|---|---|---|"]
+    for name, per_threat in results.items():
+        for threat, res in per_threat.items():
+            label = "robustscope / default"
+            if label not in res.get("converged", {}):
+                continue
+            verdict = np.asarray(res["converged"][label])
+            reference = _reference(res)
+            ratio = np.asarray(res["runs"][label], dtype=float) / reference
+            loose = np.isfinite(reference) & (reference > 0) & (ratio > 1.05)
+            split = about[name].split if name in about else ""
+            lines.append(f"| {name} | {split} | {threat} | {(verdict == 1).sum()} / "
+                         f"{(verdict == -1).sum()} | {loose.sum()} | "
+                         f"{(loose & (verdict == 1)).sum()} |")
+    return lines
 
 
 def figure(results: dict, path: Path) -> None:

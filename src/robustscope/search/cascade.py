@@ -127,8 +127,9 @@ def run_attacks(state: BatchState, solver: str, active: torch.Tensor) -> None:
 
 def _run_gradient_free(state: BatchState, sub: torch.Tensor) -> None:
     """Black boxes: the step-down search then HopSkipJump on one per-input budget, seeded by
-    the batch's inputs of other predicted classes; the step-down search's verdict on
-    convergence is kept in ``state.converged`` / ``state.still_falling``."""
+    the batch's inputs of other predicted classes; the cascade's verdict on convergence
+    (the step-down search's, and the radius's fall over the last stretch of the budget) is
+    kept in ``state.converged`` / ``state.still_falling``."""
     left = state.ledger.remaining(state.owners[sub.cpu().numpy()]).min()
     # the user's budget is the ceiling where there is one (it was capped at the default,
     # so raising it above 5,000 bought nothing); one query is kept for the verification
@@ -138,9 +139,10 @@ def _run_gradient_free(state: BatchState, sub: torch.Tensor) -> None:
         return
     pool_y = state.clean_logits.argmax(dim=1)
     # the user's rtol is the step below which the step-down search counts an input as
-    # stalled: the evidence behind its converged column
+    # stalled, and the fall over the budget's last stretch that counts as still falling:
+    # the evidence behind the converged column
     run = GRADIENT_FREE(state.problem(sub, state.max_radius), budget=budget, X_pool=state.x,
-                        y_pool=pool_y, step_opts={"rtol": state.rtol})
+                        y_pool=pool_y, rtol=state.rtol)
     found = torch.as_tensor(run.found, device=sub.device)
     if found.any():
         state.check(sub[found], run.x_adv.to(state.x.device)[found])

@@ -245,7 +245,8 @@ _DECLARED = (
     Option("rtol", 0.01, Number(gt=0, lt=1),
            "Relative bracket width (hi - lo) / hi at which bisection stops; also the tolerance of "
            "the evidence behind the converged column (white box: the margin of the last "
-           "rounds; black box: the step-down search's smallest step, rtol / 2)."),
+           "rounds; black box: the step-down search's smallest step, rtol / 2, and the "
+           "radius's fall over the last fifth of the budget, under rtol)."),
     Option("seed", 0, Number(integer=True, ge=0, integral_floats=False),
            "Seeds every random choice; the same seed gives the same numbers."),
     Option("device", "cpu", Device(), "Torch device, e.g. cpu or cuda:0."),

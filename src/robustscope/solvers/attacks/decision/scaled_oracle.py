@@ -59,6 +59,11 @@ class ScaledOracle:
     scored : bool array (n,), inputs for which two points that do not change the decision
         got different margins: the model's scores say more than its decisions (never on a
         label-only model).
+    mark : int or None, a number of queries per input at which :attr:`radius_at_mark` is
+        read (None: never).
+    radius_at_mark : tensor (n,), the best radius each input held just before its queries
+        reached :attr:`mark` (``inf`` where it held none); NaN for the inputs that have not
+        reached it: what the last stretch of a search started from.
     """
 
     def __init__(self, model: Classifier, x: torch.Tensor, y: torch.Tensor,
@@ -101,6 +106,8 @@ class ScaledOracle:
         self.plateau = np.zeros(n, dtype=bool)
         self.scored = np.zeros(n, dtype=bool)
         self._first_margin = np.full(n, np.nan)
+        self.mark: int | None = None
+        self.radius_at_mark = torch.full_like(self.best_r, float("nan"))
 
     @property
     def n(self) -> int:
@@ -189,6 +196,11 @@ class ScaledOracle:
             view = (self.model if self.ledger is None else
                     metered(self.model, self.ledger, self.owners[ids]))
             logits = view.logits(self.model.as_tensor(x_sel))
+        if self.mark is not None:  # the radius held when the last stretch began
+            starts = (self.used[ids] < self.mark) & (self.used[ids] + m >= self.mark)
+            if starts.any():
+                ts = torch.as_tensor(ids[starts], device=u.device)
+                self.radius_at_mark[ts] = self.best_r[ts]
         self.used[ids] += m
         logits = logits.to(u.dtype)
         holds = self.statement.holds(logits.argmax(dim=1), labels).reshape(-1, m)
