@@ -38,7 +38,7 @@ An input counts as converged only where the step-down search stopped on evidence
 stages after it lowered the radius by less than ``rtol`` over the last
 :data:`LAST_STRETCH` of the budget (the oracle notes the radius when an input's queries reach
 that mark): under L2 on a tree ensemble the crossing search, after the step-down search, still
-moved radii by 10-25%.
+lowered the median radius by 10-26% (tune trees, default ceiling).
 """
 
 from __future__ import annotations
