@@ -73,7 +73,7 @@ def shrink_coordinates(oracle: ScaledOracle, factors: tuple[float, ...] = (0.0, 
     when it still changes the decision. One query per coordinate and sweep; a tree
     ensemble's nearest counterexamples move few features, which a dense start hides."""
     n = oracle.n
-    live = (torch.isfinite(oracle.best_r) & (oracle.best_r > 0)).cpu().numpy()
+    live = oracle.holding().cpu().numpy()
     for factor in factors:
         idx = np.flatnonzero(live)
         if not len(idx):
@@ -101,7 +101,7 @@ def bisect_coordinates(oracle: ScaledOracle, steps: int = POLISH_STEPS) -> None:
     :func:`shrink_coordinates` first) and its value, the others held, keeping the smallest
     move that still changes the decision. ``steps`` queries per coordinate at most; a
     piecewise-constant model's counterexample ends with each move just past a threshold."""
-    live = (torch.isfinite(oracle.best_r) & (oracle.best_r > 0)).cpu().numpy()
+    live = oracle.holding().cpu().numpy()
     idx = np.flatnonzero(live)
     if len(idx):
         bisect_moves(oracle, idx, oracle.best_u[torch.as_tensor(idx, device=oracle.flat.device)],

@@ -109,7 +109,7 @@ def crossing_search(oracle: ScaledOracle, generator: torch.Generator,
     nothing was spent beyond the profile)."""
     _need_an_end(oracle, rounds)
     every = np.arange(oracle.n)
-    live = (torch.isfinite(oracle.best_r) & (oracle.best_r > 0)).cpu().numpy()
+    live = oracle.holding().cpu().numpy()
     idx = np.flatnonzero(live & (oracle.remaining(every) >= profile_cost(oracle, levels) + 1))
     if not len(idx):
         return None

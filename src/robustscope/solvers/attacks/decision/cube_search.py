@@ -119,7 +119,7 @@ def cube_search(
     find_starts(oracle, generator, x_init, X_pool, y_pool, max_radius=largest)
     n, d = oracle.n, oracle.d
     dtype, device = oracle.flat.dtype, oracle.flat.device
-    found = torch.isfinite(oracle.best_r) & (oracle.best_r > 0)
+    found = oracle.holding()
     lo = torch.zeros(n, dtype=dtype, device=device)
     r = oracle.best_r.clone() / 2
     cur = torch.zeros(n, d, dtype=dtype, device=device)

@@ -236,7 +236,7 @@ def gradient_free(
         construct_more(oracle, profile, generator)
     out = oracle.output()
     verdict = np.where(still_moving(oracle, rtol), -1, stepped.meta["converged"])
-    found = (torch.isfinite(oracle.best_r) & (oracle.best_r > 0)).cpu().numpy()
+    found = oracle.holding().cpu().numpy()
     out.meta["converged"] = np.where(found, verdict, 0).astype(np.int8)
     return out
 
@@ -246,10 +246,9 @@ def still_moving(oracle: ScaledOracle, rtol: float) -> np.ndarray:
     queries reached ``oracle.mark``: the last stretch of the search still paid, so the
     radius had not settled when the budget ended. An input that held no counterexample at
     the mark, or never reached it, is not counted here."""
-    before = oracle.radius_at_mark
-    held = ~torch.isnan(before) & torch.isfinite(before)
+    before = oracle.radius_at_mark  # NaN (not reached) and inf (none held) are not finite
     fell = before - oracle.best_r > rtol * before
-    return (held & fell).cpu().numpy()
+    return (torch.isfinite(before) & fell).cpu().numpy()
 
 
 def descent_share(oracle: ScaledOracle, budget: int) -> int:

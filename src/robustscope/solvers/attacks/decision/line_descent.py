@@ -85,7 +85,7 @@ def line_descent(oracle: ScaledOracle, generator: torch.Generator,
     min_left = max(min_left, grid_pass_cost(oracle, grid, lines))
     for from_input in (False, True):
         level = np.zeros(n, dtype=np.int64)
-        held = (torch.isfinite(oracle.best_r) & (oracle.best_r > 0)).cpu().numpy()
+        held = oracle.holding().cpu().numpy()
         live = held & (oracle.remaining(every) >= min_left)
         while live.any():
             idx = np.flatnonzero(live)

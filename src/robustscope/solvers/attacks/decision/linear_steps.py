@@ -201,7 +201,7 @@ def boundary_steps(oracle: ScaledOracle, rounds: int = 6, h: float = 1e-3,
     n, d = oracle.n, oracle.d
     mutable = oracle.mutable
     cols = torch.nonzero(mutable).reshape(-1)
-    live = (torch.isfinite(oracle.best_r) & (oracle.best_r > 0)).cpu().numpy()
+    live = oracle.holding().cpu().numpy()
     live &= oracle.remaining(np.arange(n)) >= len(cols) + 8
     for _ in range(rounds):
         idx = np.flatnonzero(live)

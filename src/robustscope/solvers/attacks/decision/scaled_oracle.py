@@ -113,6 +113,11 @@ class ScaledOracle:
     def n(self) -> int:
         return self.flat.shape[0]
 
+    def holding(self) -> torch.Tensor:
+        """Inputs ``(n,)`` bool that hold a counterexample of positive size (not an input
+        already misclassified, whose radius is 0)."""
+        return torch.isfinite(self.best_r) & (self.best_r > 0)
+
     def remaining(self, idx: np.ndarray) -> np.ndarray:
         """Queries still allowed for inputs ``idx``."""
         left = np.full(len(idx), _NO_LIMIT, dtype=np.int64)

@@ -203,7 +203,7 @@ def step_down_search(
     spent = full(0, torch.long)
     failed_explores = full(0, torch.long)
     converged = full(False, torch.bool)
-    active = torch.isfinite(oracle.best_r) & (oracle.best_r > 0)
+    active = oracle.holding()
     explore_m = torch.as_tensor(explore_steps, dtype=dtype, device=device)
     while True:
         idx_t = torch.nonzero(active).reshape(-1)
@@ -262,7 +262,7 @@ def step_down_search(
             r[td] = oracle.best_r[td] * (1 - m[td])
             fresh[td], spent[td], cur_m[td] = True, 0, math.inf
     out = oracle.output()
-    found = torch.isfinite(oracle.best_r) & (oracle.best_r > 0)
+    found = oracle.holding()
     out.meta["converged"] = torch.where(
         found, torch.where(converged, 1, -1), 0).to(torch.int8).cpu().numpy()
     return out
