@@ -10,8 +10,7 @@ From each input's best counterexample ``u*`` the stage
    differences, one query per mutable coordinate (step ``h`` in scaled units);
 3. solves the linearised problem ``min ||u|| s.t. M(b) + g·(u - b) <= 0``: with
    ``c = g·b - M(b)``, L2 ``u = c·g / ||g||²``, Linf ``u = c·sign(g) / ||g||_1``, L1 all on
-   the coordinate of largest ``|g_j|``; and tries ``u`` stretched by ``1 + overshoot``
-   (:data:`SMOOTH_OVERSHOOT` where every mutable coordinate moved the margin).
+   the coordinate of largest ``|g_j|``; and tries ``u`` stretched by ``1 + overshoot``.
    With three classes or more (untargeted, smooth margins: :data:`NEAREST_CLASS`), the
    same differences linearise the boundary between the label and every other class, and the
    step goes to the one nearest the input (DeepFool's multi-class rule): at ``b`` the margin
@@ -69,21 +68,6 @@ DAMPED = (0.5, 0.25, 0.125)
 #: runner-up's at the boundary point; where every mutable coordinate moved the margin (a
 #: smooth model), untargeted statements only. See the module docstring.
 NEAREST_CLASS = True
-#: The stretch of the linear step (and its Newton steps) on an input every mutable coordinate
-#: of which moved the margin: on a smooth model the linear optimum is right to second order,
-#: and the 2% stretch kept elsewhere (:func:`boundary_steps`' ``overshoot``: a tree's few
-#: moving differences) was left in the radius, which the later stages seldom took back under
-#: L2. With it, the rounds at most (:data:`ROUNDS`) and the gain per round below which an
-#: input stops (:data:`MIN_GAIN`), from 6 and 0.5%. Chosen on the tune MLPs of
-#: ``benchmarks/blackbox_budget.py`` (seeds 0-3), L2: median radius / reference 1.006-1.011
-#: -> 1.002-1.006 at 500 and 1,000 queries; p90 within the seeds' spread (one seed of the
-#: 10-feature MLP 1.063 -> 1.193 at 500, one input stuck at a local optimum of the boundary
-#: that the step-down search escaped before and not after). Under Linf and at the default
-#: ceiling within the spread. Tree ensembles: radii unchanged (no input had every difference
-#: move). Details: ``docs/budget.md``, "The overshoot on smooth models".
-SMOOTH_OVERSHOOT = 0.005
-ROUNDS = 20
-MIN_GAIN = 0.001
 
 
 def unit_step(threat_p: float, g: torch.Tensor) -> torch.Tensor:
@@ -103,15 +87,14 @@ def unit_step(threat_p: float, g: torch.Tensor) -> torch.Tensor:
 
 def newton_steps(oracle: ScaledOracle, idx: np.ndarray, u: torch.Tensor,
                  margin: torch.Tensor, step: torch.Tensor, count: int,
-                 overshoot: float | torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+                 overshoot: float) -> tuple[torch.Tensor, torch.Tensor]:
     """Up to ``count`` queries per input: from points ``u`` ``(k, d)`` that are not
     counterexamples, with measured margins ``margin`` ``(k,)``, move by ``-(1 + overshoot)
-    · margin · step`` (``overshoot`` a number or one per input ``(k,)``; ``step`` from
-    :func:`unit_step`: the linear margin falls by one per unit) until the point is a
-    counterexample or the margin is unknown. Returns the last points ``(k, d)`` and whether
-    each is a counterexample ``(k,)`` (the oracle keeps the counterexamples)."""
+    · margin · step`` (``step`` from :func:`unit_step`: the linear margin falls by one per
+    unit) until the point is a counterexample or the margin is unknown. Returns the last
+    points ``(k, d)`` and whether each is a counterexample ``(k,)`` (the oracle keeps the
+    counterexamples)."""
     u, margin = u.clone(), margin.clone()
-    stretch = 1 + torch.as_tensor(overshoot, dtype=u.dtype, device=u.device).expand(len(idx))
     hit = torch.zeros(len(idx), dtype=torch.bool, device=u.device)
     for _ in range(count):
         go = ~hit & torch.isfinite(margin) & (margin > 0)
@@ -119,7 +102,7 @@ def newton_steps(oracle: ScaledOracle, idx: np.ndarray, u: torch.Tensor,
         if not go.any():
             break
         sel = torch.nonzero(go).reshape(-1)
-        u[sel] = u[sel] - (stretch[sel] * margin[sel]).unsqueeze(1) * step[sel]
+        u[sel] = u[sel] - ((1 + overshoot) * margin[sel]).unsqueeze(1) * step[sel]
         adv, marg, _, _ = oracle.query(idx[sel.cpu().numpy()], u[sel].unsqueeze(1))
         hit[sel] = adv[:, 0]
         margin[sel] = marg[:, 0]
@@ -127,16 +110,14 @@ def newton_steps(oracle: ScaledOracle, idx: np.ndarray, u: torch.Tensor,
 
 
 def damped_steps(oracle: ScaledOracle, idx: np.ndarray, b: torch.Tensor, target: torch.Tensor,
-                 step: torch.Tensor, shares: tuple[float, ...],
-                 overshoot: float | torch.Tensor) -> torch.Tensor:
+                 step: torch.Tensor, shares: tuple[float, ...], overshoot: float
+                 ) -> torch.Tensor:
     """Shorter moves towards a linear optimum that fell on the wrong side of a curved
     boundary: for each share ``a`` of ``shares``, the point ``b + a·(target - b)`` (``b``,
     ``target``, ``step`` ``(k, d)``); for the inputs none of whose points is a
     counterexample, one Newton step from each point, on its measured margin along ``step``.
-    One or two requests of ``len(shares)`` queries per input (``overshoot`` as in
-    :func:`newton_steps`). Returns whether each input met a counterexample ``(k,)`` (the
-    oracle keeps them)."""
-    stretch = 1 + torch.as_tensor(overshoot, dtype=b.dtype, device=b.device).expand(len(idx))
+    One or two requests of ``len(shares)`` queries per input. Returns whether each input met
+    a counterexample ``(k,)`` (the oracle keeps them)."""
     a = torch.as_tensor(shares, dtype=b.dtype, device=b.device).reshape(1, -1, 1)
     trial = b.unsqueeze(1) + a * (target - b).unsqueeze(1)  # (k, s, d)
     adv, marg, _, asked = oracle.query(idx, trial)
@@ -144,8 +125,7 @@ def damped_steps(oracle: ScaledOracle, idx: np.ndarray, b: torch.Tensor, target:
     again = torch.as_tensor(asked, device=b.device) & ~hit & torch.isfinite(marg).all(1)
     if again.any():
         rows = torch.nonzero(again).reshape(-1)
-        fixed = (trial[rows] - (stretch[rows].unsqueeze(1) * marg[rows]).unsqueeze(2)
-                 * step[rows].unsqueeze(1))
+        fixed = trial[rows] - ((1 + overshoot) * marg[rows]).unsqueeze(2) * step[rows].unsqueeze(1)
         adv2, _, _, _ = oracle.query(idx[rows.cpu().numpy()], fixed)
         hit[rows] = adv2.any(1)
     return hit
@@ -209,18 +189,15 @@ def nearest_class_plane(oracle: ScaledOracle, ids: np.ndarray, scores: torch.Ten
     return torch.where(use, g_near, g), torch.where(use, base_near, base)
 
 
-def boundary_steps(oracle: ScaledOracle, rounds: int = ROUNDS, h: float = 1e-3,
-                   overshoot: float = 0.02, smooth_overshoot: float = SMOOTH_OVERSHOOT,
-                   min_gain: float = MIN_GAIN,
+def boundary_steps(oracle: ScaledOracle, rounds: int = 6, h: float = 1e-3,
+                   overshoot: float = 0.02, min_gain: float = 0.005,
                    bisect_rtol: float = 0.02, newton: int = 3,
                    segment_steps: int = 4, damped: tuple[float, ...] = DAMPED,
                    stall_gain: float = 0.02) -> None:
     """Run the stage on every input holding a counterexample (its counterexamples are kept
     in ``oracle``): up to ``rounds`` rounds while a round gains ``min_gain`` of the radius,
-    forward differences of ``h`` times the radius, the linear step stretched by
-    ``smooth_overshoot`` on an input every mutable coordinate of which moved the margin and
-    by ``overshoot`` elsewhere, and the ``damped`` shares (empty: none) where a round gains
-    less than ``stall_gain``. See the module docstring."""
+    forward differences of ``h`` times the radius, and the ``damped`` shares (empty: none)
+    where a round gains less than ``stall_gain``. See the module docstring."""
     n, d = oracle.n, oracle.d
     mutable = oracle.mutable
     cols = torch.nonzero(mutable).reshape(-1)
@@ -260,8 +237,7 @@ def boundary_steps(oracle: ScaledOracle, rounds: int = ROUNDS, h: float = 1e-3,
         g = torch.where(torch.isfinite(g), g, torch.zeros_like(g))
         bs = u_valid[:, 0, :]
         step = unit_step(oracle.threat.p, g)
-        over = torch.where(every, smooth_overshoot, overshoot).to(g.dtype)
-        target = ((g * bs).sum(1) - base[:, 0]).unsqueeze(1) * step * (1 + over).unsqueeze(1)
+        target = ((g * bs).sum(1) - base[:, 0]).unsqueeze(1) * step * (1 + overshoot)
         keep = (~flat).cpu().numpy() & (oracle.remaining(idx[sel]) >= 1)
         if keep.any():
             ks = np.flatnonzero(keep)
@@ -273,7 +249,7 @@ def boundary_steps(oracle: ScaledOracle, rounds: int = ROUNDS, h: float = 1e-3,
             if len(missed):  # the linear optimum fell short: Newton, then the segment
                 tm = torch.as_tensor(missed, device=g.device)
                 near, hit = newton_steps(oracle, rows_k[missed], target[tk][tm],
-                                         marg_t[tm, 0], step[tk][tm], newton, over[tk][tm])
+                                         marg_t[tm, 0], step[tk][tm], newton, overshoot)
                 short = torch.nonzero(~hit).reshape(-1)
                 if len(short):
                     bisect_segment(oracle, rows_k[missed][short.cpu().numpy()], near[short],
@@ -286,7 +262,7 @@ def boundary_steps(oracle: ScaledOracle, rounds: int = ROUNDS, h: float = 1e-3,
                     if slow.any():
                         sl = tm[torch.as_tensor(slow, device=g.device)]
                         damped_steps(oracle, rows_m[slow], bs[tk][sl], target[tk][sl],
-                                     step[tk][sl], damped, over[tk][sl])
+                                     step[tk][sl], damped, overshoot)
         after = oracle.best_r[ti]
         gain = (before - after) / before
         stop = np.ones(len(idx), dtype=bool)
