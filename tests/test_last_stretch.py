@@ -8,9 +8,8 @@ import math
 
 import numpy as np
 import torch
+from blackbox_helpers import logistic_box
 
-from robustscope.core.space import FeatureSpace
-from robustscope.models.blackbox import ProbaClassifier
 from robustscope.solvers.attacks.decision import gradient_free as gradient_free_module
 from robustscope.solvers.attacks.decision.gradient_free import gradient_free, still_moving
 from robustscope.solvers.attacks.decision.scaled_oracle import ScaledOracle
@@ -20,23 +19,8 @@ D = 4
 
 
 def _linear(n: int = 4, seed: int = 0):
-    """A logistic black box on ``D`` features of scale 1 and ``n`` inputs; returns the
-    model, its space, the inputs, their labels and, per input, the scaled step ``(n, D)``
-    onto the decision boundary nearest it under L2 (any step past it is a
-    counterexample)."""
-    rng = np.random.default_rng(seed)
-    w, b = rng.normal(size=D), 0.2
-
-    def proba(a):
-        p1 = 1 / (1 + np.exp(-(a @ w + b)))
-        return np.stack([1 - p1, p1], axis=1)
-
-    model = ProbaClassifier(proba, 2, (D,))
-    space = FeatureSpace.from_arrays([-np.inf] * D, [np.inf] * D)
-    x = torch.as_tensor(rng.normal(size=(n, D)))
-    margin = x.numpy() @ w + b
-    to_boundary = torch.as_tensor(-margin[:, None] * w[None, :] / (w @ w))
-    return model, space, x, model.predict(x), to_boundary
+    """A logistic black box on ``D`` features (:func:`blackbox_helpers.logistic_box`)."""
+    return logistic_box(n, D, seed)
 
 
 def test_the_oracle_reads_the_radius_held_when_its_queries_reach_the_mark():

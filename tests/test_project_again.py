@@ -7,9 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from blackbox_helpers import logistic_box
 
-from robustscope.core.space import FeatureSpace
-from robustscope.models.blackbox import ProbaClassifier
 from robustscope.solvers.attacks.decision import gradient_free as gradient_free_module
 from robustscope.solvers.attacks.decision.gradient_free import (
     PROJECT_AGAIN,
@@ -25,21 +24,8 @@ D = 5
 
 
 def _logistic(n: int = 3, seed: int = 0):
-    """A logistic black box on ``D`` features of scale 1; returns the model, its space, the
-    inputs ``(n, D)``, their labels and the L2 step of each input onto the boundary."""
-    rng = np.random.default_rng(seed)
-    w, b = rng.normal(size=D), 0.3
-
-    def proba(a):
-        p1 = 1 / (1 + np.exp(-(np.asarray(a) @ w + b)))
-        return np.stack([1 - p1, p1], axis=1)
-
-    model = ProbaClassifier(proba, 2, (D,))
-    space = FeatureSpace.from_arrays([-np.inf] * D, [np.inf] * D)
-    x = torch.as_tensor(rng.normal(size=(n, D)))
-    margin = x.numpy() @ w + b
-    to_boundary = torch.as_tensor(-margin[:, None] * w[None, :] / (w @ w))
-    return model, space, x, model.predict(x), to_boundary
+    """A logistic black box on ``D`` features (:func:`blackbox_helpers.logistic_box`)."""
+    return logistic_box(n, D, seed, bias=0.3)
 
 
 @pytest.mark.parametrize("threat, budget, flat, expected", [
