@@ -45,8 +45,9 @@ def test_the_share_is_kept_only_under_l2_from_its_floor_on_smooth_models(threat,
 def _recorded(monkeypatch, planted: torch.Tensor | None = None):
     """Record each call of the boundary projection (the ``rounds`` asked, the step-down
     search's calls so far, the budget the oracle showed); the step-down search is replaced
-    by a stand-in that records the budget it was shown and, with ``planted``, records that
-    counterexample ``(n, D)`` (scaled) and says every input converged."""
+    by a stand-in that records the budget it was shown and says every input converged; with
+    ``planted`` (scaled, ``(n, D)``) it asks the model about those counterexamples, which the
+    oracle then holds, and the first projection is left out."""
     calls: list[dict] = []
     searches: list[int] = []
 
