@@ -231,27 +231,27 @@ def gradient_free(
         descent = threat.p == math.inf
     share = descent_share(oracle, budget) if descent else 0
     again = project_again_share(oracle, budget) if projected else 0
-    stages -= again  # the step-down searches and the line descent stop short of it
+    searches = stages - again  # the searches and the descent stop short of the projection
     # below DESCENT_FROM the share is kept from the first search too (no restarts run there)
-    oracle.budget = stages - (share if budget < DESCENT_FROM else 0)
+    oracle.budget = searches - (share if budget < DESCENT_FROM else 0)
     stepped = step_down_search(model, x, y, space, threat, eps, statement, generator,
                                budget=budget, **common, **step_opts)
     if restarts is None:  # chosen on the tune models: under L2 / L1 HopSkipJump does better
         restarts = RESTARTS if threat.p == math.inf else 0
     further = further_starts(oracle, x, X_pool, y_pool, restarts) if restarts else []
-    oracle.budget = stages - share
+    oracle.budget = searches - share
     for k in range(restarts):
         start = further[k] if k < len(further) else None
         if not restart_from_other_start(oracle, model, x, y, space, threat, eps, statement,
                                         generator, budget, ledger, start, restart_min,
                                         step_opts):
             break
-    oracle.budget = stages
+    oracle.budget = searches
     if descent:  # the smaller floor only where the first search left the descent its share
         low = share > 0 and budget < DESCENT_FROM
         line_descent(oracle, generator, min_left=DESCENT_LOW_MIN_LEFT if low else MIN_LEFT)
+    oracle.budget = stages
     if again:
-        oracle.budget = stages + again
         boundary_steps(oracle, rounds=PROJECT_AGAIN)
     hop_skip_jump(model, x, y, space, threat, eps, statement, generator, **common,
                   **(boundary_opts or {}))
