@@ -32,7 +32,9 @@ forest and a depth-10 XGBoost on the small synthetic set) were added with them, 
 Linf tails of forests and deep boosters without looking at the held-out ones; a random forest
 on 30 synthetic features (``rf150-synth30``) chose the share of the budget the Linf restarts
 leave the line descent; two multi-class MLPs (``mlp-tune3c``, ``mlp-tune4c``) the boundary
-projection's step to the nearest class.
+projection's step to the nearest class; multi-class and small-data tree ensembles
+(``lgbm-tune3c``, ``xgb-tune4c``, ``xgb-small3c``, ``lgbm-small3c``) and a 20-feature XGBoost
+(``xgb-synth20``) the floor of the L2 crossing search.
 Targets (held-out models, robustscope with scores): ``B = 500``: median <= 1.01 and p90 <=
 1.05; ``B = 250``: median <= 1.05, p90 <= 1.2; default ceiling (issue 39,
 requirement 6): median <= 1.02, p90 <= 1.05.
@@ -101,14 +103,16 @@ def _wine():
     return _split(*load_wine(return_X_y=True), test_size=0.4)
 
 
-def _synthetic_data(n_samples, n_features, n_informative, n_redundant, n_classes, seed):
+def _synthetic_data(n_samples, n_features, n_informative, n_redundant, n_classes, seed,
+                    test_size=0.2):
     """A loader of scikit-learn's ``make_classification`` with these settings, split."""
     def load():
         from sklearn.datasets import make_classification
 
         return _split(*make_classification(
             n_samples=n_samples, n_features=n_features, n_informative=n_informative,
-            n_redundant=n_redundant, n_classes=n_classes, random_state=seed))
+            n_redundant=n_redundant, n_classes=n_classes, random_state=seed),
+            test_size=test_size)
     return load
 
 
@@ -118,6 +122,9 @@ _synthetic16 = _synthetic_data(3000, 16, 10, 3, 2, seed=21)
 _synthetic30 = _synthetic_data(3000, 30, 15, 5, 2, seed=11)
 _synthetic16c3 = _synthetic_data(3000, 16, 10, 3, 3, seed=5)
 _synthetic12c4 = _synthetic_data(3000, 12, 8, 2, 4, seed=9)
+_synthetic20 = _synthetic_data(3000, 20, 10, 4, 2, seed=13)
+# as few rows as wine (178), for trees with few splits
+_small13c3 = _synthetic_data(180, 13, 5, 3, 3, seed=7, test_size=0.4)
 
 
 def _mlp(Xtr, ytr, hidden, k, seed=0, epochs=300):
@@ -186,6 +193,26 @@ def build_cases(n: int, only: set[str] | None = None) -> list[Case]:
          _synthetic16c3, (48, 48)),
         ("mlp-tune4c", "tune", "ReLU MLP 12-32-32-32-4, synthetic 4 classes (12 features)",
          _synthetic12c4, (32, 32, 32)),
+        # added 2026-12-08, tune only: multi-class and small-data tree ensembles (every tune
+        # tree before had two classes and thousands of rows), on which the crossing search's
+        # floor (crossings.MIN_RESERVE) was chosen; a 20-feature XGBoost on which its
+        # two-level profile was tried and not taken
+        ("lgbm-tune3c", "tune", "LightGBM 100 trees, synthetic 3 classes (16 features)",
+         _synthetic16c3, lambda: LGBMClassifier(n_estimators=100, n_jobs=1, random_state=0,
+                                                verbose=-1)),
+        ("xgb-tune4c", "tune", "XGBoost 200 trees, depth 6, synthetic 4 classes (12 features)",
+         _synthetic12c4, lambda: XGBClassifier(n_estimators=200, max_depth=6, n_jobs=1,
+                                               random_state=0)),
+        ("xgb-small3c", "tune", "XGBoost 200 trees, depth 8, synthetic 3 classes, 180 rows "
+         "(13 features)", _small13c3,
+         lambda: XGBClassifier(n_estimators=200, max_depth=8, n_jobs=1, random_state=0)),
+        ("lgbm-small3c", "tune", "LightGBM 100 trees, synthetic 3 classes, 180 rows "
+         "(13 features)", _small13c3,
+         lambda: LGBMClassifier(n_estimators=100, n_jobs=1, random_state=0, verbose=-1,
+                                min_child_samples=5)),
+        ("xgb-synth20", "tune", "XGBoost 150 trees, depth 6, synthetic 2 classes "
+         "(20 features)", _synthetic20,
+         lambda: XGBClassifier(n_estimators=150, max_depth=6, n_jobs=1, random_state=0)),
         ("lgbm500-bc", "held_out", "LightGBM 500 trees, breast cancer",
          _breast_cancer, lambda: LGBMClassifier(n_estimators=500, n_jobs=1, random_state=0,
                                                 verbose=-1)),
