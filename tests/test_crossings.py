@@ -115,7 +115,8 @@ def test_the_plan_keeps_a_share_with_the_finest_profile_that_fits():
     assert (fine, coarse) == (129, 49)
     assert search_plan(oracle, 5000) == (2000, crossings.LEVELS)
     assert search_plan(oracle, 1000) == (400, crossings.LEVELS)
-    assert search_plan(oracle, 874) == (0, ())  # under MIN_RESERVE
+    assert search_plan(oracle, 499) == (199, crossings.COARSE_LEVELS)  # 500 in radius()
+    assert search_plan(oracle, 474) == (0, ())  # 189 kept: under MIN_RESERVE
     wide = ScaledOracle(_step_model(), torch.zeros(1, D), torch.zeros(1, dtype=torch.long),
                         FeatureSpace.from_arrays([-1.0] * D, [1.0] * D, scale=np.ones(D)),
                         get_threat("l2"))
