@@ -193,7 +193,7 @@ def build_cases(n: int, only: set[str] | None = None) -> list[Case]:
          _synthetic16c3, (48, 48)),
         ("mlp-tune4c", "tune", "ReLU MLP 12-32-32-32-4, synthetic 4 classes (12 features)",
          _synthetic12c4, (32, 32, 32)),
-        # added 2026-12-08, tune only: multi-class and small-data tree ensembles (every tune
+        # added 2026-12-07, tune only: multi-class and small-data tree ensembles (every tune
         # tree before had two classes and thousands of rows), on which the crossing search's
         # floor (crossings.MIN_RESERVE) was chosen; a 20-feature XGBoost on which its
         # two-level profile was tried and not taken
