@@ -163,14 +163,18 @@ def test_the_cascade_runs_the_search_on_scored_plateaus_only(monkeypatch):
     monkeypatch.setattr(crossings, "_profile",
                         lambda *a, **k: calls.append(1) or original(*a, **k))
 
-    def run(model, threat="l2", **kw):
+    def run(model, threat="l2", budget=3000, **kw):
         calls.clear()
-        out = gradient_free(model, x, y, space, threat, budget=3000, X_pool=pool,
+        out = gradient_free(model, x, y, space, threat, budget=budget, X_pool=pool,
                             y_pool=torch.tensor([0, 1]), **kw)
         return out, bool(calls)
 
     out, ran = run(_step_model())
     assert ran and out.radius[0] < 0.21 and out.forward_queries[0] <= 3000
+    out, ran = run(_step_model(), budget=500)  # a share of 200, the coarse profile (49)
+    assert ran and out.forward_queries[0] <= 500
+    _, ran = run(_step_model(), budget=470)  # a share of 188: under MIN_RESERVE
+    assert not ran
     _, ran = run(_step_model(), crossings=False)
     assert not ran
     _, ran = run(_step_model(), crossings=True, threat="linf")
