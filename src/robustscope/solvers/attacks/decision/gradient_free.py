@@ -68,7 +68,7 @@ from robustscope.solvers.attacks.decision.line_descent import (
     line_descent,
     sweep_cost,
 )
-from robustscope.solvers.attacks.decision.linear_steps import boundary_steps
+from robustscope.solvers.attacks.decision.linear_steps import boundary_steps, round_cost
 from robustscope.solvers.attacks.decision.scaled_oracle import ScaledOracle
 from robustscope.solvers.attacks.decision.starts import find_starts
 from robustscope.solvers.attacks.decision.step_down import step_down_search
@@ -283,13 +283,14 @@ def still_moving(oracle: ScaledOracle, rtol: float) -> np.ndarray:
 
 def project_again_share(oracle: ScaledOracle, budget: int) -> int:
     """Queries per input the step-down search leaves to :data:`PROJECT_AGAIN` more rounds of
-    the boundary projection (about ``d + 16`` a round, ``d`` the mutable features): under L2,
-    from a ``budget`` of :data:`PROJECT_AGAIN_FROM`, on a model none of whose inputs' margin
-    the first projection found flat (a tree ensemble's plateaus, a label-only model: one
+    the boundary projection, each of
+    :func:`~robustscope.solvers.attacks.decision.linear_steps.round_cost`: under L2, from a
+    ``budget`` of :data:`PROJECT_AGAIN_FROM`, on a model none of whose inputs' margin the
+    first projection found flat (a tree ensemble's plateaus, a label-only model: one
     estimate each, which says nothing). 0 otherwise."""
     if oracle.threat.p != 2.0 or budget < PROJECT_AGAIN_FROM or oracle.plateau.any():
         return 0
-    return PROJECT_AGAIN * (int(oracle.mutable.sum()) + 16)
+    return PROJECT_AGAIN * round_cost(oracle)
 
 
 def descent_share(oracle: ScaledOracle, budget: int) -> int:

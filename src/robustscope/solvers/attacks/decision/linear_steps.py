@@ -189,6 +189,15 @@ def nearest_class_plane(oracle: ScaledOracle, ids: np.ndarray, scores: torch.Ten
     return torch.where(use, g_near, g), torch.where(use, base_near, base)
 
 
+def round_cost(oracle: ScaledOracle) -> int:
+    """Queries per input of a usual round of :func:`boundary_steps` at its defaults, ``d +
+    16`` (``d`` the mutable features): the bisection to the boundary (up to 8), the
+    difference probes (``d + 1``), the linear optimum (1) and, where it falls short,
+    Newton's steps (up to 3) and the segment's bisection (up to 4), one of which is seldom
+    spent; the damped moves, where a round stalls, come on top."""
+    return int(oracle.mutable.sum()) + 16
+
+
 def boundary_steps(oracle: ScaledOracle, rounds: int = 6, h: float = 1e-3,
                    overshoot: float = 0.02, min_gain: float = 0.005,
                    bisect_rtol: float = 0.02, newton: int = 3,
